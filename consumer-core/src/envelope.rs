@@ -1,0 +1,411 @@
+//! The message as every backend hands it to the runtime, and as publishers send it.
+//!
+//! Attribute names follow the CloudEvents Kafka binding (`ce_id`, `ce_type`,
+//! ...), the binding the in-memory broker also uses. Backends whose protocol
+//! has a native field for an attribute (AMQP's `message-id`) map it when they
+//! build the [`Envelope`].
+
+use std::fmt;
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Header names the framework reads and writes.
+pub mod names {
+    /// CloudEvents `id`.
+    pub const ID: &str = "ce_id";
+    /// CloudEvents `type`.
+    pub const TYPE: &str = "ce_type";
+    /// CloudEvents `source`.
+    pub const SOURCE: &str = "ce_source";
+    /// CloudEvents `subject`.
+    pub const SUBJECT: &str = "ce_subject";
+    /// CloudEvents `time` (RFC 3339).
+    pub const TIME: &str = "ce_time";
+    /// CloudEvents `specversion`.
+    pub const SPEC_VERSION: &str = "ce_specversion";
+    /// CloudEvents `datacontenttype` (binary mode: the `content-type` header).
+    pub const CONTENT_TYPE: &str = "content-type";
+    /// The partition key when the protocol has no native key.
+    pub const PARTITION_KEY: &str = "ce_partitionkey";
+    /// Number of the delivery attempt this message is (1 for the first).
+    pub const ATTEMPT: &str = "x-consumer-attempt";
+    /// When the first attempt failed (RFC 3339), carried across redeliveries.
+    pub const FIRST_FAILURE: &str = "x-consumer-first-failure";
+    /// W3C trace context.
+    pub const TRACEPARENT: &str = "traceparent";
+    /// W3C trace state.
+    pub const TRACESTATE: &str = "tracestate";
+}
+
+/// Message headers: ordered, duplicates allowed, values are bytes because
+/// brokers allow any bytes; accessors say when a value is not text.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(String, Vec<u8>)>);
+
+impl Headers {
+    /// No headers.
+    pub const fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Appends a header, keeping any earlier one of the same name.
+    pub fn append(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
+        self.0.push((name.into(), value.into()));
+    }
+
+    /// Sets a header, replacing every earlier one of the same name.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
+        let name = name.into();
+        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
+        self.0.push((name, value.into()));
+    }
+
+    /// Removes every header of that name.
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    /// The last value of a header, as bytes (names are case-insensitive).
+    pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// The last value of a header as text; `Err` when it is not UTF-8.
+    pub fn get(&self, name: &str) -> Result<Option<&str>, HeaderError> {
+        match self.get_bytes(name) {
+            None => Ok(None),
+            Some(v) => std::str::from_utf8(v).map(Some).map_err(|_| HeaderError {
+                name: name.to_owned(),
+                reason: "is not valid UTF-8".to_owned(),
+            }),
+        }
+    }
+
+    /// Iterates over all headers in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+
+    /// Number of headers.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no headers.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
+            .finish()
+    }
+}
+
+impl<N: Into<String>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Headers {
+    fn from_iter<T: IntoIterator<Item = (N, V)>>(iter: T) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+/// A header that is present but unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("header `{name}` {reason}")]
+pub struct HeaderError {
+    /// The header's name.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Where a message came from: enough to find it again on the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Origin {
+    /// Topic, queue or stream the message was consumed from.
+    pub destination: String,
+    /// Position within it (`partition/offset`, delivery tag, ...).
+    pub position: String,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.destination, self.position)
+    }
+}
+
+/// One delivered message, as the runtime sees it whatever the backend.
+///
+/// Built with [`Envelope::from_parts`], which never fails: headers that are
+/// present but malformed are recorded in [`Envelope::defects`], and the
+/// runtime dead-letters such a message on its first attempt instead of
+/// guessing.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    /// CloudEvents `id`; the position on the broker when the producer set none.
+    pub id: String,
+    /// CloudEvents `type`.
+    pub kind: Option<String>,
+    /// CloudEvents `source`.
+    pub source: Option<String>,
+    /// CloudEvents `subject`.
+    pub subject: Option<String>,
+    /// CloudEvents `time`.
+    pub time: Option<OffsetDateTime>,
+    /// Partition key: messages with the same key are processed in order.
+    pub key: Option<String>,
+    /// Every header as received, framework headers included.
+    pub headers: Headers,
+    /// The body, undecoded.
+    pub payload: Bytes,
+    /// Which delivery attempt this is (1 for the first).
+    pub attempt: u32,
+    /// When an earlier attempt first failed, if one did.
+    pub first_failure: Option<OffsetDateTime>,
+    /// Where it came from.
+    pub origin: Origin,
+    /// Headers present but malformed; non-empty means poison.
+    pub defects: Vec<HeaderError>,
+}
+
+impl Envelope {
+    /// Reads the CloudEvents attributes and framework headers out of a
+    /// received message. `fallback_id` is used when the producer set no
+    /// `ce_id`: it must be stable across redeliveries (the broker position).
+    pub fn from_parts(
+        payload: Bytes,
+        headers: Headers,
+        key: Option<String>,
+        origin: Origin,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Self {
+        let mut defects = Vec::new();
+        let mut text = |name: &str| match headers.get(name) {
+            Ok(v) => v.map(str::to_owned),
+            Err(e) => {
+                defects.push(e);
+                None
+            }
+        };
+        let id = text(names::ID);
+        let kind = text(names::TYPE);
+        let source = text(names::SOURCE);
+        let subject = text(names::SUBJECT);
+        let time_raw = text(names::TIME);
+        let attempt_raw = text(names::ATTEMPT);
+        let first_failure_raw = text(names::FIRST_FAILURE);
+        let header_key = text(names::PARTITION_KEY);
+
+        let time = parse_time(names::TIME, time_raw, &mut defects);
+        let first_failure = parse_time(names::FIRST_FAILURE, first_failure_raw, &mut defects);
+        let attempt = match attempt_raw {
+            None => 1,
+            Some(raw) => match raw.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    defects.push(HeaderError {
+                        name: names::ATTEMPT.to_owned(),
+                        reason: format!("is not a positive attempt number: {raw:?}"),
+                    });
+                    1
+                }
+            },
+        };
+        let id = match id {
+            Some(id) if !id.is_empty() => id,
+            Some(_) => {
+                defects.push(HeaderError {
+                    name: names::ID.to_owned(),
+                    reason: "is empty".to_owned(),
+                });
+                fallback_id()
+            }
+            None => fallback_id(),
+        };
+        Self {
+            id,
+            kind,
+            source,
+            subject,
+            time,
+            key: key.or(header_key),
+            headers,
+            payload,
+            attempt,
+            first_failure,
+            origin,
+            defects,
+        }
+    }
+}
+
+fn parse_time(
+    name: &str,
+    raw: Option<String>,
+    defects: &mut Vec<HeaderError>,
+) -> Option<OffsetDateTime> {
+    let raw = raw?;
+    match OffsetDateTime::parse(&raw, &Rfc3339) {
+        Ok(t) => Some(t),
+        Err(_) => {
+            defects.push(HeaderError {
+                name: name.to_owned(),
+                reason: format!("is not an RFC 3339 time: {raw:?}"),
+            });
+            None
+        }
+    }
+}
+
+/// Formats a time as RFC 3339, the form every time header uses.
+pub fn format_time(t: OffsetDateTime) -> String {
+    // Rfc3339 only fails for years outside 0..=9999, which `now_utc` cannot produce.
+    t.format(&Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+/// A message to publish: payload, partition key and headers.
+///
+/// `Message::json` fills in the CloudEvents attributes a consumer needs
+/// (`ce_id`, `ce_specversion`, `ce_time`, `content-type`), so the simplest
+/// publish is already a valid binary-mode CloudEvent.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Partition key; `None` lets the broker spread messages.
+    pub key: Option<String>,
+    /// Headers to send.
+    pub headers: Headers,
+    /// The body.
+    pub payload: Bytes,
+}
+
+impl Message {
+    /// Raw bytes with no headers at all: what a plain client would send.
+    pub fn raw(payload: impl Into<Bytes>) -> Self {
+        Self {
+            key: None,
+            headers: Headers::new(),
+            payload: payload.into(),
+        }
+    }
+
+    /// A JSON CloudEvent of the given type with a fresh id.
+    pub fn json<T: serde::Serialize + ?Sized>(
+        kind: &str,
+        value: &T,
+    ) -> Result<Self, serde_json::Error> {
+        let payload = serde_json::to_vec(value)?;
+        let mut headers = Headers::new();
+        headers.insert(names::ID, uuid::Uuid::now_v7().to_string());
+        headers.insert(names::SPEC_VERSION, "1.0");
+        headers.insert(names::TYPE, kind);
+        headers.insert(names::TIME, format_time(OffsetDateTime::now_utc()));
+        headers.insert(names::CONTENT_TYPE, "application/json");
+        Ok(Self {
+            key: None,
+            headers,
+            payload: payload.into(),
+        })
+    }
+
+    /// Sets the partition key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the message id (`ce_id`), e.g. to publish the same message twice.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.headers.insert(names::ID, id.into());
+        self
+    }
+
+    /// Sets the CloudEvents `source`.
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.headers.insert(names::SOURCE, source.into());
+        self
+    }
+
+    /// Sets any header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// Injects the current span's W3C trace context (`traceparent`,
+    /// `tracestate`), so the consumer's span becomes its child.
+    pub fn with_current_trace(mut self) -> Self {
+        crate::trace::inject_current(&mut self.headers);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(headers: Headers) -> Envelope {
+        Envelope::from_parts(Bytes::new(), headers, None, Origin::default(), || {
+            "fallback".into()
+        })
+    }
+
+    #[test]
+    fn reads_cloudevents_attributes_and_attempt() {
+        let h: Headers = [
+            (names::ID, "m-1"),
+            (names::TYPE, "OrderPlaced"),
+            (names::TIME, "2026-01-02T03:04:05Z"),
+            (names::ATTEMPT, "3"),
+            (names::PARTITION_KEY, "k"),
+        ]
+        .into_iter()
+        .collect();
+        let e = env(h);
+        assert_eq!(e.id, "m-1");
+        assert_eq!(e.kind.as_deref(), Some("OrderPlaced"));
+        assert_eq!(e.attempt, 3);
+        assert_eq!(e.key.as_deref(), Some("k"));
+        assert!(e.time.is_some());
+        assert!(e.defects.is_empty());
+    }
+
+    #[test]
+    fn missing_id_uses_the_stable_fallback() {
+        assert_eq!(env(Headers::new()).id, "fallback");
+    }
+
+    #[test]
+    fn malformed_headers_are_defects_not_panics() {
+        let mut h = Headers::new();
+        h.append(names::ID, vec![0xff, 0xfe]);
+        h.append(names::ATTEMPT, "zero");
+        h.append(names::TIME, "yesterday");
+        let e = env(h);
+        let names: Vec<_> = e.defects.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, [names::ID, names::TIME, names::ATTEMPT]);
+        assert_eq!(e.attempt, 1);
+        assert_eq!(e.id, "fallback");
+    }
+
+    #[test]
+    fn insert_replaces_case_insensitively() {
+        let mut h = Headers::new();
+        h.append("TraceParent", "a");
+        h.insert("traceparent", "b");
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.get("TRACEPARENT"), Ok(Some("b")));
+    }
+}

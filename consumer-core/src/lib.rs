@@ -1,0 +1,136 @@
+//! The runtime of the `consumer` framework: consumers that never lose a
+//! message and never process one twice.
+//!
+//! Most applications use the `consumer` facade crate and its `#[handler]`
+//! attribute; this crate holds the parts every backend shares:
+//!
+//! * [`Envelope`] and [`Message`]: CloudEvents attributes, headers, payload;
+//! * [`Handler`], [`MessageContext`], and the classification of failures
+//!   into poison, terminal and transient;
+//! * [`RetryPolicy`]: exponential backoff with full jitter;
+//! * [`DeadLetter`]: structured error context that travels as headers;
+//! * [`Store`]: the dedup table written in the handler's own transaction
+//!   (PostgreSQL, SQLite);
+//! * [`trace`]: W3C trace context in and out of headers;
+//! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
+//! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
+//!   a DLQ and fault injection.
+//!
+//! Backends implement [`Source`] and [`Acker`].
+
+pub mod dead_letter;
+pub mod envelope;
+mod error;
+pub mod handler;
+pub mod memory;
+pub mod retry;
+mod runtime;
+pub mod source;
+pub mod stats;
+pub mod store;
+pub mod trace;
+
+pub use dead_letter::{DeadLetter, DeadLetterKind};
+pub use envelope::{Envelope, Headers, Message, Origin};
+pub use error::{BoxError, Error, Result};
+pub use handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
+pub use memory::{MemoryBroker, MemorySource};
+pub use retry::{RetryMode, RetryPolicy};
+pub use runtime::{Consumer, HandlerPanicked, InputError};
+pub use source::{Acker, Redelivery, Source};
+pub use stats::{Stats, StatsSnapshot};
+#[cfg(feature = "postgres")]
+pub use store::{PgStore, PgTx};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteStore, SqliteTx};
+pub use store::{Store, StoreDatabase, Tx};
+
+/// What `#[handler]` expansions call. Not a public API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use sqlx;
+    pub use tracing;
+
+    use std::fmt::Display;
+
+    use crate::store::Tx;
+
+    /// Maps the handler's transaction type to its database.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a handler transaction",
+        label = "expected `consumer::PgTx` or `consumer::SqliteTx` behind `&mut`",
+        note = "the transaction argument of a `#[handler]` is `tx: &mut PgTx` (PostgreSQL) or \
+                `tx: &mut SqliteTx` (SQLite)"
+    )]
+    pub trait TxDatabase {
+        /// The database.
+        type Database: crate::StoreDatabase;
+    }
+
+    impl<DB: crate::StoreDatabase> TxDatabase for Tx<DB> {
+        type Database = DB;
+    }
+
+    /// The idempotency key as the store keeps it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be an idempotency key",
+        label = "must implement `Display`",
+        note = "`idempotency_key = <expr>` takes any expression whose value implements \
+                `std::fmt::Display` (a string, a number, a UUID)"
+    )]
+    pub trait IdempotencyKey {
+        /// Renders the key.
+        fn to_key(&self) -> String;
+    }
+
+    impl<T: Display + ?Sized> IdempotencyKey for T {
+        fn to_key(&self) -> String {
+            self.to_string()
+        }
+    }
+
+    /// Checks the message type at the argument's span.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be decoded as a message",
+        label = "the message argument must implement `serde::Deserialize`",
+        note = "add `#[derive(serde::Deserialize)]` to the message type"
+    )]
+    pub trait DecodableMessage {}
+    impl<T: serde::de::DeserializeOwned> DecodableMessage for T {}
+
+    /// Checks the error type at the return type's span.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not usable as a handler error",
+        label = "must convert into `Box<dyn std::error::Error + Send + Sync>`",
+        note = "return `Result<(), E>` where `E` implements `std::error::Error + Send + Sync + 'static` \
+                (for example with `thiserror`), or use `anyhow::Error`"
+    )]
+    pub trait HandlerError {}
+    impl<E: Into<crate::BoxError>> HandlerError for E {}
+
+    /// Type-level assertions the expansion emits.
+    pub const fn assert_message<M: DecodableMessage>() {}
+    /// See [`HandlerError`].
+    pub const fn assert_error<E: HandlerError>() {}
+    /// See [`TxDatabase`].
+    pub const fn assert_tx<T: TxDatabase + ?Sized>() {}
+
+    /// The retry policy the `exponential(...)` form builds.
+    pub const fn exponential(
+        base_nanos: u64,
+        max_delay_nanos: u64,
+        attempts: u32,
+        redeliver: bool,
+    ) -> crate::RetryPolicy {
+        let p = crate::RetryPolicy::exponential(
+            std::time::Duration::from_nanos(base_nanos),
+            std::time::Duration::from_nanos(max_delay_nanos),
+            attempts,
+        );
+        if redeliver {
+            p.with_mode(crate::RetryMode::Redeliver)
+        } else {
+            p
+        }
+    }
+}

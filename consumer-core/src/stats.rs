@@ -1,0 +1,182 @@
+//! Golden-signal counters of one consumer, readable at any time without locks.
+//!
+//! Counters are plain atomics, and durations go into a log-bucketed
+//! histogram (power-of-two microsecond buckets) that answers p50/p95/p99
+//! within a factor of two, enough to alert on. Exporting to Prometheus or
+//! OpenTelemetry is a loop over [`Stats::snapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+const BUCKETS: usize = 40;
+
+/// Live counters; share it with `Arc`.
+#[derive(Debug)]
+pub struct Stats {
+    received: AtomicU64,
+    processed: AtomicU64,
+    duplicates: AtomicU64,
+    retries: AtomicU64,
+    dead_poison: AtomicU64,
+    dead_terminal: AtomicU64,
+    dead_exhausted: AtomicU64,
+    released: AtomicU64,
+    settle_errors: AtomicU64,
+    in_flight: AtomicU64,
+    durations: [AtomicU64; BUCKETS],
+}
+
+/// A point-in-time copy of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Deliveries taken from the source.
+    pub received: u64,
+    /// Committed by the handler.
+    pub processed: u64,
+    /// Skipped because their key was committed before.
+    pub duplicates: u64,
+    /// Retries scheduled (in place or through the broker).
+    pub retries: u64,
+    /// Dead-lettered as poison (undecodable, malformed, oversize).
+    pub dead_poison: u64,
+    /// Dead-lettered on a terminal error.
+    pub dead_terminal: u64,
+    /// Dead-lettered after the last attempt failed.
+    pub dead_exhausted: u64,
+    /// Given back to the broker unsettled (shutdown).
+    pub released: u64,
+    /// Settle operations (ack, dead letter, retry) that failed.
+    pub settle_errors: u64,
+    /// Deliveries held right now.
+    pub in_flight: u64,
+    /// Processing time percentiles (dequeue to settle).
+    pub p50: Duration,
+    /// 95th percentile.
+    pub p95: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+}
+
+impl StatsSnapshot {
+    /// All dead letters.
+    pub fn dead_letters(&self) -> u64 {
+        self.dead_poison + self.dead_terminal + self.dead_exhausted
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Counter {
+    Received,
+    Processed,
+    Duplicates,
+    Retries,
+    DeadPoison,
+    DeadTerminal,
+    DeadExhausted,
+    Released,
+    SettleErrors,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            received: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            dead_poison: AtomicU64::new(0),
+            dead_terminal: AtomicU64::new(0),
+            dead_exhausted: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            settle_errors: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            durations: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Stats {
+    pub(crate) fn incr(&self, c: Counter) {
+        let a = match c {
+            Counter::Received => &self.received,
+            Counter::Processed => &self.processed,
+            Counter::Duplicates => &self.duplicates,
+            Counter::Retries => &self.retries,
+            Counter::DeadPoison => &self.dead_poison,
+            Counter::DeadTerminal => &self.dead_terminal,
+            Counter::DeadExhausted => &self.dead_exhausted,
+            Counter::Released => &self.released,
+            Counter::SettleErrors => &self.settle_errors,
+        };
+        a.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn enter(&self) {
+        self.in_flight.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn leave(&self, took: Duration) {
+        self.in_flight.fetch_sub(1, Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+        let bucket = (63 - micros.leading_zeros() as usize).min(BUCKETS - 1);
+        self.durations[bucket].fetch_add(1, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let counts: Vec<u64> = self.durations.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        let pct = |p: u64| {
+            if total == 0 {
+                return Duration::ZERO;
+            }
+            let rank = (total * p).div_ceil(100);
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    // Upper edge of the bucket: a conservative figure.
+                    return Duration::from_micros(1u64 << (i + 1).min(63));
+                }
+            }
+            Duration::MAX
+        };
+        StatsSnapshot {
+            received: self.received.load(Relaxed),
+            processed: self.processed.load(Relaxed),
+            duplicates: self.duplicates.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+            dead_poison: self.dead_poison.load(Relaxed),
+            dead_terminal: self.dead_terminal.load(Relaxed),
+            dead_exhausted: self.dead_exhausted.load(Relaxed),
+            released: self.released.load(Relaxed),
+            settle_errors: self.settle_errors.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            p50: pct(50),
+            p95: pct(95),
+            p99: pct(99),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_land_in_the_right_power_of_two() {
+        let s = Stats::default();
+        for _ in 0..90 {
+            s.enter();
+            s.leave(Duration::from_micros(100));
+        }
+        for _ in 0..10 {
+            s.enter();
+            s.leave(Duration::from_millis(50));
+        }
+        let snap = s.snapshot();
+        assert_eq!(snap.p50, Duration::from_micros(128));
+        assert_eq!(snap.p99, Duration::from_micros(65_536));
+        assert_eq!(snap.in_flight, 0);
+    }
+}

@@ -1,0 +1,121 @@
+use sqlx::{PgConnection, Pool, Postgres, Row};
+
+use super::{FailureRecord, MIGRATIONS_TABLE, StoreDatabase, from_ms, sealed};
+use crate::error::Error;
+
+impl sealed::Sealed for Postgres {}
+
+impl StoreDatabase for Postgres {
+    async fn migrate(pool: &Pool<Self>) -> Result<(), Error> {
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        migrator.run(pool).await?;
+        Ok(())
+    }
+
+    async fn claim(
+        conn: &mut PgConnection,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "INSERT INTO consumer_processed (handler, key, message_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (handler, key) DO NOTHING",
+        )
+        .bind(handler)
+        .bind(key)
+        .bind(message_id)
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn record_failure(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<FailureRecord, sqlx::Error> {
+        let row = sqlx::query(
+            "INSERT INTO consumer_attempts \
+               (handler, message_id, attempts, first_failure_at, last_failure_at, last_error) \
+             VALUES ($1, $2, 1, now(), now(), $3) \
+             ON CONFLICT (handler, message_id) DO UPDATE \
+               SET attempts = consumer_attempts.attempts + 1, \
+                   last_failure_at = now(), last_error = excluded.last_error \
+             RETURNING attempts, (extract(epoch FROM first_failure_at) * 1000)::bigint",
+        )
+        .bind(handler)
+        .bind(message_id)
+        .bind(error)
+        .fetch_one(pool)
+        .await?;
+        let attempts: i32 = row.try_get(0)?;
+        let first_ms: i64 = row.try_get(1)?;
+        Ok(FailureRecord {
+            attempts: u32::try_from(attempts).unwrap_or(1),
+            first_failure: from_ms(first_ms),
+        })
+    }
+
+    async fn mark_dead_lettered(
+        conn: &mut PgConnection,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "INSERT INTO consumer_attempts \
+               (handler, message_id, attempts, first_failure_at, last_failure_at, last_error, dead_lettered_at) \
+             VALUES ($1, $2, 1, now(), now(), $3, now()) \
+             ON CONFLICT (handler, message_id) DO UPDATE SET dead_lettered_at = now() \
+             WHERE consumer_attempts.dead_lettered_at IS NULL",
+        )
+        .bind(handler)
+        .bind(message_id)
+        .bind(error)
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn clear_failures(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM consumer_attempts WHERE handler = $1 AND message_id = $2")
+            .bind(handler)
+            .bind(message_id)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn purge_batch(
+        pool: &Pool<Self>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let processed = sqlx::query(
+            "DELETE FROM consumer_processed WHERE ctid IN (SELECT ctid FROM consumer_processed \
+             WHERE processed_at < to_timestamp($1::double precision / 1000) LIMIT $2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        let attempts = sqlx::query(
+            "DELETE FROM consumer_attempts WHERE ctid IN (SELECT ctid FROM consumer_attempts \
+             WHERE last_failure_at < to_timestamp($1::double precision / 1000) LIMIT $2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        Ok(processed.max(attempts))
+    }
+}

@@ -1,0 +1,124 @@
+use sqlx::{Pool, Row, Sqlite, SqliteConnection};
+
+use super::{FailureRecord, MIGRATIONS_TABLE, StoreDatabase, from_ms, now_ms, sealed};
+use crate::error::Error;
+
+impl sealed::Sealed for Sqlite {}
+
+impl StoreDatabase for Sqlite {
+    async fn migrate(pool: &Pool<Self>) -> Result<(), Error> {
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        migrator.run(pool).await?;
+        Ok(())
+    }
+
+    async fn claim(
+        conn: &mut SqliteConnection,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "INSERT INTO consumer_processed (handler, key, message_id, processed_at) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (handler, key) DO NOTHING",
+        )
+        .bind(handler)
+        .bind(key)
+        .bind(message_id)
+        .bind(now_ms())
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn record_failure(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<FailureRecord, sqlx::Error> {
+        let row = sqlx::query(
+            "INSERT INTO consumer_attempts \
+               (handler, message_id, attempts, first_failure_at, last_failure_at, last_error) \
+             VALUES (?1, ?2, 1, ?4, ?4, ?3) \
+             ON CONFLICT (handler, message_id) DO UPDATE \
+               SET attempts = consumer_attempts.attempts + 1, \
+                   last_failure_at = excluded.last_failure_at, last_error = excluded.last_error \
+             RETURNING attempts, first_failure_at",
+        )
+        .bind(handler)
+        .bind(message_id)
+        .bind(error)
+        .bind(now_ms())
+        .fetch_one(pool)
+        .await?;
+        let attempts: i64 = row.try_get(0)?;
+        let first_ms: i64 = row.try_get(1)?;
+        Ok(FailureRecord {
+            attempts: u32::try_from(attempts).unwrap_or(1),
+            first_failure: from_ms(first_ms),
+        })
+    }
+
+    async fn mark_dead_lettered(
+        conn: &mut SqliteConnection,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "INSERT INTO consumer_attempts \
+               (handler, message_id, attempts, first_failure_at, last_failure_at, last_error, dead_lettered_at) \
+             VALUES (?1, ?2, 1, ?4, ?4, ?3, ?4) \
+             ON CONFLICT (handler, message_id) DO UPDATE SET dead_lettered_at = excluded.dead_lettered_at \
+             WHERE consumer_attempts.dead_lettered_at IS NULL",
+        )
+        .bind(handler)
+        .bind(message_id)
+        .bind(error)
+        .bind(now_ms())
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn clear_failures(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM consumer_attempts WHERE handler = ?1 AND message_id = ?2")
+            .bind(handler)
+            .bind(message_id)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn purge_batch(
+        pool: &Pool<Self>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let processed = sqlx::query(
+            "DELETE FROM consumer_processed WHERE (handler, key) IN \
+               (SELECT handler, key FROM consumer_processed WHERE processed_at < ?1 LIMIT ?2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        let attempts = sqlx::query(
+            "DELETE FROM consumer_attempts WHERE (handler, message_id) IN \
+               (SELECT handler, message_id FROM consumer_attempts WHERE last_failure_at < ?1 LIMIT ?2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        Ok(processed.max(attempts))
+    }
+}

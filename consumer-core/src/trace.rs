@@ -1,0 +1,204 @@
+//! W3C trace context over message headers.
+//!
+//! Consumers always use the W3C propagator (not the global one): the wire
+//! format is part of the framework's contract with producers in any
+//! language. A `traceparent` that is malformed or oversized is logged and
+//! ignored: the handler then runs in a new root span, and the message is
+//! processed as usual.
+
+use opentelemetry::Context;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::envelope::{Envelope, Headers, names};
+
+/// Longest `traceparent` accepted. Version 00 is exactly 55 bytes; later
+/// versions may append fields, so allow some room but not unbounded input.
+pub const MAX_TRACEPARENT_LEN: usize = 256;
+/// Longest `tracestate` accepted (the W3C limit is 32 members of at most
+/// 256 bytes; vendors are told to keep it under 512).
+pub const MAX_TRACESTATE_LEN: usize = 8192;
+
+struct HeaderExtractor<'a> {
+    traceparent: Option<&'a str>,
+    tracestate: Option<&'a str>,
+}
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            names::TRACEPARENT => self.traceparent,
+            names::TRACESTATE => self.tracestate,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![names::TRACEPARENT, names::TRACESTATE]
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut Headers);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key, value);
+    }
+}
+
+/// Why a trace context in the headers was ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceContextError {
+    /// `traceparent` is not valid W3C trace context.
+    #[error("traceparent {0:?} is not valid W3C trace context")]
+    Malformed(String),
+    /// A header is longer than accepted.
+    #[error("{name} of {len} bytes is longer than the {max} accepted")]
+    Oversized {
+        /// Which header.
+        name: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A header is not UTF-8.
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(&'static str),
+}
+
+/// Extracts the producer's trace context from message headers.
+///
+/// `Ok(None)` when there is none; `Err` when there is one that cannot be
+/// used (the caller logs it and starts a root span).
+pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> {
+    let traceparent = match headers.get(names::TRACEPARENT) {
+        Ok(None) => return Ok(None),
+        Ok(Some(v)) => v,
+        Err(_) => return Err(TraceContextError::NotUtf8(names::TRACEPARENT)),
+    };
+    if traceparent.len() > MAX_TRACEPARENT_LEN {
+        return Err(TraceContextError::Oversized {
+            name: names::TRACEPARENT,
+            len: traceparent.len(),
+            max: MAX_TRACEPARENT_LEN,
+        });
+    }
+    // A bad tracestate never invalidates a good traceparent: drop it alone.
+    let tracestate = headers
+        .get(names::TRACESTATE)
+        .ok()
+        .flatten()
+        .filter(|s| s.len() <= MAX_TRACESTATE_LEN);
+    let cx = TraceContextPropagator::new().extract(&HeaderExtractor {
+        traceparent: Some(traceparent),
+        tracestate,
+    });
+    if cx.span().span_context().is_valid() {
+        Ok(Some(cx))
+    } else {
+        let shown: String = traceparent.chars().take(64).collect();
+        Err(TraceContextError::Malformed(shown))
+    }
+}
+
+/// Injects `cx` as `traceparent`/`tracestate` headers.
+pub fn inject(cx: &Context, headers: &mut Headers) {
+    TraceContextPropagator::new().inject_context(cx, &mut HeaderInjector(headers));
+}
+
+/// Injects the current `tracing` span's OpenTelemetry context.
+pub fn inject_current(headers: &mut Headers) {
+    inject(&tracing::Span::current().context(), headers);
+}
+
+/// The span a handler runs in: a child of the producer's context when the
+/// headers carry a valid one, else a root span. Attributes follow the OTel
+/// messaging semantic conventions.
+pub fn consume_span(envelope: &Envelope, handler: &str, system: &'static str) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: "consumer",
+        "process",
+        otel.name = %format_args!("process {}", envelope.origin.destination),
+        otel.kind = "consumer",
+        messaging.system = system,
+        messaging.operation.type = "process",
+        messaging.destination.name = %envelope.origin.destination,
+        messaging.consumer.group.name = handler,
+        messaging.message.id = %envelope.id,
+        messaging.message.body.size = envelope.payload.len(),
+        messaging.delivery.attempt = envelope.attempt,
+        messaging.partition.key = envelope.key.as_deref().unwrap_or(""),
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    match extract(&envelope.headers) {
+        Ok(Some(cx)) => {
+            let _ = span.set_parent(cx);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(
+                target: "consumer",
+                message_id = %envelope.id,
+                error = %e,
+                "ignoring the message's trace context; the handler runs in a new root span"
+            );
+        }
+    }
+    span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn extracts_a_valid_traceparent() {
+        let mut h = Headers::new();
+        h.insert(names::TRACEPARENT, TP);
+        h.insert(names::TRACESTATE, "vendor=x");
+        let cx = extract(&h).expect("valid").expect("present");
+        let sc = cx.span().span_context().clone();
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(sc.trace_state().header(), "vendor=x");
+        let mut out = Headers::new();
+        inject(&cx, &mut out);
+        assert_eq!(out.get(names::TRACEPARENT), Ok(Some(TP)));
+    }
+
+    #[test]
+    fn rejects_malformed_oversized_and_binary_values() {
+        for bad in [
+            "garbage",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "",
+        ] {
+            let mut h = Headers::new();
+            h.insert(names::TRACEPARENT, bad);
+            assert!(
+                matches!(extract(&h), Err(TraceContextError::Malformed(_))),
+                "{bad}"
+            );
+        }
+        let mut h = Headers::new();
+        h.insert(names::TRACEPARENT, "0".repeat(10_000));
+        assert!(matches!(
+            extract(&h),
+            Err(TraceContextError::Oversized { .. })
+        ));
+        let mut h = Headers::new();
+        h.insert(names::TRACEPARENT, vec![0xff]);
+        assert!(matches!(extract(&h), Err(TraceContextError::NotUtf8(_))));
+        assert!(matches!(extract(&Headers::new()), Ok(None)));
+    }
+}

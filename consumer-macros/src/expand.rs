@@ -1,0 +1,150 @@
+//! Code generation. The expansion stays small: a unit struct named after
+//! the function, the function itself as `Struct::call`, and a `Handler`
+//! impl whose `handle` calls into `consumer::__private` and `Invocation`.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::ItemFn;
+use syn::spanned::Spanned;
+
+use crate::attr::Args;
+use crate::valid::{Model, Param, validate};
+
+pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let e = syn::Error::new(
+                e.span(),
+                "`#[handler]` goes on an `async fn`: `#[handler] async fn charge(order: OrderPlaced) -> Result<(), MyError>`",
+            );
+            let err = e.to_compile_error();
+            return quote!(#err #item);
+        }
+    };
+    let model = syn::parse2::<Args>(attr).and_then(|args| validate(args, &func));
+    match model {
+        Ok(model) => expand(&model, &func),
+        Err(e) => {
+            // Emit the function unchanged too, so one mistake in the
+            // attribute does not cascade into errors at every call site.
+            let err = e.to_compile_error();
+            quote!(#err #func)
+        }
+    }
+}
+
+fn expand(m: &Model, func: &ItemFn) -> TokenStream {
+    let krate = &m.krate;
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    let name = &m.name;
+    let attrs = &func.attrs;
+    let docs: Vec<_> = attrs.iter().filter(|a| a.path().is_ident("doc")).collect();
+    let mut sig = func.sig.clone();
+    sig.ident = format_ident!("call", span = ident.span());
+    let block = &func.block;
+    let retry = &m.retry;
+    let msg_ty = &m.message_ty;
+    let binding = &m.message_binding;
+
+    let mut asserts = Vec::new();
+    asserts.push(quote_spanned!(msg_ty.span()=> #krate::__private::assert_message::<#msg_ty>();));
+    if let Some(e) = &m.error_ty {
+        asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
+    }
+    if let Some(t) = &m.tx_ty {
+        asserts.push(quote_spanned!(t.span()=> #krate::__private::assert_tx::<#t>();));
+    }
+
+    let key = match &m.key {
+        Some(expr) => {
+            let span = expr.span();
+            quote_spanned! {span=>
+                {
+                    #[allow(unused_variables)]
+                    let #binding = &__consumer_msg;
+                    #krate::__private::IdempotencyKey::to_key(&(#expr))
+                }
+            }
+        }
+        None => quote!(::std::clone::Clone::clone(&__consumer_inv.envelope().id)),
+    };
+
+    let args = m.params.iter().map(|p| match p {
+        Param::Message => quote!(__consumer_msg),
+        Param::Tx => quote!(&mut __consumer_tx),
+        Param::Context => quote!(__consumer_inv.context()),
+    });
+
+    let (impl_generics, db) = match &m.tx_ty {
+        Some(t) => (
+            quote!(),
+            quote!(<#t as #krate::__private::TxDatabase>::Database),
+        ),
+        None => (
+            quote!(<__ConsumerDb: #krate::StoreDatabase>),
+            quote!(__ConsumerDb),
+        ),
+    };
+    let unused_tx = if m.tx_ty.is_none() {
+        quote!(#[allow(unused_mut)])
+    } else {
+        quote!()
+    };
+
+    let classify = match &m.terminal {
+        Some(pat) => quote!(::core::matches!(&__consumer_err, #pat)),
+        None => quote!(false),
+    };
+
+    quote! {
+        #(#docs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, Default)]
+        #vis struct #ident;
+
+        impl #ident {
+            /// The handler's function, unchanged: call it directly in unit tests.
+            #(#attrs)*
+            #vis #sig #block
+        }
+
+        const _: () = {
+            #(#asserts)*
+        };
+
+        impl #impl_generics #krate::Handler<#db> for #ident {
+            fn name(&self) -> &'static str {
+                #name
+            }
+
+            fn retry_policy(&self) -> #krate::RetryPolicy {
+                #retry
+            }
+
+            async fn handle(
+                &self,
+                __consumer_inv: &mut #krate::Invocation<'_, #db>,
+            ) -> #krate::Outcome {
+                let __consumer_msg: #msg_ty = match __consumer_inv.decode::<#msg_ty>() {
+                    ::std::result::Result::Ok(m) => m,
+                    ::std::result::Result::Err(outcome) => return outcome,
+                };
+                let __consumer_key: ::std::string::String = #key;
+                #unused_tx
+                let mut __consumer_tx = match __consumer_inv.begin(__consumer_key).await {
+                    ::std::result::Result::Ok(tx) => tx,
+                    ::std::result::Result::Err(outcome) => return outcome,
+                };
+                match #ident::call(#(#args),*).await {
+                    ::std::result::Result::Ok(_) => __consumer_inv.commit(__consumer_tx).await,
+                    ::std::result::Result::Err(__consumer_err) => {
+                        let __consumer_terminal: bool = #classify;
+                        __consumer_inv.fail(__consumer_tx, __consumer_terminal, __consumer_err).await
+                    }
+                }
+            }
+        }
+    }
+}

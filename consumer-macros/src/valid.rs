@@ -1,0 +1,332 @@
+//! Meaning: checks the function and the arguments together, collecting
+//! every error, and builds the model `expand.rs` turns into code.
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use syn::spanned::Spanned;
+use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
+
+use crate::attr::{Args, Retry};
+
+pub enum Param {
+    Message,
+    Tx,
+    Context,
+}
+
+pub struct Model {
+    pub krate: syn::Path,
+    pub name: String,
+    pub message_binding: Ident,
+    pub message_ty: Type,
+    pub params: Vec<Param>,
+    pub tx_ty: Option<Type>,
+    pub error_ty: Option<Type>,
+    pub key: Option<Expr>,
+    pub retry: TokenStream,
+    pub terminal: Option<Pat>,
+}
+
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
+        let e = syn::Error::new(span, msg);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+}
+
+pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
+    let mut errors = Errors(args.errors.take());
+    let sig = &func.sig;
+    if sig.asyncness.is_none() {
+        errors.push(
+            sig.fn_token.span(),
+            "a handler must be an `async fn`: add `async`",
+        );
+    }
+    if let Some(c) = &sig.constness {
+        errors.push(c.span(), "a handler cannot be a `const fn`: remove `const`");
+    }
+    if let syn::Safety::Unsafe(u) = &sig.safety {
+        errors.push(u.span(), "a handler cannot be `unsafe`: remove `unsafe`");
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(
+            abi.span(),
+            "a handler cannot have an `extern` ABI: remove it",
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(
+            sig.generics.span(),
+            "a handler cannot be generic: use concrete message and error types",
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        errors.push(v.span(), "a handler cannot be variadic");
+    }
+
+    let mut params = Vec::new();
+    let mut message: Option<(Ident, Type)> = None;
+    let mut tx_ty = None;
+    let mut has_ctx = false;
+    for (i, input) in sig.inputs.iter().enumerate() {
+        let typed = match input {
+            FnArg::Receiver(r) => {
+                errors.push(
+                    r.span(),
+                    "a handler cannot take `self`: make it a free `async fn`",
+                );
+                continue;
+            }
+            FnArg::Typed(t) => t,
+        };
+        if i == 0 {
+            match (&*typed.pat, &*typed.ty) {
+                (_, Type::Reference(r)) => errors.push(
+                    r.span(),
+                    "the first argument is the message and is taken by value: \
+                     `msg: MyMessage`, not a reference",
+                ),
+                (Pat::Ident(p), ty) if p.subpat.is_none() && p.by_ref.is_none() => {
+                    message = Some((p.ident.clone(), ty.clone()));
+                    params.push(Param::Message);
+                }
+                (pat, _) => errors.push(
+                    pat.span(),
+                    "the message argument must be a plain name (`order: OrderPlaced`), \
+                     so `idempotency_key` can refer to it",
+                ),
+            }
+            continue;
+        }
+        match &*typed.ty {
+            Type::Reference(r) if r.mutability.is_some() => {
+                if tx_ty.is_some() {
+                    errors.push(
+                        r.span(),
+                        "a handler takes at most one transaction `&mut PgTx` / `&mut SqliteTx`",
+                    );
+                } else {
+                    tx_ty = Some((*r.elem).clone());
+                    params.push(Param::Tx);
+                }
+            }
+            Type::Reference(r) => {
+                if has_ctx {
+                    errors.push(r.span(), "a handler takes at most one `&MessageContext`");
+                } else {
+                    has_ctx = true;
+                    params.push(Param::Context);
+                }
+            }
+            other => errors.push(
+                other.span(),
+                "after the message, a handler takes `tx: &mut PgTx` (or `&mut SqliteTx`) and/or \
+                 `ctx: &MessageContext`; this argument is neither",
+            ),
+        }
+    }
+    if sig.inputs.is_empty() {
+        errors.push(
+            sig.paren_token.span.join(),
+            "a handler takes the decoded message as its first argument: `async fn h(msg: MyMessage) -> Result<(), MyError>`",
+        );
+    }
+
+    let error_ty = match &sig.output {
+        ReturnType::Default => {
+            errors.push(
+                sig.ident.span(),
+                "a handler returns `Result<(), E>` so failures can be retried or dead-lettered: add `-> Result<(), MyError>`",
+            );
+            None
+        }
+        ReturnType::Type(_, ty) => match result_error(ty) {
+            Ok(e) => e,
+            Err(span) => {
+                errors.push(
+                    span,
+                    "a handler returns `Result<(), E>`: change the return type",
+                );
+                None
+            }
+        },
+    };
+
+    let name = match &args.name {
+        Some(lit) => {
+            let v = lit.value();
+            if v.trim().is_empty() {
+                errors.push(
+                    lit.span(),
+                    "`name` must not be empty: it scopes the dedup rows",
+                );
+            } else if v.len() > 200 {
+                errors.push(lit.span(), "`name` must be at most 200 bytes");
+            }
+            v
+        }
+        None => sig.ident.to_string(),
+    };
+
+    let krate: syn::Path = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::consumer));
+    let retry = retry_tokens(&args, &krate, &mut errors);
+
+    if let Some(e) = errors.0 {
+        return Err(e);
+    }
+    let Some((message_binding, message_ty)) = message else {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "a handler needs a message argument",
+        ));
+    };
+    Ok(Model {
+        krate,
+        name,
+        message_binding,
+        message_ty,
+        params,
+        tx_ty,
+        error_ty,
+        key: args.idempotency_key,
+        retry,
+        terminal: args.terminal,
+    })
+}
+
+/// `Result<T, E>` → `Some(E)`; `Result<T>` (an alias) → `None`; else `Err`.
+fn result_error(ty: &Type) -> Result<Option<Type>, Span> {
+    let Type::Path(p) = ty else {
+        return Err(ty.span());
+    };
+    let Some(last) = p.path.segments.last() else {
+        return Err(ty.span());
+    };
+    if last.ident != "Result" {
+        return Err(ty.span());
+    }
+    match &last.arguments {
+        PathArguments::AngleBracketed(a) => {
+            let types: Vec<&Type> = a
+                .args
+                .iter()
+                .filter_map(|g| match g {
+                    GenericArgument::Type(t) => Some(t),
+                    _ => None,
+                })
+                .collect();
+            match types.as_slice() {
+                [_, e] => Ok(Some((*e).clone())),
+                [_] => Ok(None),
+                _ => Err(ty.span()),
+            }
+        }
+        _ => Err(ty.span()),
+    }
+}
+
+fn retry_tokens(args: &Args, krate: &syn::Path, errors: &mut Errors) -> TokenStream {
+    match &args.retry {
+        None => quote!(#krate::RetryPolicy::DEFAULT),
+        Some(Retry::None(span)) => quote::quote_spanned!(*span=> #krate::RetryPolicy::none()),
+        Some(Retry::Expr(e)) => {
+            quote!({ let __consumer_policy: #krate::RetryPolicy = #e; __consumer_policy })
+        }
+        Some(Retry::Exponential(exp)) => {
+            let mut dur = |lit: &Option<syn::LitStr>, default: u64| -> u64 {
+                match lit {
+                    None => default,
+                    Some(l) => match parse_duration(&l.value()) {
+                        Ok(n) => n,
+                        Err(msg) => {
+                            errors.push(l.span(), msg);
+                            default
+                        }
+                    },
+                }
+            };
+            let base = dur(&exp.base, 100_000_000);
+            let max = dur(&exp.max_delay, 30_000_000_000);
+            if base > max {
+                if let Some(l) = &exp.base {
+                    errors.push(l.span(), "`base` must not exceed `max_delay`");
+                }
+            }
+            let attempts: u32 = match &exp.attempts {
+                None => 5,
+                Some(lit) => match lit.base10_parse::<u32>() {
+                    Ok(0) | Err(_) => {
+                        errors.push(
+                            lit.span(),
+                            "`attempts` counts every attempt, the first included: use 1 or more (1 never retries)",
+                        );
+                        5
+                    }
+                    Ok(n) => n,
+                },
+            };
+            let redeliver = match &exp.mode {
+                None => false,
+                Some(m) if m == "in_place" => false,
+                Some(m) if m == "redeliver" => true,
+                Some(m) => {
+                    errors.push(
+                        m.span(),
+                        format!("unknown retry mode `{m}`; expected `in_place` or `redeliver`"),
+                    );
+                    false
+                }
+            };
+            let span = exp.span();
+            quote::quote_spanned!(span=> #krate::__private::exponential(#base, #max, #attempts, #redeliver))
+        }
+    }
+}
+
+/// `"200ms"` → nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let bad = || {
+        format!(
+            "invalid duration {s:?}: expected a whole number and a unit, like \"200ms\" (units: ns, us, ms, s, m, h)"
+        )
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim() {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("duration {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("200ms"), Ok(200_000_000));
+        assert_eq!(parse_duration("30s"), Ok(30_000_000_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("1.5s").is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! Consumers that never lose a message and never process one twice.
+//!
+//! Annotate a plain `async fn` with [`#[handler]`](handler); run it on a
+//! broker with a store; the framework does the rest: decoding (a payload
+//! that does not decode is a poison pill), the dedup row inserted in the
+//! handler's own transaction, W3C trace context extraction into a child
+//! span, classification of errors (poison / terminal / transient), retries
+//! with exponential backoff and full jitter, dead letters with structured
+//! context, per-key ordering with parallelism across keys, and graceful
+//! shutdown.
+//!
+//! ```
+//! use consumer::{handler, Consumer, MemoryBroker, Message, MessageContext, SqliteStore, SqliteTx};
+//!
+//! #[derive(serde::Deserialize, serde::Serialize)]
+//! struct OrderPlaced { order_id: String, cents: i64 }
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum OrderError {
+//!     #[error("database: {0}")]
+//!     Db(#[from] sqlx::Error),
+//!     #[error("amount must be positive")]
+//!     InvalidAmount,
+//! }
+//!
+//! #[handler(
+//!     idempotency_key = order.order_id,
+//!     retry = exponential(base = "50ms", max_delay = "2s", attempts = 5),
+//!     terminal = OrderError::InvalidAmount,
+//! )]
+//! async fn record_order(order: OrderPlaced, tx: &mut SqliteTx, ctx: &MessageContext) -> Result<(), OrderError> {
+//!     if order.cents <= 0 {
+//!         return Err(OrderError::InvalidAmount);
+//!     }
+//!     sqlx::query("INSERT INTO orders (id, cents) VALUES (?1, ?2)")
+//!         .bind(&order.order_id)
+//!         .bind(order.cents)
+//!         .execute(&mut **tx)
+//!         .await?;
+//!     Ok(())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY, cents INTEGER)").execute(&pool).await?;
+//! let store = SqliteStore::new(pool.clone());
+//! store.migrate().await?;
+//!
+//! let broker = MemoryBroker::new(4);
+//! let order = OrderPlaced { order_id: "o-1".into(), cents: 1200 };
+//! let message = Message::json("OrderPlaced", &order)?.with_key("o-1");
+//! broker.publish("orders", message.clone()).await?;
+//! broker.publish("orders", message).await?; // a duplicate: processed once
+//!
+//! let drained = broker.clone();
+//! Consumer::new(broker.source("orders"), store, record_order)
+//!     .run_until(async move { drained.wait_drained("orders").await })
+//!     .await?;
+//! let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders").fetch_one(&pool).await?;
+//! assert_eq!(n, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Backends are chosen with cargo features; see the README for the table.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use consumer_core::*;
+
+/// Turns an `async fn` into a message handler.
+///
+/// ```text
+/// #[handler(
+///     idempotency_key = <expr>,           // default: the message id
+///     retry = exponential(base = "100ms", max_delay = "30s", attempts = 5, mode = in_place),
+///     terminal = <pattern> | <pattern>,   // default: nothing is terminal
+///     name = "charge",                    // default: the function's name
+///     crate = ::consumer,                 // for renamed dependencies
+/// )]
+/// async fn charge(msg: M, tx: &mut PgTx, ctx: &MessageContext) -> Result<(), E>
+/// ```
+///
+/// * The first argument is the message, decoded from JSON; a payload that
+///   does not decode is dead-lettered at once as poison.
+/// * `tx` (optional) is the transaction that already holds the dedup row
+///   for the idempotency key: writes made through it commit together with
+///   that row or not at all. Its type picks the store: `&mut PgTx` or
+///   `&mut SqliteTx`. Without it the handler runs on either store, and the
+///   key is still recorded before the side effect.
+/// * `ctx` (optional) is the [`MessageContext`].
+/// * `idempotency_key` is an expression over the message argument (by
+///   reference) whose value implements `Display`.
+/// * `retry` is `exponential(...)` (every argument optional, defaults shown
+///   above; `mode = redeliver` sends retries back through the broker and
+///   does not keep per-key order for them), `none`, or any expression of
+///   type [`RetryPolicy`].
+/// * `terminal` patterns are matched against `&E`: a match is dead-lettered
+///   without retry; any other error is transient and retried.
+///
+/// The function becomes a unit struct of the same name that implements
+/// [`Handler`]; the original function is `name::call`.
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use consumer_macros::handler;
+
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "the `consumer` crate needs a store: enable the `postgres` feature, the `sqlite` feature, or both"
+);
