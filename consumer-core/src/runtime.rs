@@ -191,6 +191,7 @@ where
                 Ok(Some((envelope, acker))) => {
                     source_errors = 0;
                     shared.stats.incr(Counter::Received);
+                    shared.stats.enter();
                     let job = Job {
                         envelope: Arc::new(envelope),
                         acker,
@@ -215,6 +216,7 @@ where
             }
         };
 
+        shared.stats.set_draining();
         let _ = stop_tx.send(true);
         let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
         let drained = tokio::time::timeout(self.shutdown_timeout, permits.acquire_many(all)).await;
@@ -279,11 +281,11 @@ where
         loop {
             if *self.stop.borrow() {
                 self.release(job.acker).await;
+                self.stats.leave(None);
             } else {
-                self.stats.enter();
                 let received = job.received;
                 self.process(job.envelope, job.acker).await;
-                self.stats.leave(received.elapsed());
+                self.stats.leave(Some(received.elapsed()));
             }
             let next = {
                 let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);

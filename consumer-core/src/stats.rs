@@ -5,7 +5,9 @@
 //! within a factor of two, enough to alert on. Exporting to Prometheus or
 //! OpenTelemetry is a loop over [`Stats::snapshot`].
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use tokio::sync::Notify;
 use std::time::Duration;
 
 const BUCKETS: usize = 40;
@@ -24,6 +26,9 @@ pub struct Stats {
     settle_errors: AtomicU64,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
+    draining: AtomicBool,
+    notify: Notify,
+    waiters: AtomicUsize,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -49,6 +54,8 @@ pub struct StatsSnapshot {
     pub settle_errors: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
+    /// Shutdown has begun: no new deliveries are taken (report not-ready).
+    pub draining: bool,
     /// Processing time percentiles (dequeue to settle).
     pub p50: Duration,
     /// 95th percentile.
@@ -91,6 +98,9 @@ impl Default for Stats {
             settle_errors: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
+            draining: AtomicBool::new(false),
+            notify: Notify::new(),
+            waiters: AtomicUsize::new(0),
         }
     }
 }
@@ -109,17 +119,56 @@ impl Stats {
             Counter::SettleErrors => &self.settle_errors,
         };
         a.fetch_add(1, Relaxed);
+        self.changed();
+    }
+
+    fn changed(&self) {
+        // Only pay for a wake-up when someone waits (tests, health checks).
+        if self.waiters.load(Relaxed) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn set_draining(&self) {
+        self.draining.store(true, Relaxed);
+        self.changed();
+    }
+
+    /// Waits until `condition` holds for a snapshot; re-checked after
+    /// every change of a counter.
+    pub async fn wait_for(&self, condition: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
+        self.waiters.fetch_add(1, Relaxed);
+        let snapshot = loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let snapshot = self.snapshot();
+            if condition(&snapshot) {
+                break snapshot;
+            }
+            notified.await;
+        };
+        self.waiters.fetch_sub(1, Relaxed);
+        snapshot
     }
 
     pub(crate) fn enter(&self) {
         self.in_flight.fetch_add(1, Relaxed);
+        self.changed();
     }
 
-    pub(crate) fn leave(&self, took: Duration) {
+    /// A delivery was settled (`Some(time since it was received)`) or
+    /// released (`None`, which does not count as a processing time).
+    pub(crate) fn leave(&self, took: Option<Duration>) {
         self.in_flight.fetch_sub(1, Relaxed);
+        let Some(took) = took else {
+            self.changed();
+            return;
+        };
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
         let bucket = (63 - micros.leading_zeros() as usize).min(BUCKETS - 1);
         self.durations[bucket].fetch_add(1, Relaxed);
+        self.changed();
     }
 
     /// Reads every counter.
@@ -152,6 +201,7 @@ impl Stats {
             released: self.released.load(Relaxed),
             settle_errors: self.settle_errors.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
+            draining: self.draining.load(Relaxed),
             p50: pct(50),
             p95: pct(95),
             p99: pct(99),
@@ -168,11 +218,11 @@ mod tests {
         let s = Stats::default();
         for _ in 0..90 {
             s.enter();
-            s.leave(Duration::from_micros(100));
+            s.leave(Some(Duration::from_micros(100)));
         }
         for _ in 0..10 {
             s.enter();
-            s.leave(Duration::from_millis(50));
+            s.leave(Some(Duration::from_millis(50)));
         }
         let snap = s.snapshot();
         assert_eq!(snap.p50, Duration::from_micros(128));

@@ -1,0 +1,20 @@
+//! A handler must be an `async fn`.
+
+use consumer::handler;
+
+#[derive(serde::Deserialize)]
+struct Order {
+    id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("declined")]
+struct Declined;
+
+#[handler]
+fn record(order: Order) -> Result<(), Declined> {
+    let _ = order.id;
+    Ok(())
+}
+
+fn main() {}

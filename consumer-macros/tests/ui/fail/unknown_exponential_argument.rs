@@ -1,0 +1,20 @@
+//! An argument `exponential(...)` does not know.
+
+use consumer::handler;
+
+#[derive(serde::Deserialize)]
+struct Order {
+    id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("declined")]
+struct Declined;
+
+#[handler(retry = exponential(base = "100ms", jitter = "full"))]
+async fn record(order: Order) -> Result<(), Declined> {
+    let _ = order.id;
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,28 @@
+//! Without a transaction the handler runs on either store.
+
+use consumer::{MessageContext, handler};
+
+#[derive(serde::Deserialize)]
+struct Ping {
+    seq: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("ping {0} lost")]
+struct PingError(u64);
+
+#[handler]
+async fn ping(ping: Ping, ctx: &MessageContext) -> Result<(), PingError> {
+    if ctx.attempt() > 3 {
+        return Err(PingError(ping.seq));
+    }
+    Ok(())
+}
+
+fn assert_sqlite<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_postgres<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
+
+fn main() {
+    assert_sqlite(ping);
+    assert_postgres(ping);
+}

@@ -1,0 +1,32 @@
+//! `retry = none`: every failure is final.
+
+use consumer::{Handler, RetryPolicy, handler};
+
+#[derive(serde::Deserialize)]
+struct Audit {
+    line: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("audit line is empty")]
+struct AuditError;
+
+#[handler(retry = none)]
+async fn audit(audit: Audit) -> Result<(), AuditError> {
+    if audit.line.is_empty() {
+        return Err(AuditError);
+    }
+    Ok(())
+}
+
+fn assert_handler<H: Handler<sqlx::Sqlite>>(_: H) {}
+
+fn main() {
+    assert_handler(audit);
+    let policy: RetryPolicy = Handler::<sqlx::Sqlite>::retry_policy(&audit);
+    assert_eq!(policy.max_attempts(), RetryPolicy::none().max_attempts());
+    // The function itself stays callable, for unit tests.
+    let _ = audit::call(Audit {
+        line: String::new(),
+    });
+}

@@ -1,0 +1,458 @@
+//! The conformance suite: one set of behaviours every backend and store must
+//! show. A backend test file supplies a `Harness` (store + effects table) and
+//! expands `suite!` with its transaction type; the cases below are written
+//! once.
+//!
+//! Business effects are rows in an `effects` table written through the
+//! handler's transaction, so "processed once" is checked in the database,
+//! not in memory.
+
+#![allow(dead_code)]
+
+pub mod support;
+
+/// Expands the whole suite for one store. `$harness` is a type implementing
+/// `support::Harness`; `$tx` the handler transaction type of its database.
+#[macro_export]
+macro_rules! suite {
+    ($harness:ty, $tx:ty) => {
+        use std::time::Duration;
+
+        use consumer::{
+            Consumer, DeadLetterKind, MemoryBroker, Message, MessageContext, handler,
+        };
+        use $crate::conformance::support::{self, Harness, Job, JobError};
+
+        /// The workhorse: writes one effect row per successful call; the
+        /// message says how it should misbehave.
+        #[handler(
+            idempotency_key = job.id,
+            retry = exponential(base = "10ms", max_delay = "200ms", attempts = 4),
+            terminal = JobError::Terminal(_),
+        )]
+        async fn work(job: Job, tx: &mut $tx, ctx: &MessageContext) -> Result<(), JobError> {
+            support::behave(&job, ctx).await?;
+            <$harness>::insert_effect(tx, "work", &job, ctx.message_id()).await?;
+            Ok(())
+        }
+
+        /// Same logic, retries go back through the broker.
+        #[handler(
+            idempotency_key = job.id,
+            retry = exponential(base = "10ms", max_delay = "100ms", attempts = 4, mode = redeliver),
+            terminal = JobError::Terminal(_),
+        )]
+        async fn work_redeliver(job: Job, tx: &mut $tx, ctx: &MessageContext) -> Result<(), JobError> {
+            support::behave(&job, ctx).await?;
+            <$harness>::insert_effect(tx, "work_redeliver", &job, ctx.message_id()).await?;
+            Ok(())
+        }
+
+        /// A second handler of the same messages, under its own name.
+        #[handler(name = "audit", idempotency_key = job.id, retry = none)]
+        async fn audit(job: Job, tx: &mut $tx, ctx: &MessageContext) -> Result<(), JobError> {
+            <$harness>::insert_effect(tx, "audit", &job, ctx.message_id()).await?;
+            Ok(())
+        }
+
+        /// Many attempts, for outages longer than `work` would wait.
+        #[allow(dead_code)]
+        #[handler(
+            idempotency_key = job.id,
+            retry = exponential(base = "20ms", max_delay = "250ms", attempts = 200),
+        )]
+        async fn patient(job: Job, tx: &mut $tx, ctx: &MessageContext) -> Result<(), JobError> {
+            <$harness>::insert_effect(tx, "patient", &job, ctx.message_id()).await?;
+            Ok(())
+        }
+
+        async fn run_until_drained<H>(
+            h: &$harness,
+            broker: &MemoryBroker,
+            topic: &str,
+            handler: H,
+        ) -> consumer::StatsSnapshot
+        where
+            H: consumer::Handler<<$harness as Harness>::Db>,
+        {
+            let consumer = Consumer::new(broker.source(topic), h.store(), handler)
+                .with_max_in_flight(64)
+                .with_max_payload_bytes(64 * 1024);
+            let stats = consumer.stats();
+            let drained = broker.clone();
+            let topic_owned = topic.to_owned();
+            support::within(
+                consumer.run_until(async move { drained.wait_drained(&topic_owned).await }),
+            )
+            .await
+            .expect("consumer failed");
+            stats.snapshot()
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn duplicate_delivery_writes_once() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(4);
+            let job = Job::new("k1", 1);
+            let m = job.message();
+            broker.publish("t", m.clone()).await.expect("publish");
+            broker.faults().duplicate_next_publishes(1);
+            broker.publish("t", m).await.expect("publish");
+            // The same business key under another message id: still once.
+            broker
+                .publish("t", job.message().with_id("another-id"))
+                .await
+                .expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(h.effects_of("work", &job.id).await, 1);
+            assert_eq!((s.processed, s.duplicates), (1, 3));
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let mut headers_in = Message::raw(&b"{not json"[..])
+                .with_key("k")
+                .with_id("poison-1")
+                .with_header("x-tenant", "acme");
+            headers_in.headers.insert("traceparent", support::SAMPLE_TRACEPARENT);
+            broker.publish("t", headers_in).await.expect("publish");
+            let good = Job::new("k", 2);
+            broker.publish("t", good.message()).await.expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            let dls = broker.dead_letter_records("t");
+            assert_eq!(dls.len(), 1);
+            let dl = &dls[0];
+            assert_eq!(dl.kind, DeadLetterKind::Poison);
+            assert_eq!(dl.attempts, 1);
+            assert_eq!(dl.handler, "work");
+            assert_eq!(dl.message_id, "poison-1");
+            assert_eq!(dl.origin.destination, "t");
+            assert!(dl.error.contains("JSON"), "{}", dl.error);
+            assert!(!dl.causes.is_empty(), "the serde error is in the cause chain");
+            assert_eq!(dl.original_headers.get("x-tenant"), Ok(Some("acme")));
+            assert_eq!(
+                dl.original_headers.get("traceparent"),
+                Ok(Some(support::SAMPLE_TRACEPARENT))
+            );
+            assert_eq!(&dl.payload[..], b"{not json");
+            assert_eq!(support::calls(&good.id), 1, "the consumer went on");
+            assert_eq!(support::calls("poison-1"), 0, "the handler never ran");
+            assert_eq!((s.processed, s.dead_poison, s.retries), (1, 1, 0));
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn transient_failures_retry_with_growing_delays_then_succeed() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(4);
+            let jobs: Vec<Job> = (0..24)
+                .map(|i| Job { fail_times: 3, ..Job::new(&format!("k{i}"), i) })
+                .collect();
+            for j in &jobs {
+                broker.publish("t", j.message()).await.expect("publish");
+            }
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            let mut gaps = [Vec::new(), Vec::new(), Vec::new()];
+            for j in &jobs {
+                assert_eq!(h.effects_of("work", &j.id).await, 1);
+                let log = support::call_log(&j.id);
+                let attempts: Vec<u32> = log.iter().map(|c| c.attempt).collect();
+                assert_eq!(attempts, [1, 2, 3, 4], "attempt numbers travel with the message");
+                for n in 0..3 {
+                    gaps[n].push(log[n + 1].at.duration_since(log[n].at));
+                }
+            }
+            assert_eq!(s.retries, 3 * 24);
+            assert_eq!(s.dead_letters(), 0);
+            // Full jitter draws from [0, min(max, base * 2^n)]: the ceiling
+            // after attempt 3 (80 ms) is 4x the one after attempt 1 (20 ms),
+            // so over 24 messages the mean gap must grow.
+            let mean = |v: &Vec<Duration>| v.iter().sum::<Duration>() / v.len() as u32;
+            assert!(
+                mean(&gaps[2]) > mean(&gaps[0]),
+                "mean gaps {:?} {:?} {:?}",
+                mean(&gaps[0]),
+                mean(&gaps[1]),
+                mean(&gaps[2])
+            );
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn exhaustion_dead_letters_after_exactly_max_attempts() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(1);
+            let job = Job { fail_times: u32::MAX, ..Job::new("k", 1) };
+            broker.publish("t", job.message()).await.expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(support::calls(&job.id), 4);
+            let dls = broker.dead_letter_records("t");
+            assert_eq!(dls.len(), 1);
+            assert_eq!(dls[0].kind, DeadLetterKind::Exhausted);
+            assert_eq!(dls[0].attempts, 4);
+            assert!(dls[0].first_failure < dls[0].last_failure);
+            assert!(dls[0].error.contains("transient"), "{}", dls[0].error);
+            assert_eq!(h.effects_of("work", &job.id).await, 0);
+            assert_eq!((s.retries, s.dead_exhausted), (3, 1));
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn terminal_errors_and_panics_are_dead_lettered_without_retry() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let terminal = Job { terminal: true, ..Job::new("a", 1) };
+            let panics = Job { panic: true, ..Job::new("b", 1) };
+            let after = Job::new("b", 2);
+            for j in [&terminal, &panics, &after] {
+                broker.publish("t", j.message()).await.expect("publish");
+            }
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(support::calls(&terminal.id), 1);
+            assert_eq!(support::calls(&panics.id), 1);
+            assert_eq!(h.effects_of("work", &after.id).await, 1, "the lane survived the panic");
+            let kinds: Vec<_> = broker
+                .dead_letter_records("t")
+                .into_iter()
+                .map(|d| (d.message_id, d.kind, d.error))
+                .collect();
+            assert_eq!(kinds.len(), 2);
+            assert!(kinds.iter().all(|(_, k, _)| *k == DeadLetterKind::Terminal));
+            assert!(kinds.iter().any(|(_, _, e)| e.contains("panicked")), "{kinds:?}");
+            assert_eq!(s.retries, 0);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn per_key_order_is_kept_while_keys_run_in_parallel() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(4);
+            let keys = 8;
+            let per_key = 40;
+            let probe = support::ConcurrencyProbe::new();
+            for seq in 0..per_key {
+                for k in 0..keys {
+                    let job = Job { jitter: true, probe: Some(probe.id()), ..Job::new(&format!("key-{k}"), seq) };
+                    broker.publish("t", job.message()).await.expect("publish");
+                }
+            }
+            run_until_drained(&h, &broker, "t", work).await;
+            let effects = h.effects_in_commit_order("work").await;
+            assert_eq!(effects.len(), (keys * per_key) as usize);
+            for k in 0..keys {
+                let key = format!("key-{k}");
+                let seqs: Vec<i64> = effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+                assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "order of {key}");
+            }
+            if <$harness>::CONCURRENT_WRITERS > 1 {
+                assert!(probe.max() > 1, "different keys never ran in parallel");
+            } else {
+                assert_eq!(probe.max(), 1, "one writer at a time on this store");
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn handler_span_continues_the_producers_trace() {
+            let spans = support::tracing_exporter();
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let job = Job::new("traced", 1);
+            let producer_trace = {
+                let span = tracing::info_span!("publish order");
+                let _entered = span.enter();
+                let m = job.message().with_current_trace();
+                broker.publish("t", m).await.expect("publish");
+                support::trace_id_of(&span)
+            };
+            let malformed = Job::new("traced", 2);
+            broker
+                .publish("t", malformed.message().with_header("traceparent", "00-garbage"))
+                .await
+                .expect("publish");
+            run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(h.effects_of("work", &malformed.id).await, 1, "a bad traceparent never fails a message");
+            let handler_span = support::process_span(&spans, &job.id).expect("handler span exported");
+            assert_eq!(handler_span.span_context.trace_id().to_string(), producer_trace);
+            assert_eq!(handler_span.span_kind, opentelemetry::trace::SpanKind::Consumer);
+            let root = support::process_span(&spans, &malformed.id).expect("span exported");
+            assert_ne!(root.span_context.trace_id().to_string(), producer_trace);
+            assert_eq!(root.parent_span_id, opentelemetry::trace::SpanId::INVALID, "a new root span");
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn crash_between_commit_and_ack_redelivers_without_a_second_effect() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(1);
+            let job = Job::new("k", 1);
+            broker.faults().lose_next_acks(2);
+            broker.publish("t", job.message()).await.expect("publish");
+            let poison = Message::raw(&b"\xff\xfe"[..]).with_key("k").with_id("poison-crash");
+            broker.publish("t", poison).await.expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(h.effects_of("work", &job.id).await, 1);
+            assert_eq!(support::calls(&job.id), 1, "the redelivery was skipped by dedup");
+            assert_eq!(s.duplicates, 1);
+            assert_eq!(
+                broker.dead_letters("t").len(),
+                1,
+                "a poison pill redelivered after a crash is dead-lettered once"
+            );
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn shutdown_finishes_running_work_releases_the_rest_and_loses_nothing() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(4);
+            let gate = support::Gate::new();
+            let mut jobs = Vec::new();
+            for seq in 0..4 {
+                for k in 0..3 {
+                    let job = Job { gate: Some(gate.id()), ..Job::new(&format!("g{k}"), seq) };
+                    broker.publish("t", job.message()).await.expect("publish");
+                    jobs.push(job);
+                }
+            }
+            let consumer = Consumer::new(broker.source("t"), h.store(), work).with_max_in_flight(64);
+            let stats = consumer.stats();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let run = tokio::spawn(consumer.run_until(async move {
+                let _ = stopped.await;
+            }));
+            // One message per key is inside the handler, the rest queued.
+            support::within(stats.wait_for(|s| s.in_flight == 12 && s.received == 12)).await;
+            support::within(gate.wait_entered(<$harness>::CONCURRENT_WRITERS.min(3))).await;
+            let _ = stop.send(());
+            support::within(stats.wait_for(|s| s.draining)).await;
+            gate.open();
+            support::within(run).await.expect("join").expect("consumer");
+            let first = stats.snapshot();
+            assert_eq!((first.processed, first.released), (3, 9));
+            assert_eq!(broker.depth("t"), 9, "released deliveries are back on the broker");
+
+            run_until_drained(&h, &broker, "t", work).await;
+            for j in &jobs {
+                assert_eq!(h.effects_of("work", &j.id).await, 1, "{}", j.id);
+            }
+            let order = h.effects_in_commit_order("work").await;
+            for k in 0..3 {
+                let key = format!("g{k}");
+                let seqs: Vec<i64> = order.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+                assert_eq!(seqs, [0, 1, 2, 3], "order survives the restart");
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let valid = serde_json::to_vec(&Job::new("bad", 0)).expect("json");
+            let mut cases: Vec<(&str, Message, &str)> = vec![
+                ("malformed-json", Message::raw(&b"{\"id\": "[..]), "JSON"),
+                ("wrong-types", Message::raw(&br#"{"id": 5, "key": "bad", "seq": "one"}"#[..]), "invalid type"),
+                ("missing-field", Message::raw(&br#"{"key": "bad"}"#[..]), "missing field"),
+                ("invalid-utf8", Message::raw(&b"{\"id\": \"\xff\xfe\", \"key\": \"bad\", \"seq\": 1}"[..]), "JSON"),
+                ("oversize", Message::raw(vec![b' '; 64 * 1024 + 1]), "exceeds the limit"),
+                ("bad-attempt-header", Message::raw(valid.clone()).with_header("x-consumer-attempt", "many"), "x-consumer-attempt"),
+                ("bad-time-header", Message::raw(valid.clone()).with_header("ce_time", "yesterday"), "ce_time"),
+            ];
+            let mut binary_id = Message::raw(valid.clone());
+            binary_id.headers.insert("ce_id", vec![0xff_u8, 0x00]);
+            cases.push(("binary-id", binary_id, "UTF-8"));
+            for (name, m, _) in &mut cases {
+                if m.headers.get("ce_id") == Ok(None) {
+                    m.headers.insert("ce_id", *name);
+                }
+                m.key = Some("bad".into());
+            }
+            for (_, m, _) in &cases {
+                broker.publish("t", m.clone()).await.expect("publish");
+            }
+            let after = Job::new("bad", 99);
+            broker.publish("t", after.message()).await.expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            let dls = broker.dead_letter_records("t");
+            assert_eq!(dls.len(), cases.len());
+            for (name, _, reason) in &cases {
+                let dl = dls
+                    .iter()
+                    .find(|d| d.message_id == *name || (*name == "binary-id" && d.error.contains("ce_id")))
+                    .unwrap_or_else(|| panic!("no dead letter for {name}: {dls:#?}"));
+                assert_eq!(dl.kind, DeadLetterKind::Poison, "{name}");
+                assert_eq!(dl.attempts, 1, "{name}");
+                assert!(dl.error.contains(reason) || dl.causes.iter().any(|c| c.contains(reason)), "{name}: {} / {:?}", dl.error, dl.causes);
+            }
+            assert_eq!(h.effects_of("work", &after.id).await, 1);
+            assert_eq!((s.dead_poison, s.retries), (cases.len() as u64, 0));
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn retries_through_the_broker_carry_the_attempt_in_a_header() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let ok = Job { fail_times: 2, ..Job::new("r", 1) };
+            let never = Job { fail_times: u32::MAX, ..Job::new("r2", 1) };
+            broker.publish("t", ok.message()).await.expect("publish");
+            broker.publish("t", never.message()).await.expect("publish");
+            let s = run_until_drained(&h, &broker, "t", work_redeliver).await;
+            assert_eq!(h.effects_of("work_redeliver", &ok.id).await, 1);
+            let attempts: Vec<u32> = support::call_log(&ok.id).iter().map(|c| c.attempt).collect();
+            assert_eq!(attempts, [1, 2, 3]);
+            let dls = broker.dead_letter_records("t");
+            assert_eq!(dls.len(), 1);
+            assert_eq!((dls[0].kind, dls[0].attempts), (DeadLetterKind::Exhausted, 4));
+            assert_eq!(support::calls(&never.id), 4);
+            assert_eq!(s.retries, 2 + 3);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn two_handlers_of_one_message_each_run_once() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(2);
+            let job = Job::new("both", 1);
+            for topic in ["a", "b"] {
+                broker.publish(topic, job.message()).await.expect("publish");
+                broker.publish(topic, job.message()).await.expect("publish");
+            }
+            run_until_drained(&h, &broker, "a", work).await;
+            run_until_drained(&h, &broker, "b", audit).await;
+            assert_eq!(h.effects_of("work", &job.id).await, 1);
+            assert_eq!(h.effects_of("audit", &job.id).await, 1);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_dead_letter_publish_failure_is_retried_and_nothing_is_lost() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(1);
+            broker.faults().fail_next_publishes(0);
+            let poison = Message::raw(&b"nope"[..]).with_key("k").with_id("dlq-fail");
+            broker.publish("t", poison).await.expect("publish");
+            broker.faults().fail_next_publishes(3);
+            let s = run_until_drained(&h, &broker, "t", work).await;
+            assert_eq!(broker.dead_letters("t").len(), 1);
+            assert_eq!(s.settle_errors, 3);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn retention_shorter_than_the_retry_window_is_refused() {
+            let h = <$harness>::new().await;
+            let broker = MemoryBroker::new(1);
+            let store = h.store().with_retention(Duration::from_millis(100));
+            let err = Consumer::new(broker.source("t"), store, work)
+                .run_until(std::future::pending())
+                .await
+                .expect_err("must refuse");
+            assert!(matches!(err, consumer::Error::RetentionTooShort { .. }), "{err}");
+            assert!(err.to_string().contains("with_retention"), "{err}");
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn purge_deletes_old_rows_in_bounded_batches() {
+            let h = <$harness>::new().await;
+            h.insert_old_dedup_rows(35, Duration::from_secs(3 * 24 * 3600)).await;
+            let broker = MemoryBroker::new(1);
+            broker.publish("t", Job::new("fresh", 1).message()).await.expect("publish");
+            run_until_drained(&h, &broker, "t", work).await;
+            let store = h.store().with_retention(Duration::from_secs(24 * 3600)).with_purge_batch(10);
+            assert_eq!(store.purge().await.expect("purge"), 35);
+            assert_eq!(h.dedup_rows().await, 1, "the fresh row stays");
+        }
+    };
+}

@@ -1,0 +1,559 @@
+//! Test support shared by every backend: stores on real databases, a
+//! message whose content says how the handler misbehaves, call logs, gates,
+//! and an in-memory OpenTelemetry exporter.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use consumer::{Message, MessageContext, Store, Tx};
+use opentelemetry::trace::TraceContextExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+
+/// A valid W3C traceparent for tests.
+pub const SAMPLE_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Guards against hangs: a behaviour that never completes fails the test
+/// with a sentence instead of blocking the suite.
+pub async fn within<F: Future>(f: F) -> F::Output {
+    match tokio::time::timeout(Duration::from_secs(60), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after 60 s: the behaviour under test never completed"),
+    }
+}
+
+/// A test message. Its fields say how the handler behaves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub key: String,
+    pub seq: i64,
+    #[serde(default)]
+    pub fail_times: u32,
+    #[serde(default)]
+    pub terminal: bool,
+    #[serde(default)]
+    pub panic: bool,
+    #[serde(default)]
+    pub jitter: bool,
+    #[serde(default)]
+    pub gate: Option<u64>,
+    #[serde(default)]
+    pub probe: Option<u64>,
+}
+
+impl Job {
+    pub fn new(key: &str, seq: i64) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            key: key.to_owned(),
+            seq,
+            fail_times: 0,
+            terminal: false,
+            panic: false,
+            jitter: false,
+            gate: None,
+            probe: None,
+        }
+    }
+
+    pub fn message(&self) -> Message {
+        Message::json("Job", self)
+            .expect("a Job serialises")
+            .with_key(self.key.clone())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("transient failure on attempt {0}")]
+    Transient(u32),
+    #[error("terminal failure: {0}")]
+    Terminal(String),
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub attempt: u32,
+    pub at: Instant,
+}
+
+fn call_logs() -> &'static Mutex<HashMap<String, Vec<Call>>> {
+    static LOGS: OnceLock<Mutex<HashMap<String, Vec<Call>>>> = OnceLock::new();
+    LOGS.get_or_init(Mutex::default)
+}
+
+/// Every call of the handler for this job or message id, in order.
+pub fn call_log(id: &str) -> Vec<Call> {
+    call_logs().lock().expect("log").get(id).cloned().unwrap_or_default()
+}
+
+/// How many times the handler ran for this job id.
+pub fn calls(id: &str) -> usize {
+    call_log(id).len()
+}
+
+/// What the test handlers do before their business write.
+pub async fn behave(job: &Job, ctx: &MessageContext) -> Result<(), JobError> {
+    call_logs()
+        .lock()
+        .expect("log")
+        .entry(job.id.clone())
+        .or_default()
+        .push(Call {
+            attempt: ctx.attempt(),
+            at: Instant::now(),
+        });
+    let _probe = job.probe.map(ConcurrencyProbe::enter);
+    if let Some(gate) = job.gate {
+        Gate::by_id(gate).pass().await;
+    }
+    if job.jitter {
+        // Shakes the interleaving of keys; not a synchronisation.
+        let micros = rand::random_range(0..400u64);
+        tokio::time::sleep(Duration::from_micros(micros)).await;
+    }
+    if job.panic {
+        panic!("boom: the handler has a bug");
+    }
+    if job.terminal {
+        return Err(JobError::Terminal("card declined".into()));
+    }
+    if ctx.attempt() <= job.fail_times {
+        return Err(JobError::Transient(ctx.attempt()));
+    }
+    Ok(())
+}
+
+/// Counts handlers running at once.
+pub struct ConcurrencyProbe {
+    id: u64,
+    inner: Arc<ProbeInner>,
+}
+
+#[derive(Default)]
+struct ProbeInner {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+fn probes() -> &'static Mutex<HashMap<u64, Arc<ProbeInner>>> {
+    static P: OnceLock<Mutex<HashMap<u64, Arc<ProbeInner>>>> = OnceLock::new();
+    P.get_or_init(Mutex::default)
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub struct ProbeGuard(Arc<ProbeInner>);
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ConcurrencyProbe {
+    pub fn new() -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let inner = Arc::new(ProbeInner::default());
+        probes().lock().expect("probes").insert(id, Arc::clone(&inner));
+        Self { id, inner }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn max(&self) -> usize {
+        self.inner.max.load(Ordering::SeqCst)
+    }
+
+    fn enter(id: u64) -> ProbeGuard {
+        let inner = Arc::clone(probes().lock().expect("probes").get(&id).expect("probe"));
+        let now = inner.now.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max.fetch_max(now, Ordering::SeqCst);
+        ProbeGuard(inner)
+    }
+}
+
+/// Holds handlers until opened; counts who is waiting.
+#[derive(Clone)]
+pub struct Gate {
+    id: u64,
+    inner: Arc<GateInner>,
+}
+
+struct GateInner {
+    open: watch::Sender<bool>,
+    entered: AtomicUsize,
+    entered_changed: Notify,
+}
+
+fn gates() -> &'static Mutex<HashMap<u64, Gate>> {
+    static G: OnceLock<Mutex<HashMap<u64, Gate>>> = OnceLock::new();
+    G.get_or_init(Mutex::default)
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let gate = Self {
+            id,
+            inner: Arc::new(GateInner {
+                open: watch::channel(false).0,
+                entered: AtomicUsize::new(0),
+                entered_changed: Notify::new(),
+            }),
+        };
+        gates().lock().expect("gates").insert(id, gate.clone());
+        gate
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn by_id(id: u64) -> Self {
+        gates().lock().expect("gates").get(&id).expect("gate").clone()
+    }
+
+    async fn pass(&self) {
+        let mut rx = self.inner.open.subscribe();
+        self.inner.entered.fetch_add(1, Ordering::SeqCst);
+        self.inner.entered_changed.notify_waiters();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+
+    pub fn open(&self) {
+        self.inner.open.send_replace(true);
+    }
+
+    /// Waits until `n` handlers have reached the gate.
+    pub async fn wait_entered(&self, n: usize) {
+        loop {
+            let notified = self.inner.entered_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.entered.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Installs (once per test binary) a tracing subscriber that exports spans
+/// to memory through tracing-opentelemetry, and returns the exporter.
+pub fn tracing_exporter() -> opentelemetry_sdk::trace::InMemorySpanExporter {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    static EXPORTER: OnceLock<opentelemetry_sdk::trace::InMemorySpanExporter> = OnceLock::new();
+    EXPORTER
+        .get_or_init(|| {
+            let exporter = opentelemetry_sdk::trace::InMemorySpanExporterBuilder::new().build();
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            let tracer = provider.tracer("conformance");
+            // The provider must outlive every span: keep it for the process.
+            std::mem::forget(provider);
+            let subscriber = tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(tracer));
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+            exporter
+        })
+        .clone()
+}
+
+pub fn trace_id_of(span: &tracing::Span) -> String {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.context().span().span_context().trace_id().to_string()
+}
+
+/// The exported `process` span of the message whose job id is `job_id`.
+pub fn process_span(
+    exporter: &opentelemetry_sdk::trace::InMemorySpanExporter,
+    job_id: &str,
+) -> Option<opentelemetry_sdk::trace::SpanData> {
+    let spans = exporter.get_finished_spans().ok()?;
+    spans.into_iter().find(|s| {
+        s.attributes.iter().any(|kv| {
+            kv.key.as_str() == "messaging.message.id" && message_ids_of(job_id).contains(&kv.value.to_string())
+        })
+    })
+}
+
+fn message_id_index() -> &'static Mutex<HashMap<String, Vec<String>>> {
+    static M: OnceLock<Mutex<HashMap<String, Vec<String>>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+}
+
+/// Remembers which message ids carried a job (the harness records it on
+/// every effect write).
+pub fn note_message_id(job_id: &str, message_id: &str) {
+    message_id_index()
+        .lock()
+        .expect("index")
+        .entry(job_id.to_owned())
+        .or_default()
+        .push(message_id.to_owned());
+}
+
+fn message_ids_of(job_id: &str) -> Vec<String> {
+    message_id_index()
+        .lock()
+        .expect("index")
+        .get(job_id)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A store on a fresh database, and queries on the effects it saw.
+pub trait Harness: Sized + Send + Sync + 'static {
+    type Db: consumer::StoreDatabase;
+    /// Write transactions that can be open at once. SQLite has one writer:
+    /// handler transactions on it run one at a time, whatever the lanes do.
+    const CONCURRENT_WRITERS: usize;
+
+    fn new() -> impl Future<Output = Self> + Send;
+    fn store(&self) -> Store<Self::Db>;
+    fn insert_effect(
+        tx: &mut Tx<Self::Db>,
+        handler: &str,
+        job: &Job,
+        message_id: &str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    fn effects_of(&self, handler: &str, job_id: &str) -> impl Future<Output = i64> + Send;
+    /// `(key, seq)` of every effect of `handler` in commit order.
+    fn effects_in_commit_order(&self, handler: &str) -> impl Future<Output = Vec<(String, i64)>> + Send;
+    fn insert_old_dedup_rows(&self, n: i64, age: Duration) -> impl Future<Output = ()> + Send;
+    fn dedup_rows(&self) -> impl Future<Output = i64> + Send;
+}
+
+/// SQLite on a fresh file per test (WAL, like a real deployment).
+pub struct SqliteHarness {
+    pool: sqlx::SqlitePool,
+}
+
+impl Harness for SqliteHarness {
+    type Db = sqlx::Sqlite;
+    const CONCURRENT_WRITERS: usize = 1;
+
+    async fn new() -> Self {
+        let dir = std::env::temp_dir().join("consumer-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(format!("{}.db", uuid::Uuid::new_v4()));
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .expect("SQLite database file could not be created in the temp dir");
+        sqlx::query(
+            "CREATE TABLE effects (id INTEGER PRIMARY KEY AUTOINCREMENT, handler TEXT NOT NULL, \
+             job_id TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL)",
+        )
+        .execute(&pool)
+        .await
+        .expect("effects table");
+        let h = Self { pool };
+        h.store().migrate().await.expect("migrations");
+        h
+    }
+
+    fn store(&self) -> Store<sqlx::Sqlite> {
+        Store::new(self.pool.clone())
+    }
+
+    async fn insert_effect(
+        tx: &mut Tx<sqlx::Sqlite>,
+        handler: &str,
+        job: &Job,
+        message_id: &str,
+    ) -> Result<(), sqlx::Error> {
+        note_message_id(&job.id, message_id);
+        sqlx::query(
+            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(handler)
+        .bind(&job.id)
+        .bind(&job.key)
+        .bind(job.seq)
+        .bind(message_id)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
+            .bind(handler)
+            .bind(job_id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count effects")
+    }
+
+    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
+        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
+            .bind(handler)
+            .fetch_all(&self.pool)
+            .await
+            .expect("effects")
+    }
+
+    async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
+        let now_ms = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
+        let old = now_ms - i64::try_from(age.as_millis()).expect("age");
+        for i in 0..n {
+            sqlx::query(
+                "INSERT INTO consumer_processed (handler, key, message_id, processed_at) VALUES ('old', $1, $1, $2)",
+            )
+            .bind(format!("old-{i}"))
+            .bind(old)
+            .execute(&self.pool)
+            .await
+            .expect("old row");
+        }
+    }
+
+    async fn dedup_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+}
+
+/// The PostgreSQL URL the tests use.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// PostgreSQL with a fresh schema per test.
+pub struct PgHarness {
+    pool: sqlx::PgPool,
+    pub schema: String,
+}
+
+impl PgHarness {
+    /// A pool on `url` whose connections use `schema`.
+    pub async fn pool_for(url: &str, schema: &str, max: u32) -> Result<sqlx::PgPool, sqlx::Error> {
+        let options = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .options([("search_path", schema)]);
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_with(options)
+            .await
+    }
+
+    pub fn pool(&self) -> &sqlx::PgPool {
+        &self.pool
+    }
+}
+
+impl Harness for PgHarness {
+    type Db = sqlx::Postgres;
+    const CONCURRENT_WRITERS: usize = usize::MAX;
+
+    async fn new() -> Self {
+        let url = database_url();
+        let schema = format!("ct_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL"
+            )
+        });
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&admin)
+            .await
+            .expect("create schema");
+        admin.close().await;
+        let pool = Self::pool_for(&url, &schema, 8).await.expect("pool");
+        sqlx::query(
+            "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, handler TEXT NOT NULL, \
+             job_id TEXT NOT NULL, key TEXT NOT NULL, seq BIGINT NOT NULL, message_id TEXT NOT NULL)",
+        )
+        .execute(&pool)
+        .await
+        .expect("effects table");
+        let h = Self { pool, schema };
+        h.store().migrate().await.expect("migrations");
+        h
+    }
+
+    fn store(&self) -> Store<sqlx::Postgres> {
+        Store::new(self.pool.clone())
+    }
+
+    async fn insert_effect(
+        tx: &mut Tx<sqlx::Postgres>,
+        handler: &str,
+        job: &Job,
+        message_id: &str,
+    ) -> Result<(), sqlx::Error> {
+        note_message_id(&job.id, message_id);
+        sqlx::query(
+            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(handler)
+        .bind(&job.id)
+        .bind(&job.key)
+        .bind(job.seq)
+        .bind(message_id)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
+            .bind(handler)
+            .bind(job_id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count effects")
+    }
+
+    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
+        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
+            .bind(handler)
+            .fetch_all(&self.pool)
+            .await
+            .expect("effects")
+    }
+
+    async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
+        sqlx::query(
+            "INSERT INTO consumer_processed (handler, key, message_id, processed_at) \
+             SELECT 'old', 'old-' || g, 'old-' || g, now() - ($2::double precision * interval '1 second') \
+             FROM generate_series(1, $1) g",
+        )
+        .bind(n)
+        .bind(age.as_secs_f64())
+        .execute(&self.pool)
+        .await
+        .expect("old rows");
+    }
+
+    async fn dedup_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+}
