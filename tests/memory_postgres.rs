@@ -3,7 +3,132 @@
 
 mod conformance;
 
-crate::suite!(
-    crate::conformance::support::PgHarness,
-    consumer::PgTx
-);
+crate::suite!(crate::conformance::support::PgHarness, consumer::PgTx);
+
+mod outage {
+    //! A database that goes away: the consumer treats it as transient,
+    //! retries, and loses nothing. The outage is real from the client's side:
+    //! the store talks to PostgreSQL through a TCP proxy that the test cuts
+    //! (every connection dropped, new ones refused) and restores.
+
+    use std::net::SocketAddr;
+    use std::str::FromStr;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use consumer::{Consumer, MemoryBroker, Store};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::task::AbortHandle;
+
+    use crate::conformance::support::{self, Harness, Job, PgHarness};
+    use crate::patient;
+
+    struct Proxy {
+        addr: SocketAddr,
+        upstream: String,
+        tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    }
+
+    impl Proxy {
+        async fn start(upstream: String) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+            let addr = listener.local_addr().expect("addr");
+            let proxy = Self {
+                addr,
+                upstream,
+                tasks: Arc::default(),
+            };
+            proxy.serve(listener);
+            proxy
+        }
+
+        fn serve(&self, listener: TcpListener) {
+            let upstream = self.upstream.clone();
+            let tasks = Arc::clone(&self.tasks);
+            let accept = tokio::spawn({
+                let tasks = Arc::clone(&tasks);
+                async move {
+                    while let Ok((mut client, _)) = listener.accept().await {
+                        let upstream = upstream.clone();
+                        let conn = tokio::spawn(async move {
+                            if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                                let _ =
+                                    tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                            }
+                        });
+                        tasks.lock().expect("tasks").push(conn.abort_handle());
+                    }
+                }
+            });
+            tasks.lock().expect("tasks").push(accept.abort_handle());
+        }
+
+        /// Drops every connection and stops listening: connects are refused.
+        fn cut(&self) {
+            for t in self.tasks.lock().expect("tasks").drain(..) {
+                t.abort();
+            }
+        }
+
+        async fn restore(&self) {
+            // The aborted accept task may still hold the port for a moment.
+            let listener = loop {
+                match TcpListener::bind(self.addr).await {
+                    Ok(l) => break l,
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            };
+            self.serve(listener);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn database_outage_is_transient_and_loses_nothing() {
+        let h = PgHarness::new().await;
+        let direct = sqlx::postgres::PgConnectOptions::from_str(&support::database_url())
+            .expect("DATABASE_URL");
+        let upstream = format!("{}:{}", direct.get_host(), direct.get_port());
+        let proxy = Proxy::start(upstream).await;
+        let options = direct
+            .clone()
+            .host("127.0.0.1")
+            .port(proxy.addr.port())
+            .options([("search_path", h.schema.as_str())]);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_millis(500))
+            .connect_with(options)
+            .await
+            .expect("pool through the proxy");
+        let store = Store::new(pool);
+
+        let broker = MemoryBroker::new(2);
+        let jobs: Vec<Job> = (0..10)
+            .map(|i| Job::new(&format!("o{}", i % 3), i))
+            .collect();
+        for j in &jobs {
+            broker.publish("t", j.message()).await.expect("publish");
+        }
+        proxy.cut();
+        let consumer = Consumer::new(broker.source("t"), store, patient);
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        let run = tokio::spawn(consumer.run_until(async move { drained.wait_drained("t").await }));
+
+        let during = support::within(stats.wait_for(|s| s.retries >= 3)).await;
+        assert_eq!(during.processed, 0);
+        proxy.restore().await;
+        support::within(run).await.expect("join").expect("consumer");
+
+        for j in &jobs {
+            assert_eq!(h.effects_of("patient", &j.id).await, 1, "{}", j.id);
+        }
+        let after = stats.snapshot();
+        assert_eq!(
+            after.dead_letters(),
+            0,
+            "an outage is not a reason to give up"
+        );
+        assert_eq!(after.processed, 10);
+    }
+}

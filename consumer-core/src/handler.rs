@@ -160,7 +160,7 @@ pub enum Outcome {
 
 /// The payload could not be decoded into the handler's message type.
 #[derive(Debug, thiserror::Error)]
-#[error("payload is not a valid `{type_name}` JSON document: {source}")]
+#[error("payload is not a valid `{type_name}` JSON document")]
 pub struct DecodeError {
     type_name: &'static str,
     #[source]

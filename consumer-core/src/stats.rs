@@ -7,8 +7,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use tokio::sync::Notify;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 const BUCKETS: usize = 40;
 

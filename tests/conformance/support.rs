@@ -91,7 +91,12 @@ fn call_logs() -> &'static Mutex<HashMap<String, Vec<Call>>> {
 
 /// Every call of the handler for this job or message id, in order.
 pub fn call_log(id: &str) -> Vec<Call> {
-    call_logs().lock().expect("log").get(id).cloned().unwrap_or_default()
+    call_logs()
+        .lock()
+        .expect("log")
+        .get(id)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// How many times the handler ran for this job id.
@@ -162,7 +167,10 @@ impl ConcurrencyProbe {
     pub fn new() -> Self {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let inner = Arc::new(ProbeInner::default());
-        probes().lock().expect("probes").insert(id, Arc::clone(&inner));
+        probes()
+            .lock()
+            .expect("probes")
+            .insert(id, Arc::clone(&inner));
         Self { id, inner }
     }
 
@@ -220,7 +228,12 @@ impl Gate {
     }
 
     fn by_id(id: u64) -> Self {
-        gates().lock().expect("gates").get(&id).expect("gate").clone()
+        gates()
+            .lock()
+            .expect("gates")
+            .get(&id)
+            .expect("gate")
+            .clone()
     }
 
     async fn pass(&self) {
@@ -286,7 +299,8 @@ pub fn process_span(
     let spans = exporter.get_finished_spans().ok()?;
     spans.into_iter().find(|s| {
         s.attributes.iter().any(|kv| {
-            kv.key.as_str() == "messaging.message.id" && message_ids_of(job_id).contains(&kv.value.to_string())
+            kv.key.as_str() == "messaging.message.id"
+                && message_ids_of(job_id).contains(&kv.value.to_string())
         })
     })
 }
@@ -333,7 +347,10 @@ pub trait Harness: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
     fn effects_of(&self, handler: &str, job_id: &str) -> impl Future<Output = i64> + Send;
     /// `(key, seq)` of every effect of `handler` in commit order.
-    fn effects_in_commit_order(&self, handler: &str) -> impl Future<Output = Vec<(String, i64)>> + Send;
+    fn effects_in_commit_order(
+        &self,
+        handler: &str,
+    ) -> impl Future<Output = Vec<(String, i64)>> + Send;
     fn insert_old_dedup_rows(&self, n: i64, age: Duration) -> impl Future<Output = ()> + Send;
     fn dedup_rows(&self) -> impl Future<Output = i64> + Send;
 }
@@ -452,8 +469,8 @@ pub struct PgHarness {
 impl PgHarness {
     /// A pool on `url` whose connections use `schema`.
     pub async fn pool_for(url: &str, schema: &str, max: u32) -> Result<sqlx::PgPool, sqlx::Error> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?
-            .options([("search_path", schema)]);
+        let options =
+            sqlx::postgres::PgConnectOptions::from_str(url)?.options([("search_path", schema)]);
         sqlx::postgres::PgPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(Duration::from_secs(2))
