@@ -2,8 +2,8 @@
 //! the function, the function itself as `Struct::call`, and a `Handler`
 //! impl whose `handle` calls into `consumer::__private` and `Invocation`.
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ItemFn;
 use syn::spanned::Spanned;
 
@@ -53,9 +53,6 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     if let Some(e) = &m.error_ty {
         asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
     }
-    if let Some(t) = &m.tx_ty {
-        asserts.push(quote_spanned!(t.span()=> #krate::__private::assert_tx::<#t>();));
-    }
 
     let key = match &m.key {
         Some(expr) => {
@@ -73,7 +70,10 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
 
     let args = m.params.iter().map(|p| match p {
         Param::Message => quote!(__consumer_msg),
-        Param::Tx => quote!(&mut __consumer_tx),
+        Param::Tx => match &m.tx_ty {
+            Some(t) => quote_spanned!(t.span()=> &mut __consumer_tx),
+            None => quote!(&mut __consumer_tx),
+        },
         Param::Context => quote!(__consumer_inv.context()),
     });
 
@@ -87,10 +87,39 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
             quote!(__ConsumerDb),
         ),
     };
+    // The transaction type's assertion is a bound on the impl rather than an
+    // `assert_tx` call: with the bound in the impl's environment, the
+    // projection to the database is well-formed wherever it is used, so a
+    // wrong type is reported once instead of once per use. The bound is
+    // respanned onto the type so rustc points at the type, not the attribute.
+    let where_clause = match &m.tx_ty {
+        Some(t) => {
+            let end = t
+                .to_token_stream()
+                .into_iter()
+                .last()
+                .map_or_else(|| t.span(), |tt| tt.span());
+            let bound = respan(quote!(: #krate::__private::TxDatabase), end);
+            quote!(where #t #bound)
+        }
+        None => quote!(),
+    };
     let unused_tx = if m.tx_ty.is_none() {
         quote!(#[allow(unused_mut)])
     } else {
         quote!()
+    };
+
+    // Spanned on the error type, so a type that is not an error is reported
+    // there rather than on the attribute.
+    let fail = quote!(
+        __consumer_inv
+            .fail(__consumer_tx, __consumer_terminal, __consumer_err)
+            .await
+    );
+    let fail = match &m.error_ty {
+        Some(e) => respan(fail, e.span()),
+        None => fail,
     };
 
     let classify = match &m.terminal {
@@ -114,7 +143,7 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
             #(#asserts)*
         };
 
-        impl #impl_generics #krate::Handler<#db> for #ident {
+        impl #impl_generics #krate::Handler<#db> for #ident #where_clause {
             fn name(&self) -> &'static str {
                 #name
             }
@@ -141,10 +170,27 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                     ::std::result::Result::Ok(_) => __consumer_inv.commit(__consumer_tx).await,
                     ::std::result::Result::Err(__consumer_err) => {
                         let __consumer_terminal: bool = #classify;
-                        __consumer_inv.fail(__consumer_tx, __consumer_terminal, __consumer_err).await
+                        #fail
                     }
                 }
             }
         }
     }
+}
+
+/// Gives every token of `tokens` the span `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut group = Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! every error, and builds the model `expand.rs` turns into code.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote;
+use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
@@ -31,7 +31,16 @@ struct Errors(Option<syn::Error>);
 
 impl Errors {
     fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
-        let e = syn::Error::new(span, msg);
+        self.push_error(syn::Error::new(span, msg));
+    }
+
+    /// Spans every token of `tokens`, not only the first: `&mut SqliteTx`,
+    /// `<M: Trait>`.
+    fn push_spanned(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
+        self.push_error(syn::Error::new_spanned(tokens, msg));
+    }
+
+    fn push_error(&mut self, e: syn::Error) {
         match &mut self.0 {
             Some(all) => all.combine(e),
             None => self.0 = Some(e),
@@ -61,8 +70,8 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         );
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.push(
-            sig.generics.span(),
+        errors.push_spanned(
+            &sig.generics,
             "a handler cannot be generic: use concrete message and error types",
         );
     }
@@ -74,21 +83,33 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
     let mut message: Option<(Ident, Type)> = None;
     let mut tx_ty = None;
     let mut has_ctx = false;
-    for (i, input) in sig.inputs.iter().enumerate() {
+    let mut first = true;
+    for input in &sig.inputs {
         let typed = match input {
             FnArg::Receiver(r) => {
-                errors.push(
-                    r.span(),
-                    "a handler cannot take `self`: make it a free `async fn`",
-                );
+                errors.push_spanned(r, "a handler cannot take `self`: make it a free `async fn`");
                 continue;
             }
             FnArg::Typed(t) => t,
         };
-        if i == 0 {
+        if let Pat::Ident(p) = &*typed.pat
+            && p.ident == sig.ident
+        {
+            errors.push(
+                p.ident.span(),
+                format_args!(
+                    "argument `{0}` has the handler's name, which `#[handler]` gives to a unit \
+                     struct: the pattern would match that struct instead of binding the argument; \
+                     rename the argument",
+                    p.ident
+                ),
+            );
+        }
+        // The first argument other than a (rejected) `self` is the message.
+        if std::mem::take(&mut first) {
             match (&*typed.pat, &*typed.ty) {
-                (_, Type::Reference(r)) => errors.push(
-                    r.span(),
+                (_, Type::Reference(r)) => errors.push_spanned(
+                    r,
                     "the first argument is the message and is taken by value: \
                      `msg: MyMessage`, not a reference",
                 ),
@@ -107,9 +128,10 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         match &*typed.ty {
             Type::Reference(r) if r.mutability.is_some() => {
                 if tx_ty.is_some() {
-                    errors.push(
-                        r.span(),
-                        "a handler takes at most one transaction `&mut PgTx` / `&mut SqliteTx`",
+                    errors.push_spanned(
+                        r,
+                        "a handler takes at most one transaction `&mut PgTx` / `&mut SqliteTx`: \
+                         remove this one",
                     );
                 } else {
                     tx_ty = Some((*r.elem).clone());
@@ -118,17 +140,33 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
             }
             Type::Reference(r) => {
                 if has_ctx {
-                    errors.push(r.span(), "a handler takes at most one `&MessageContext`");
+                    errors.push_spanned(
+                        r,
+                        "a handler takes at most one `&MessageContext`: remove this one",
+                    );
                 } else {
                     has_ctx = true;
                     params.push(Param::Context);
                 }
             }
-            other => errors.push(
-                other.span(),
-                "after the message, a handler takes `tx: &mut PgTx` (or `&mut SqliteTx`) and/or \
-                 `ctx: &MessageContext`; this argument is neither",
-            ),
+            other => match last_ident(other) {
+                Some(t) if t == "PgTx" || t == "SqliteTx" || t == "Tx" => errors.push_spanned(
+                    other,
+                    format_args!(
+                        "the transaction is lent to the handler and committed after it returns: \
+                         take it as `&mut {t}`"
+                    ),
+                ),
+                Some(t) if t == "MessageContext" => errors.push_spanned(
+                    other,
+                    "take the context by reference: `ctx: &MessageContext`",
+                ),
+                _ => errors.push_spanned(
+                    other,
+                    "after the message, a handler takes `tx: &mut PgTx` (or `&mut SqliteTx`) \
+                     and/or `ctx: &MessageContext`; this argument is neither",
+                ),
+            },
         }
     }
     if sig.inputs.is_empty() {
@@ -148,9 +186,9 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         }
         ReturnType::Type(_, ty) => match result_error(ty) {
             Ok(e) => e,
-            Err(span) => {
-                errors.push(
-                    span,
+            Err(()) => {
+                errors.push_spanned(
+                    ty,
                     "a handler returns `Result<(), E>`: change the return type",
                 );
                 None
@@ -203,16 +241,24 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
     })
 }
 
+/// The last path segment's name: `SqliteTx` for `consumer::SqliteTx`.
+fn last_ident(ty: &Type) -> Option<&Ident> {
+    match ty {
+        Type::Path(p) => p.path.segments.last().map(|s| &s.ident),
+        _ => None,
+    }
+}
+
 /// `Result<T, E>` → `Some(E)`; `Result<T>` (an alias) → `None`; else `Err`.
-fn result_error(ty: &Type) -> Result<Option<Type>, Span> {
+fn result_error(ty: &Type) -> Result<Option<Type>, ()> {
     let Type::Path(p) = ty else {
-        return Err(ty.span());
+        return Err(());
     };
     let Some(last) = p.path.segments.last() else {
-        return Err(ty.span());
+        return Err(());
     };
     if last.ident != "Result" {
-        return Err(ty.span());
+        return Err(());
     }
     match &last.arguments {
         PathArguments::AngleBracketed(a) => {
@@ -227,10 +273,10 @@ fn result_error(ty: &Type) -> Result<Option<Type>, Span> {
             match types.as_slice() {
                 [_, e] => Ok(Some((*e).clone())),
                 [_] => Ok(None),
-                _ => Err(ty.span()),
+                _ => Err(()),
             }
         }
-        _ => Err(ty.span()),
+        _ => Err(()),
     }
 }
 
@@ -257,8 +303,18 @@ fn retry_tokens(args: &Args, krate: &syn::Path, errors: &mut Errors) -> TokenStr
             let base = dur(&exp.base, 100_000_000);
             let max = dur(&exp.max_delay, 30_000_000_000);
             if base > max {
-                if let Some(l) = &exp.base {
-                    errors.push(l.span(), "`base` must not exceed `max_delay`");
+                let shown = |lit: &Option<syn::LitStr>, default: &str| match lit {
+                    Some(l) => format!("{:?}", l.value()),
+                    None => format!("{default:?}, the default"),
+                };
+                let msg = format!(
+                    "`base` ({}) exceeds `max_delay` ({}): lower `base` or raise `max_delay`",
+                    shown(&exp.base, "100ms"),
+                    shown(&exp.max_delay, "30s"),
+                );
+                // Point at whichever of the two the user wrote.
+                if let Some(l) = exp.base.as_ref().or(exp.max_delay.as_ref()) {
+                    errors.push(l.span(), msg);
                 }
             }
             let attempts: u32 = match &exp.attempts {

@@ -17,12 +17,12 @@ struct Tick {
 struct OutOfOrder(u64);
 
 #[handler(crate = crate::deps::framework, idempotency_key = tick.n, retry = none)]
-async fn tick(tick: Tick, _tx: &mut SqliteTx) -> Result<(), OutOfOrder> {
+async fn on_tick(tick: Tick, _tx: &mut SqliteTx) -> Result<(), OutOfOrder> {
     Err(OutOfOrder(tick.n))
 }
 
 fn assert_handler<H: deps::framework::Handler<sqlx::Sqlite>>(_: H) {}
 
 fn main() {
-    assert_handler(tick);
+    assert_handler(on_tick);
 }

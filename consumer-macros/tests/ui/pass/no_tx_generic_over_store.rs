@@ -12,7 +12,7 @@ struct Ping {
 struct PingError(u64);
 
 #[handler]
-async fn ping(ping: Ping, ctx: &MessageContext) -> Result<(), PingError> {
+async fn answer_ping(ping: Ping, ctx: &MessageContext) -> Result<(), PingError> {
     if ctx.attempt() > 3 {
         return Err(PingError(ping.seq));
     }
@@ -23,6 +23,6 @@ fn assert_sqlite<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
 fn assert_postgres<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
 
 fn main() {
-    assert_sqlite(ping);
-    assert_postgres(ping);
+    assert_sqlite(answer_ping);
+    assert_postgres(answer_ping);
 }

@@ -12,7 +12,7 @@ struct Refund {
 struct RefundError(#[from] sqlx::Error);
 
 #[handler(idempotency_key = refund.refund_id)]
-async fn refund(refund: Refund, tx: &mut PgTx) -> Result<(), RefundError> {
+async fn record_refund(refund: Refund, tx: &mut PgTx) -> Result<(), RefundError> {
     sqlx::query("INSERT INTO refunds (id) VALUES ($1)")
         .bind(refund.refund_id)
         .execute(&mut **tx)
@@ -23,5 +23,5 @@ async fn refund(refund: Refund, tx: &mut PgTx) -> Result<(), RefundError> {
 fn assert_handler<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
 
 fn main() {
-    assert_handler(refund);
+    assert_handler(record_refund);
 }

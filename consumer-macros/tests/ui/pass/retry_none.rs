@@ -12,7 +12,7 @@ struct Audit {
 struct AuditError;
 
 #[handler(retry = none)]
-async fn audit(audit: Audit) -> Result<(), AuditError> {
+async fn record_audit(audit: Audit) -> Result<(), AuditError> {
     if audit.line.is_empty() {
         return Err(AuditError);
     }
@@ -22,11 +22,11 @@ async fn audit(audit: Audit) -> Result<(), AuditError> {
 fn assert_handler<H: Handler<sqlx::Sqlite>>(_: H) {}
 
 fn main() {
-    assert_handler(audit);
-    let policy: RetryPolicy = Handler::<sqlx::Sqlite>::retry_policy(&audit);
+    assert_handler(record_audit);
+    let policy: RetryPolicy = Handler::<sqlx::Sqlite>::retry_policy(&record_audit);
     assert_eq!(policy.max_attempts(), RetryPolicy::none().max_attempts());
     // The function itself stays callable, for unit tests.
-    let _ = audit::call(Audit {
+    let _ = record_audit::call(Audit {
         line: String::new(),
     });
 }

@@ -27,7 +27,7 @@ enum ChargeError {
         | ChargeError::InvalidAmount(..)
         | ChargeError::Expired { .. },
 )]
-async fn charge(charge: Charge, _tx: &mut SqliteTx) -> Result<(), ChargeError> {
+async fn charge_card(charge: Charge, _tx: &mut SqliteTx) -> Result<(), ChargeError> {
     match charge.cents {
         0 => Err(ChargeError::InvalidAmount(0)),
         1 => Err(ChargeError::Declined(charge.id)),
@@ -43,5 +43,5 @@ async fn charge(charge: Charge, _tx: &mut SqliteTx) -> Result<(), ChargeError> {
 fn assert_handler<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
 
 fn main() {
-    assert_handler(charge);
+    assert_handler(charge_card);
 }
