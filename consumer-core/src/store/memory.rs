@@ -89,7 +89,9 @@ impl MemoryStore {
         {
             let mut state = self.lock();
             if commit {
-                state.keys.insert(slot.to_owned(), Some(Instant::now()));
+                if let Some(at) = state.keys.get_mut(slot) {
+                    *at = Some(Instant::now());
+                }
             } else {
                 state.keys.remove(slot);
             }
