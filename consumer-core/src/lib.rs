@@ -39,11 +39,11 @@ pub use retry::{RetryMode, RetryPolicy};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
 pub use source::{Acker, Redelivery, Source};
 pub use stats::{Stats, StatsSnapshot};
+pub use store::{DedupStore, MemoryStore, MemoryTx, Store, StoreDatabase, Tx};
 #[cfg(feature = "postgres")]
 pub use store::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteTx};
-pub use store::{Store, StoreDatabase, Tx};
 
 /// What `#[handler]` expansions call. Not a public API: it changes without notice.
 #[doc(hidden)]
@@ -55,20 +55,24 @@ pub mod __private {
 
     use crate::store::Tx;
 
-    /// Maps the handler's transaction type to its database.
+    /// Maps the handler's transaction type to its store.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` is not a handler transaction",
-        label = "expected `consumer::PgTx` or `consumer::SqliteTx` behind `&mut`",
-        note = "the transaction argument of a `#[handler]` is `tx: &mut PgTx` (PostgreSQL) or \
-                `tx: &mut SqliteTx` (SQLite)"
+        label = "expected `consumer::PgTx`, `consumer::SqliteTx` or `consumer::MemoryTx` behind `&mut`",
+        note = "the transaction argument of a `#[handler]` is `tx: &mut PgTx` (PostgreSQL), \
+                `tx: &mut SqliteTx` (SQLite) or `tx: &mut MemoryTx` (in memory)"
     )]
-    pub trait TxDatabase {
-        /// The database.
-        type Database: crate::StoreDatabase;
+    pub trait TxStore {
+        /// The store.
+        type Store: crate::DedupStore;
     }
 
-    impl<DB: crate::StoreDatabase> TxDatabase for Tx<DB> {
-        type Database = DB;
+    impl<DB: crate::StoreDatabase> TxStore for Tx<DB> {
+        type Store = crate::Store<DB>;
+    }
+
+    impl TxStore for crate::MemoryTx {
+        type Store = crate::MemoryStore;
     }
 
     /// The idempotency key as the store keeps it.
@@ -112,8 +116,8 @@ pub mod __private {
     pub const fn assert_message<M: DecodableMessage>() {}
     /// See [`HandlerError`].
     pub const fn assert_error<E: HandlerError>() {}
-    /// See [`TxDatabase`].
-    pub const fn assert_tx<T: TxDatabase + ?Sized>() {}
+    /// See [`TxStore`].
+    pub const fn assert_tx<T: TxStore + ?Sized>() {}
 
     /// The retry policy the `exponential(...)` form builds.
     pub const fn exponential(

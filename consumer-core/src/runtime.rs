@@ -33,7 +33,7 @@ use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::retry::{RetryMode, RetryPolicy};
 use crate::source::{Acker, Redelivery, Source};
 use crate::stats::{Counter, Stats};
-use crate::store::{FailureRecord, Store, StoreDatabase};
+use crate::store::{DedupStore, FailureRecord};
 use crate::trace;
 
 /// Backoff for settle steps (dead letter, retry copy) and source errors.
@@ -74,7 +74,7 @@ pub struct HandlerPanicked(String);
 ///
 /// ```no_run
 /// # async fn demo<S, H>(source: S, store: consumer_core::SqliteStore, handler: H)
-/// # where S: consumer_core::Source, H: consumer_core::Handler<sqlx::Sqlite> {
+/// # where S: consumer_core::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
 /// use consumer_core::Consumer;
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
 /// # drop(stop);
@@ -85,9 +85,9 @@ pub struct HandlerPanicked(String);
 ///     .expect("consumer failed");
 /// # }
 /// ```
-pub struct Consumer<S, DB: sqlx::Database, H> {
-    source: S,
-    store: Store<DB>,
+pub struct Consumer<Src, S, H> {
+    source: Src,
+    store: S,
     handler: H,
     max_in_flight: usize,
     max_payload_bytes: usize,
@@ -95,15 +95,15 @@ pub struct Consumer<S, DB: sqlx::Database, H> {
     stats: Arc<Stats>,
 }
 
-impl<S, DB, H> Consumer<S, DB, H>
+impl<Src, S, H> Consumer<Src, S, H>
 where
-    S: Source,
-    DB: StoreDatabase,
-    H: Handler<DB>,
+    Src: Source,
+    S: DedupStore,
+    H: Handler<S>,
 {
     /// A consumer with the defaults: 256 deliveries in flight, payloads up
     /// to 1 MiB, 30 s to finish running work at shutdown.
-    pub fn new(source: S, store: Store<DB>, handler: H) -> Self {
+    pub fn new(source: Src, store: S, handler: H) -> Self {
         Self {
             source,
             store,
@@ -242,9 +242,9 @@ struct Job<A> {
     _permit: OwnedSemaphorePermit,
 }
 
-struct Shared<DB: sqlx::Database, H, A> {
+struct Shared<S, H, A> {
     system: &'static str,
-    store: Store<DB>,
+    store: S,
     handler: H,
     stats: Arc<Stats>,
     max_payload_bytes: usize,
@@ -252,10 +252,10 @@ struct Shared<DB: sqlx::Database, H, A> {
     stop: watch::Receiver<bool>,
 }
 
-impl<DB, H, A> Shared<DB, H, A>
+impl<S, H, A> Shared<S, H, A>
 where
-    DB: StoreDatabase,
-    H: Handler<DB>,
+    S: DedupStore,
+    H: Handler<S>,
     A: Acker,
 {
     /// Queues `job` behind its key's lane, or returns it when the key has
@@ -514,7 +514,7 @@ where
     /// dead-letters again on redelivery (at least once); after it, the
     /// redelivery finds the mark and is acked without a second dead letter.
     async fn try_dead_letter(&self, dl: &DeadLetter, acker: &mut A) -> Result<bool, Error> {
-        let Some(tx) = self
+        let Some(mark) = self
             .store
             .begin_dead_letter(&dl.handler, &dl.message_id, &dl.error)
             .await?
@@ -523,7 +523,7 @@ where
             return Ok(false);
         };
         acker.dead_letter(dl).await?;
-        tx.commit().await?;
+        self.store.commit_dead_letter(mark).await?;
         Ok(true)
     }
 

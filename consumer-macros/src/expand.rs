@@ -78,13 +78,10 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     });
 
     let (impl_generics, db) = match &m.tx_ty {
-        Some(t) => (
-            quote!(),
-            quote!(<#t as #krate::__private::TxDatabase>::Database),
-        ),
+        Some(t) => (quote!(), quote!(<#t as #krate::__private::TxStore>::Store)),
         None => (
-            quote!(<__ConsumerDb: #krate::StoreDatabase>),
-            quote!(__ConsumerDb),
+            quote!(<__ConsumerStore: #krate::DedupStore>),
+            quote!(__ConsumerStore),
         ),
     };
     // The transaction type's assertion is a bound on the impl rather than an

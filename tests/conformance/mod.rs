@@ -85,7 +85,7 @@ macro_rules! suite {
             handler: H,
         ) -> consumer::StatsSnapshot
         where
-            H: consumer::Handler<<$harness as Harness>::Db>,
+            H: consumer::Handler<consumer::Store<<$harness as Harness>::Db>>,
         {
             let consumer = Consumer::new(broker.source(topic), h.store(), handler)
                 .with_max_in_flight(64)

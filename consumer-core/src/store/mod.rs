@@ -17,6 +17,9 @@ use time::OffsetDateTime;
 
 use crate::error::Error;
 
+pub use memory::{MemoryStore, MemoryTx};
+
+mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -83,6 +86,69 @@ pub struct FailureRecord {
     pub attempts: u32,
     /// When the first one failed.
     pub first_failure: OffsetDateTime,
+}
+
+/// What the runtime needs from a store: claim a key inside a transaction
+/// the handler then receives, and record failures outside it.
+///
+/// Implemented by [`Store`] (PostgreSQL, SQLite: durable) and
+/// [`MemoryStore`] (in process: tests, benchmarks, throwaway demos).
+pub trait DedupStore: Clone + Send + Sync + 'static {
+    /// The transaction a handler receives: it already holds the dedup row.
+    type Tx: Send + 'static;
+    /// Held while a dead letter is being published; committed after the
+    /// broker confirms it.
+    type Mark: Send + 'static;
+
+    /// Begins a transaction and claims `key` for `handler` in it, with one
+    /// atomic insert (never a read then a write).
+    fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<Claim<Self::Tx>, Error>> + Send;
+
+    /// Commits business writes and the dedup row together.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Rolls everything back, the dedup row included.
+    fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Records one more failed attempt, durably and outside any rolled-back
+    /// transaction; returns the count so far.
+    fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<FailureRecord, Error>> + Send;
+
+    /// Forgets the failures of a message that finally succeeded.
+    fn clear_failures(
+        &self,
+        handler: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Marks a message as dead-lettered, uncommitted. `None` when it was
+    /// marked before (a redelivery after a crash): ack it without a second
+    /// dead letter.
+    fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<Option<Self::Mark>, Error>> + Send;
+
+    /// Commits the mark, after the broker confirmed the dead letter.
+    fn commit_dead_letter(
+        &self,
+        mark: Self::Mark,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// How long a key is remembered.
+    fn retention(&self) -> Duration;
 }
 
 /// The dedup and attempt store on one database pool.
@@ -157,7 +223,7 @@ impl<DB: StoreDatabase> Store<DB> {
         handler: &str,
         key: &str,
         message_id: &str,
-    ) -> Result<Claim<DB>, Error> {
+    ) -> Result<Claim<Tx<DB>>, Error> {
         let mut tx = self.pool.begin().await?;
         if DB::claim(&mut tx, handler, key, message_id).await? {
             Ok(Claim::Fresh(Tx { inner: tx }))
@@ -219,11 +285,63 @@ impl<DB: StoreDatabase> Store<DB> {
     }
 }
 
+impl<DB: StoreDatabase> DedupStore for Store<DB> {
+    type Tx = Tx<DB>;
+    type Mark = sqlx::Transaction<'static, DB>;
+
+    async fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<Claim<Tx<DB>>, Error> {
+        Store::claim(self, handler, key, message_id).await
+    }
+
+    async fn commit(&self, tx: Tx<DB>) -> Result<(), Error> {
+        tx.commit().await
+    }
+
+    async fn rollback(&self, tx: Tx<DB>) -> Result<(), Error> {
+        tx.rollback().await
+    }
+
+    async fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<FailureRecord, Error> {
+        Store::record_failure(self, handler, message_id, error).await
+    }
+
+    async fn clear_failures(&self, handler: &str, message_id: &str) -> Result<(), Error> {
+        Store::clear_failures(self, handler, message_id).await
+    }
+
+    async fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<Option<Self::Mark>, Error> {
+        Store::begin_dead_letter(self, handler, message_id, error).await
+    }
+
+    async fn commit_dead_letter(&self, mark: Self::Mark) -> Result<(), Error> {
+        Ok(mark.commit().await?)
+    }
+
+    fn retention(&self) -> Duration {
+        self.retention
+    }
+}
+
 /// The result of claiming a key.
 #[derive(Debug)]
-pub enum Claim<DB: Database> {
+pub enum Claim<T> {
     /// First time: the transaction holds the new dedup row.
-    Fresh(Tx<DB>),
+    Fresh(T),
     /// Committed before: nothing to do but ack.
     Duplicate,
 }

@@ -1,0 +1,283 @@
+//! A dedup store in process memory.
+//!
+//! Same claim semantics as the SQL stores (a key claimed by an open
+//! transaction blocks a second claim until that transaction ends, then the
+//! second sees a duplicate or claims it), but nothing survives the process:
+//! use it for tests, benchmarks and demos, never where a restart must not
+//! reprocess messages. Memory grows with every key until [`MemoryStore::purge`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use time::OffsetDateTime;
+use tokio::sync::Notify;
+
+use super::{Claim, DedupStore, FailureRecord};
+use crate::error::Error;
+
+/// An in-memory [`DedupStore`]; clones share the same keys.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<State>,
+    released: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// `handler \0 key` → claimed by an open transaction (`None`) or
+    /// committed at that instant.
+    keys: HashMap<String, Option<Instant>>,
+    attempts: HashMap<String, Attempts>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Attempts {
+    count: u32,
+    first_failure: OffsetDateTime,
+    dead_lettered: bool,
+}
+
+fn slot(handler: &str, key: &str) -> String {
+    let mut s = String::with_capacity(handler.len() + key.len() + 1);
+    s.push_str(handler);
+    s.push('\0');
+    s.push_str(key);
+    s
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets committed keys older than `age`; returns how many went.
+    pub fn purge(&self, age: Duration) -> usize {
+        let mut state = self.lock();
+        let before = state.keys.len();
+        let now = Instant::now();
+        state
+            .keys
+            .retain(|_, at| at.is_none_or(|t| now.duration_since(t) < age));
+        before - state.keys.len()
+    }
+
+    /// Committed keys held.
+    pub fn len(&self) -> usize {
+        self.lock().keys.values().filter(|v| v.is_some()).count()
+    }
+
+    /// Whether no key is committed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn finish(&self, slot: &str, commit: bool) {
+        {
+            let mut state = self.lock();
+            if commit {
+                if let Some(at) = state.keys.get_mut(slot) {
+                    *at = Some(Instant::now());
+                }
+            } else {
+                state.keys.remove(slot);
+            }
+        }
+        self.inner.released.notify_waiters();
+    }
+}
+
+/// The "transaction" of a [`MemoryStore`]: holds the claim until committed;
+/// dropping it rolls the claim back.
+#[derive(Debug)]
+pub struct MemoryTx {
+    store: MemoryStore,
+    slot: String,
+    done: bool,
+}
+
+impl Drop for MemoryTx {
+    fn drop(&mut self) {
+        if !self.done {
+            self.store.finish(&self.slot, false);
+        }
+    }
+}
+
+/// A dead-letter mark of a [`MemoryStore`]; dropping it unmarks.
+#[derive(Debug)]
+pub struct MemoryMark {
+    store: MemoryStore,
+    slot: String,
+    done: bool,
+}
+
+impl Drop for MemoryMark {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(a) = self.store.lock().attempts.get_mut(&self.slot) {
+                a.dead_lettered = false;
+            }
+        }
+    }
+}
+
+impl DedupStore for MemoryStore {
+    type Tx = MemoryTx;
+    type Mark = MemoryMark;
+
+    async fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        _message_id: &str,
+    ) -> Result<Claim<MemoryTx>, Error> {
+        let slot = slot(handler, key);
+        loop {
+            let released = self.inner.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut state = self.lock();
+                match state.keys.get(&slot) {
+                    Some(Some(_)) => return Ok(Claim::Duplicate),
+                    Some(None) => {} // another transaction holds it: wait
+                    None => {
+                        state.keys.insert(slot.clone(), None);
+                        return Ok(Claim::Fresh(MemoryTx {
+                            store: self.clone(),
+                            slot,
+                            done: false,
+                        }));
+                    }
+                }
+            }
+            released.await;
+        }
+    }
+
+    async fn commit(&self, mut tx: MemoryTx) -> Result<(), Error> {
+        tx.done = true;
+        self.finish(&tx.slot, true);
+        Ok(())
+    }
+
+    async fn rollback(&self, mut tx: MemoryTx) -> Result<(), Error> {
+        tx.done = true;
+        self.finish(&tx.slot, false);
+        Ok(())
+    }
+
+    async fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        _error: &str,
+    ) -> Result<FailureRecord, Error> {
+        let mut state = self.lock();
+        let a = state
+            .attempts
+            .entry(slot(handler, message_id))
+            .or_insert(Attempts {
+                count: 0,
+                first_failure: OffsetDateTime::now_utc(),
+                dead_lettered: false,
+            });
+        a.count += 1;
+        Ok(FailureRecord {
+            attempts: a.count,
+            first_failure: a.first_failure,
+        })
+    }
+
+    async fn clear_failures(&self, handler: &str, message_id: &str) -> Result<(), Error> {
+        self.lock().attempts.remove(&slot(handler, message_id));
+        Ok(())
+    }
+
+    async fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        _error: &str,
+    ) -> Result<Option<MemoryMark>, Error> {
+        let slot = slot(handler, message_id);
+        let mut state = self.lock();
+        let a = state.attempts.entry(slot.clone()).or_insert(Attempts {
+            count: 1,
+            first_failure: OffsetDateTime::now_utc(),
+            dead_lettered: false,
+        });
+        if a.dead_lettered {
+            return Ok(None);
+        }
+        a.dead_lettered = true;
+        Ok(Some(MemoryMark {
+            store: self.clone(),
+            slot,
+            done: false,
+        }))
+    }
+
+    async fn commit_dead_letter(&self, mut mark: MemoryMark) -> Result<(), Error> {
+        mark.done = true;
+        Ok(())
+    }
+
+    fn retention(&self) -> Duration {
+        Duration::MAX
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_claim_waits_for_the_open_transaction_then_sees_the_outcome() {
+        let store = MemoryStore::new();
+        let Ok(Claim::Fresh(tx)) = store.claim("h", "k", "m").await else {
+            panic!("first claim is fresh");
+        };
+        let second = tokio::spawn({
+            let store = store.clone();
+            async move { matches!(store.claim("h", "k", "m").await, Ok(Claim::Duplicate)) }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !second.is_finished(),
+            "the second claim waits for the first transaction"
+        );
+        store.commit(tx).await.expect("commit");
+        assert!(
+            second.await.expect("join"),
+            "after the commit it is a duplicate"
+        );
+
+        let Ok(Claim::Fresh(tx)) = store.claim("h", "k2", "m").await else {
+            panic!("fresh");
+        };
+        drop(tx); // rolled back
+        assert!(matches!(
+            store.claim("h", "k2", "m").await,
+            Ok(Claim::Fresh(_))
+        ));
+        assert!(
+            matches!(store.claim("other", "k", "m").await, Ok(Claim::Fresh(_))),
+            "scoped by handler"
+        );
+    }
+}
