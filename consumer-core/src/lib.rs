@@ -116,8 +116,6 @@ pub mod __private {
     pub const fn assert_message<M: DecodableMessage>() {}
     /// See [`HandlerError`].
     pub const fn assert_error<E: HandlerError>() {}
-    /// See [`TxStore`].
-    pub const fn assert_tx<T: TxStore + ?Sized>() {}
 
     /// The retry policy the `exponential(...)` form builds.
     pub const fn exponential(

@@ -96,7 +96,7 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                 .into_iter()
                 .last()
                 .map_or_else(|| t.span(), |tt| tt.span());
-            let bound = respan(quote!(: #krate::__private::TxDatabase), end);
+            let bound = respan(quote!(: #krate::__private::TxStore), end);
             quote!(where #t #bound)
         }
         None => quote!(),

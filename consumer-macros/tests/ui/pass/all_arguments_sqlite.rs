@@ -40,7 +40,7 @@ async fn record_order(
     Ok(())
 }
 
-fn assert_handler<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(record_order);

@@ -17,7 +17,7 @@ async fn welcome(signup: Signup, tx: &mut PgTx) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn assert_handler<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
+fn assert_handler<H: consumer::Handler<consumer::PgStore>>(_: H) {}
 
 fn main() {
     assert_handler(welcome);

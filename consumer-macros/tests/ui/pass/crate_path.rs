@@ -21,7 +21,7 @@ async fn on_tick(tick: Tick, _tx: &mut SqliteTx) -> Result<(), OutOfOrder> {
     Err(OutOfOrder(tick.n))
 }
 
-fn assert_handler<H: deps::framework::Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: deps::framework::Handler<deps::framework::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(on_tick);

@@ -17,7 +17,7 @@ async fn ship(shipment: Shipment, _tx: &mut SqliteTx) -> Result<(), CarrierDown>
     Err(CarrierDown)
 }
 
-fn assert_handler<H: Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: Handler<consumer::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(ship);

@@ -19,10 +19,12 @@ async fn answer_ping(ping: Ping, ctx: &MessageContext) -> Result<(), PingError> 
     Ok(())
 }
 
-fn assert_sqlite<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
-fn assert_postgres<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
+fn assert_sqlite<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
+fn assert_postgres<H: consumer::Handler<consumer::PgStore>>(_: H) {}
+fn assert_memory<H: consumer::Handler<consumer::MemoryStore>>(_: H) {}
 
 fn main() {
     assert_sqlite(answer_ping);
     assert_postgres(answer_ping);
+    assert_memory(answer_ping);
 }

@@ -20,7 +20,7 @@ async fn record_refund(refund: Refund, tx: &mut PgTx) -> Result<(), RefundError>
     Ok(())
 }
 
-fn assert_handler<H: consumer::Handler<sqlx::Postgres>>(_: H) {}
+fn assert_handler<H: consumer::Handler<consumer::PgStore>>(_: H) {}
 
 fn main() {
     assert_handler(record_refund);

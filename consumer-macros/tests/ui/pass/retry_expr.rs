@@ -22,7 +22,7 @@ async fn send_invoice(invoice: Invoice) -> Result<(), NotReady> {
     Err(NotReady(invoice.number))
 }
 
-fn assert_handler<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(send_invoice);

@@ -19,11 +19,11 @@ async fn record_audit(audit: Audit) -> Result<(), AuditError> {
     Ok(())
 }
 
-fn assert_handler<H: Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: Handler<consumer::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(record_audit);
-    let policy: RetryPolicy = Handler::<sqlx::Sqlite>::retry_policy(&record_audit);
+    let policy: RetryPolicy = Handler::<consumer::SqliteStore>::retry_policy(&record_audit);
     assert_eq!(policy.max_attempts(), RetryPolicy::none().max_attempts());
     // The function itself stays callable, for unit tests.
     let _ = record_audit::call(Audit {

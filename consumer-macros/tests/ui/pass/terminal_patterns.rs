@@ -40,7 +40,7 @@ async fn charge_card(charge: Charge, _tx: &mut SqliteTx) -> Result<(), ChargeErr
     }
 }
 
-fn assert_handler<H: consumer::Handler<sqlx::Sqlite>>(_: H) {}
+fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
 fn main() {
     assert_handler(charge_card);
