@@ -1,0 +1,439 @@
+//! The transactional outbox: events written in the caller's transaction,
+//! relayed to a broker afterwards, at least once, in per-aggregate order.
+//!
+//! * [`Outbox::enqueue`] inserts the event in the caller's transaction
+//!   (plain sqlx code or a `#[handler]`'s `tx`), with the active W3C trace
+//!   context in `trace_metadata`. A payload that cannot be serialised fails
+//!   in [`NewEvent::new`], before anything is written.
+//! * Each aggregate has a version counter row, bumped by the same statement
+//!   that inserts the event. Its row lock is held until the writer commits,
+//!   so two transactions that enqueue for one aggregate commit in version
+//!   order: **version order is commit order**, per aggregate. A global
+//!   sequence alone would not give this (an earlier number can commit later).
+//! * [`OutboxRelay`] claims batches, publishes them through a
+//!   [`Publisher`](crate::Publisher) with broker confirmation, and marks
+//!   them published in the same transaction that claimed them. On
+//!   PostgreSQL a relay holds a transaction-scoped advisory lock per
+//!   aggregate while it publishes, so several relays run at once without
+//!   ever having two events of one aggregate in flight, and their
+//!   `SKIP LOCKED` batches cannot interleave one aggregate's events. On
+//!   SQLite one relay at a time holds a lease.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::envelope::{Headers, names};
+use crate::error::Error;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+mod relay;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use relay::{OutboxRelay, RelayStats, RelayStatsSnapshot, WakeUp};
+
+/// The default table name (the standard's `outbox_events`).
+pub const DEFAULT_TABLE: &str = "outbox_events";
+
+/// An event to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub(crate) aggregate_type: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) event_type: String,
+    pub(crate) payload: String,
+    pub(crate) destination: Option<String>,
+    pub(crate) headers: BTreeMap<String, String>,
+}
+
+impl NewEvent {
+    /// An event of `event_type` about one aggregate, its payload serialised
+    /// to JSON now: a payload that cannot be serialised is an error here,
+    /// before anything is written.
+    pub fn new<T: Serialize + ?Sized>(
+        aggregate_type: impl Into<String>,
+        aggregate_id: impl Into<String>,
+        event_type: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, Error> {
+        let payload = serde_json::to_string(payload)
+            .map_err(|e| Error::Config(format!("event payload cannot be serialised: {e}")))?;
+        Ok(Self {
+            aggregate_type: aggregate_type.into(),
+            aggregate_id: aggregate_id.into(),
+            event_type: event_type.into(),
+            payload,
+            destination: None,
+            headers: BTreeMap::new(),
+        })
+    }
+
+    /// Publishes to this destination instead of the outbox's default.
+    pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
+        self.destination = Some(destination.into());
+        self
+    }
+
+    /// Adds a header to the published message.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+}
+
+/// A row claimed by a relay.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub version: i64,
+    pub event_type: String,
+    pub destination: String,
+    pub payload: String,
+    pub headers: Option<String>,
+    pub trace_metadata: Option<String>,
+    pub created_at_ms: i64,
+    pub attempts: i32,
+    /// Waiting for a retry, or failed: this aggregate stops here.
+    pub held: bool,
+}
+
+/// Checks a configured table name: an unquoted SQL identifier, so it can
+/// be spliced into SQL without any risk of injection.
+pub fn validate_identifier(name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= 50
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "table name {name:?} is not a valid identifier: use 1 to 50 characters among a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+/// The outbox of one table. Cheap to clone; build it once.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    table: String,
+    default_destination: Option<String>,
+    notify_channel: Option<String>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outbox {
+    /// The outbox on `outbox_events` (and `outbox_events_aggregates`).
+    pub fn new() -> Self {
+        Self {
+            table: DEFAULT_TABLE.to_owned(),
+            default_destination: None,
+            notify_channel: None,
+        }
+    }
+
+    /// Another table name, validated as an SQL identifier.
+    pub fn with_table(mut self, table: &str) -> Result<Self, Error> {
+        validate_identifier(table)?;
+        self.table = table.to_owned();
+        Ok(self)
+    }
+
+    /// Where events without their own destination go (default: their
+    /// aggregate type).
+    pub fn with_default_destination(mut self, destination: impl Into<String>) -> Self {
+        self.default_destination = Some(destination.into());
+        self
+    }
+
+    /// PostgreSQL only: `NOTIFY` this channel from every enqueuing
+    /// transaction, so a relay listening on it wakes at once. NOTIFY takes a
+    /// database-wide lock at commit, which serialises writers' commits: see
+    /// the README's measurement before turning it on.
+    pub fn with_notify(mut self, channel: &str) -> Result<Self, Error> {
+        validate_identifier(channel)?;
+        self.notify_channel = Some(channel.to_owned());
+        Ok(self)
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The NOTIFY channel, if any.
+    pub fn notify_channel(&self) -> Option<&str> {
+        self.notify_channel.as_deref()
+    }
+
+    pub(crate) fn destination_for(&self, event: &NewEvent) -> String {
+        event
+            .destination
+            .clone()
+            .or_else(|| self.default_destination.clone())
+            .unwrap_or_else(|| event.aggregate_type.clone())
+    }
+
+    /// Inserts `event` in the caller's transaction and returns its id:
+    /// `outbox.enqueue(&mut tx, event)` with a sqlx transaction, or
+    /// `outbox.enqueue(tx, event)` with a `#[handler]`'s `tx`. The event
+    /// becomes visible to relays when, and only if, that transaction commits.
+    pub async fn enqueue<C>(&self, tx: &mut C, event: NewEvent) -> Result<uuid::Uuid, Error>
+    where
+        C: InTransaction + ?Sized,
+    {
+        let conn = tx.connection();
+        let id = uuid::Uuid::now_v7();
+        let destination = self.destination_for(&event);
+        let headers = if event.headers.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&event.headers).map_err(|e| Error::Config(e.to_string()))?)
+        };
+        let trace = current_trace_metadata();
+        C::Database::enqueue(
+            self,
+            conn,
+            id,
+            &event,
+            &destination,
+            headers.as_deref(),
+            trace.as_deref(),
+        )
+        .await?;
+        Ok(id)
+    }
+
+    /// Creates the tables and indexes when missing (idempotent). The same
+    /// statements are shipped as sqlx migrations for the default table name
+    /// (`migrations/<database>/`); [`Outbox::ddl`] prints them for your own
+    /// migrations.
+    pub async fn create_tables<DB: OutboxDatabase>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+    ) -> Result<(), Error> {
+        DB::create_tables(self, pool).await
+    }
+
+    /// The DDL of this outbox's tables, for a migration of your own.
+    pub fn ddl<DB: OutboxDatabase>(&self) -> String {
+        DB::ddl(&self.table)
+    }
+
+    /// Makes a failed event of an aggregate eligible again (after its cause
+    /// was fixed), which unblocks the events behind it.
+    pub async fn retry_failed<DB: OutboxDatabase>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<u64, Error> {
+        DB::retry_failed(self, pool, aggregate_type, aggregate_id).await
+    }
+
+    /// Deletes published events older than `age`, `batch` rows per
+    /// statement so no statement holds locks for long.
+    pub async fn purge_published<DB: OutboxDatabase>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        age: Duration,
+        batch: u32,
+    ) -> Result<u64, Error> {
+        let cutoff = OffsetDateTime::now_utc() - age;
+        let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        let mut total = 0;
+        loop {
+            let n = DB::purge_batch(self, pool, cutoff_ms, i64::from(batch.max(1))).await?;
+            total += n;
+            if n < u64::from(batch.max(1)) {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Unpublished events in the table (ready, waiting for a retry, failed).
+    pub async fn pending<DB: OutboxDatabase>(&self, pool: &sqlx::Pool<DB>) -> Result<i64, Error> {
+        DB::pending(self, pool).await
+    }
+}
+
+/// The trace context of the current span as the JSON stored with the event.
+fn current_trace_metadata() -> Option<String> {
+    let mut headers = Headers::new();
+    crate::trace::inject_current(&mut headers);
+    let mut map = BTreeMap::new();
+    for name in [names::TRACEPARENT, names::TRACESTATE] {
+        if let Ok(Some(v)) = headers.get(name) {
+            if !v.is_empty() {
+                map.insert(name, v.to_owned());
+            }
+        }
+    }
+    if map.is_empty() {
+        None
+    } else {
+        serde_json::to_string(&map).ok()
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An open transaction the outbox can write into: a sqlx
+/// `Transaction`, or the `Tx` a `#[handler]` receives.
+pub trait InTransaction: Send {
+    /// Its database.
+    type Database: OutboxDatabase;
+    /// The connection the transaction runs on.
+    fn connection(&mut self) -> &mut <Self::Database as sqlx::Database>::Connection;
+}
+
+impl<DB: OutboxDatabase> InTransaction for sqlx::Transaction<'_, DB> {
+    type Database = DB;
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+impl<DB: OutboxDatabase> InTransaction for crate::store::Tx<DB> {
+    type Database = DB;
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+/// A database the outbox supports; sealed, like
+/// [`StoreDatabase`](crate::StoreDatabase).
+pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        outbox: &Outbox,
+        conn: &mut Self::Connection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    #[doc(hidden)]
+    fn ddl(table: &str) -> String;
+
+    #[doc(hidden)]
+    fn create_tables(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    #[doc(hidden)]
+    fn retry_failed(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    #[doc(hidden)]
+    fn purge_batch(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        cutoff_ms: i64,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    #[doc(hidden)]
+    fn pending(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+    ) -> impl Future<Output = Result<i64, Error>> + Send;
+
+    /// What a relay holds between claim and finish (PostgreSQL: the open
+    /// transaction with its aggregate locks).
+    #[doc(hidden)]
+    type ClaimGuard: Send;
+
+    /// Claims up to `batch` rows, ordered by aggregate then version.
+    #[doc(hidden)]
+    fn claim(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        holder: &str,
+        batch: i64,
+    ) -> impl Future<Output = Result<(Self::ClaimGuard, Vec<Row>), Error>> + Send;
+
+    /// Records what happened to the claimed rows and releases the claim.
+    #[doc(hidden)]
+    fn finish(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        guard: Self::ClaimGuard,
+        outcomes: &[(Row, RowOutcome)],
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// What happened to one claimed row.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub enum RowOutcome {
+    /// Confirmed by the broker.
+    Published,
+    /// Refused or not sent; retry after the delay, or mark failed.
+    Failed {
+        error: String,
+        retry_after: Duration,
+        give_up: bool,
+    },
+    /// Not attempted (an earlier event of its aggregate did not go out).
+    Skipped,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_validated() {
+        for ok in ["outbox_events", "_x", "a1"] {
+            assert!(validate_identifier(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1abc",
+            "Outbox",
+            "out box",
+            "x;drop table y",
+            "o\"",
+            &"a".repeat(51),
+        ] {
+            assert!(validate_identifier(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unserialisable_payloads_fail_before_anything_is_written() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(vec![1u8], 1); // JSON object keys must be strings
+        assert!(NewEvent::new("Order", "1", "Created", &map).is_err());
+    }
+}

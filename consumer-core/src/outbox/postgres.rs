@@ -1,0 +1,245 @@
+use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
+
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, sealed};
+use crate::error::Error;
+
+impl sealed::Sealed for Postgres {}
+
+/// Advisory-lock class of relay aggregate locks (first key of the pair).
+const LOCK_CLASS: i32 = 0x6f75_7462; // "outb"
+
+fn sql(template: &str, table: &str) -> AssertSqlSafe<String> {
+    // `table` is validated as an identifier when the Outbox is built.
+    AssertSqlSafe(template.replace("{t}", table))
+}
+
+const ENQUEUE: &str = "WITH v AS ( \
+       INSERT INTO {t}_aggregates AS a (aggregate_type, aggregate_id, last_version) VALUES ($2, $3, 1) \
+       ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_version = a.last_version + 1 \
+       RETURNING last_version) \
+     INSERT INTO {t} (id, aggregate_type, aggregate_id, version, event_type, destination, payload, headers, trace_metadata) \
+     SELECT $1::uuid, $2, $3, v.last_version, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb FROM v";
+
+const CLAIM: &str = "WITH candidates AS MATERIALIZED ( \
+       SELECT DISTINCT c.aggregate_type, c.aggregate_id FROM ( \
+         SELECT e.aggregate_type, e.aggregate_id FROM {t} e \
+         WHERE e.published_at IS NULL AND e.failed_at IS NULL \
+           AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now()) \
+           AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
+                           AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
+         ORDER BY e.seq LIMIT $1) c \
+     ), locked AS MATERIALIZED ( \
+       SELECT aggregate_type, aggregate_id FROM candidates \
+       WHERE pg_try_advisory_xact_lock($2, hashtext(aggregate_type || chr(31) || aggregate_id)) \
+     ) \
+     SELECT e.id::text, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
+            e.payload::text, e.headers::text, e.trace_metadata::text, \
+            (extract(epoch FROM e.created_at) * 1000)::bigint, e.attempts, \
+            (e.failed_at IS NOT NULL OR (e.next_attempt_at IS NOT NULL AND e.next_attempt_at > now())) \
+     FROM {t} e JOIN locked l ON e.aggregate_type = l.aggregate_type AND e.aggregate_id = l.aggregate_id \
+     WHERE e.published_at IS NULL \
+     ORDER BY e.aggregate_type, e.aggregate_id, e.version \
+     LIMIT $3 \
+     FOR UPDATE OF e SKIP LOCKED";
+
+const MARK_PUBLISHED: &str = "UPDATE {t} SET published_at = now(), attempts = attempts + 1, \
+     last_error = NULL, next_attempt_at = NULL WHERE id = ANY($1::uuid[])";
+
+const MARK_FAILED: &str = "UPDATE {t} SET attempts = attempts + 1, last_error = $2, \
+     next_attempt_at = now() + ($3::bigint * interval '1 millisecond'), \
+     failed_at = CASE WHEN $4 THEN now() ELSE NULL END WHERE id = $1::uuid";
+
+const BLOCK: &str = "UPDATE {t}_aggregates SET blocked_at = now() \
+     WHERE aggregate_type = $1 AND aggregate_id = $2";
+
+impl OutboxDatabase for Postgres {
+    async fn enqueue(
+        outbox: &Outbox,
+        conn: &mut PgConnection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+    ) -> Result<(), Error> {
+        sqlx::query(sql(ENQUEUE, outbox.table()))
+            .bind(id.to_string())
+            .bind(&event.aggregate_type)
+            .bind(&event.aggregate_id)
+            .bind(&event.event_type)
+            .bind(destination)
+            .bind(&event.payload)
+            .bind(headers)
+            .bind(trace)
+            .execute(&mut *conn)
+            .await?;
+        if let Some(channel) = outbox.notify_channel() {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(channel)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn ddl(table: &str) -> String {
+        DDL.replace(super::DEFAULT_TABLE, table)
+    }
+
+    async fn create_tables(outbox: &Outbox, pool: &Pool<Self>) -> Result<(), Error> {
+        let mut conn = pool.acquire().await?;
+        // One advisory lock so concurrent starters do not race on CREATE.
+        sqlx::query("SELECT pg_advisory_lock($1, 0)")
+            .bind(LOCK_CLASS)
+            .execute(&mut *conn)
+            .await?;
+        let result = sqlx::raw_sql(AssertSqlSafe(Self::ddl(outbox.table())))
+            .execute(&mut *conn)
+            .await;
+        sqlx::query("SELECT pg_advisory_unlock($1, 0)")
+            .bind(LOCK_CLASS)
+            .execute(&mut *conn)
+            .await?;
+        result?;
+        Ok(())
+    }
+
+    async fn retry_failed(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<u64, Error> {
+        let mut tx = pool.begin().await?;
+        let n = sqlx::query(sql(
+            "UPDATE {t} SET failed_at = NULL, next_attempt_at = NULL, attempts = 0 \
+             WHERE aggregate_type = $1 AND aggregate_id = $2 AND failed_at IS NOT NULL AND published_at IS NULL",
+            outbox.table(),
+        ))
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query(sql(
+            "UPDATE {t}_aggregates SET blocked_at = NULL WHERE aggregate_type = $1 AND aggregate_id = $2",
+            outbox.table(),
+        ))
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    async fn purge_batch(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        cutoff_ms: i64,
+        batch: i64,
+    ) -> Result<u64, Error> {
+        Ok(sqlx::query(sql(
+            "DELETE FROM {t} WHERE ctid IN (SELECT ctid FROM {t} WHERE published_at IS NOT NULL \
+             AND published_at < to_timestamp($1::double precision / 1000) LIMIT $2)",
+            outbox.table(),
+        ))
+        .bind(cutoff_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
+    }
+
+    async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
+        Ok(sqlx::query_scalar(sql(
+            "SELECT count(*) FROM {t} WHERE published_at IS NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?)
+    }
+
+    type ClaimGuard = sqlx::Transaction<'static, Postgres>;
+
+    async fn claim(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        _holder: &str,
+        batch: i64,
+    ) -> Result<(Self::ClaimGuard, Vec<Row>), Error> {
+        let mut tx = pool.begin().await?;
+        let rows = sqlx::query(sql(CLAIM, outbox.table()))
+            .bind(batch)
+            .bind(LOCK_CLASS)
+            .bind(batch)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for r in &rows {
+            claimed.push(Row {
+                id: r.try_get(0)?,
+                aggregate_type: r.try_get(1)?,
+                aggregate_id: r.try_get(2)?,
+                version: r.try_get(3)?,
+                event_type: r.try_get(4)?,
+                destination: r.try_get(5)?,
+                payload: r.try_get(6)?,
+                headers: r.try_get(7)?,
+                trace_metadata: r.try_get(8)?,
+                created_at_ms: r.try_get(9)?,
+                attempts: r.try_get(10)?,
+                held: r.try_get(11)?,
+            });
+        }
+        Ok((tx, claimed))
+    }
+
+    async fn finish(
+        outbox: &Outbox,
+        _pool: &Pool<Self>,
+        mut tx: Self::ClaimGuard,
+        outcomes: &[(Row, RowOutcome)],
+    ) -> Result<(), Error> {
+        let table = outbox.table();
+        let published: Vec<&str> = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, RowOutcome::Published))
+            .map(|(r, _)| r.id.as_str())
+            .collect();
+        if !published.is_empty() {
+            sqlx::query(sql(MARK_PUBLISHED, table))
+                .bind(&published)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for (row, outcome) in outcomes {
+            if let RowOutcome::Failed {
+                error,
+                retry_after,
+                give_up,
+            } = outcome
+            {
+                sqlx::query(sql(MARK_FAILED, table))
+                    .bind(&row.id)
+                    .bind(error)
+                    .bind(i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX))
+                    .bind(*give_up)
+                    .execute(&mut *tx)
+                    .await?;
+                if *give_up {
+                    sqlx::query(sql(BLOCK, table))
+                        .bind(&row.aggregate_type)
+                        .bind(&row.aggregate_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+        }
+        // Commit releases the aggregate locks.
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+const DDL: &str = include_str!("../../migrations/postgres/2_outbox.sql");

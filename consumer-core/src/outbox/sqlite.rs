@@ -1,0 +1,246 @@
+use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
+
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, sealed};
+use crate::error::Error;
+
+impl sealed::Sealed for Sqlite {}
+
+/// How long a relay's lease lasts without renewal.
+const LEASE_MS: i64 = 15_000;
+
+fn sql(template: &str, table: &str) -> AssertSqlSafe<String> {
+    // `table` is validated as an identifier when the Outbox is built.
+    AssertSqlSafe(template.replace("{t}", table))
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+}
+
+const BUMP: &str = "INSERT INTO {t}_aggregates (aggregate_type, aggregate_id, last_version) VALUES (?1, ?2, 1) \
+     ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_version = last_version + 1 \
+     RETURNING last_version";
+
+const INSERT: &str = "INSERT INTO {t} (id, aggregate_type, aggregate_id, version, event_type, destination, \
+     payload, headers, trace_metadata, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
+const LEASE: &str = "INSERT INTO {t}_lease (id, holder, expires_at) VALUES (1, ?1, ?2) \
+     ON CONFLICT (id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+     WHERE {t}_lease.holder = excluded.holder OR {t}_lease.expires_at < ?3";
+
+const CLAIM: &str = "SELECT e.id, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
+       e.payload, e.headers, e.trace_metadata, e.created_at, e.attempts, \
+       (e.failed_at IS NOT NULL OR (e.next_attempt_at IS NOT NULL AND e.next_attempt_at > ?2)) \
+     FROM {t} e WHERE e.published_at IS NULL \
+       AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
+                       AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
+     ORDER BY e.seq LIMIT ?1";
+
+impl OutboxDatabase for Sqlite {
+    async fn enqueue(
+        outbox: &Outbox,
+        conn: &mut SqliteConnection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+    ) -> Result<(), Error> {
+        let version: i64 = sqlx::query_scalar(sql(BUMP, outbox.table()))
+            .bind(&event.aggregate_type)
+            .bind(&event.aggregate_id)
+            .fetch_one(&mut *conn)
+            .await?;
+        sqlx::query(sql(INSERT, outbox.table()))
+            .bind(id.to_string())
+            .bind(&event.aggregate_type)
+            .bind(&event.aggregate_id)
+            .bind(version)
+            .bind(&event.event_type)
+            .bind(destination)
+            .bind(&event.payload)
+            .bind(headers)
+            .bind(trace)
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    fn ddl(table: &str) -> String {
+        DDL.replace(super::DEFAULT_TABLE, table)
+    }
+
+    async fn create_tables(outbox: &Outbox, pool: &Pool<Self>) -> Result<(), Error> {
+        sqlx::raw_sql(AssertSqlSafe(Self::ddl(outbox.table())))
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn retry_failed(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<u64, Error> {
+        let mut tx = pool.begin().await?;
+        let n = sqlx::query(sql(
+            "UPDATE {t} SET failed_at = NULL, next_attempt_at = NULL, attempts = 0 \
+             WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND failed_at IS NOT NULL AND published_at IS NULL",
+            outbox.table(),
+        ))
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query(sql(
+            "UPDATE {t}_aggregates SET blocked_at = NULL WHERE aggregate_type = ?1 AND aggregate_id = ?2",
+            outbox.table(),
+        ))
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    async fn purge_batch(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        cutoff_ms: i64,
+        batch: i64,
+    ) -> Result<u64, Error> {
+        Ok(sqlx::query(sql(
+            "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE published_at IS NOT NULL \
+             AND published_at < ?1 LIMIT ?2)",
+            outbox.table(),
+        ))
+        .bind(cutoff_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
+    }
+
+    async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
+        Ok(sqlx::query_scalar(sql(
+            "SELECT count(*) FROM {t} WHERE published_at IS NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?)
+    }
+
+    type ClaimGuard = ();
+
+    async fn claim(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        holder: &str,
+        batch: i64,
+    ) -> Result<((), Vec<Row>), Error> {
+        let table = outbox.table();
+        let now = now_ms();
+        let held = sqlx::query(sql(LEASE, table))
+            .bind(holder)
+            .bind(now + LEASE_MS)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if held == 0 {
+            return Ok(((), Vec::new())); // another relay holds the lease
+        }
+        // Read outside a transaction: holding SQLite's write lock while the
+        // broker confirms would stall every writer of the application.
+        let rows = sqlx::query(sql(CLAIM, table))
+            .bind(batch)
+            .bind(now)
+            .fetch_all(pool)
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for r in &rows {
+            claimed.push(Row {
+                id: r.try_get(0)?,
+                aggregate_type: r.try_get(1)?,
+                aggregate_id: r.try_get(2)?,
+                version: r.try_get(3)?,
+                event_type: r.try_get(4)?,
+                destination: r.try_get(5)?,
+                payload: r.try_get(6)?,
+                headers: r.try_get(7)?,
+                trace_metadata: r.try_get(8)?,
+                created_at_ms: r.try_get(9)?,
+                attempts: r
+                    .try_get::<i64, _>(10)
+                    .map(|a| i32::try_from(a).unwrap_or(i32::MAX))?,
+                held: r.try_get(11)?,
+            });
+        }
+        Ok(((), claimed))
+    }
+
+    async fn finish(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        _guard: (),
+        outcomes: &[(Row, RowOutcome)],
+    ) -> Result<(), Error> {
+        let table = outbox.table();
+        let mut tx = pool.begin().await?;
+        let done = now_ms();
+        for (row, outcome) in outcomes {
+            match outcome {
+                RowOutcome::Published => {
+                    sqlx::query(sql(
+                        "UPDATE {t} SET published_at = ?2, attempts = attempts + 1, last_error = NULL, \
+                         next_attempt_at = NULL WHERE id = ?1",
+                        table,
+                    ))
+                    .bind(&row.id)
+                    .bind(done)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                RowOutcome::Failed {
+                    error,
+                    retry_after,
+                    give_up,
+                } => {
+                    let retry_ms = i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX / 2);
+                    sqlx::query(sql(
+                        "UPDATE {t} SET attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3, \
+                         failed_at = CASE WHEN ?4 THEN ?5 ELSE NULL END WHERE id = ?1",
+                        table,
+                    ))
+                    .bind(&row.id)
+                    .bind(error)
+                    .bind(done.saturating_add(retry_ms))
+                    .bind(*give_up)
+                    .bind(done)
+                    .execute(&mut *tx)
+                    .await?;
+                    if *give_up {
+                        sqlx::query(sql(
+                            "UPDATE {t}_aggregates SET blocked_at = ?3 WHERE aggregate_type = ?1 AND aggregate_id = ?2",
+                            table,
+                        ))
+                        .bind(&row.aggregate_type)
+                        .bind(&row.aggregate_id)
+                        .bind(done)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                RowOutcome::Skipped => {}
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+const DDL: &str = include_str!("../../migrations/sqlite/2_outbox.sql");
