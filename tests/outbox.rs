@@ -500,3 +500,52 @@ impl Publisher for Refusing {
         out
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_wakes_an_idle_postgres_relay() {
+    let pool = pg_pool().await;
+    let outbox = Outbox::new()
+        .with_default_destination("orders")
+        .with_notify("outbox_wake")
+        .expect("channel");
+    let broker = MemoryBroker::new(1);
+    // Polling so slow that only the notification can explain a publish.
+    let relay =
+        OutboxRelay::new(pool.clone(), outbox.clone(), broker.clone()).with_wake_up(WakeUp::Poll {
+            min: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        });
+    let listener = consumer::outbox::listen(&pool, "outbox_wake", relay.waker())
+        .await
+        .expect("LISTEN");
+    let stats = relay.stats();
+    let run = tokio::spawn(relay.run_until(std::future::pending()));
+    // The first (empty) round runs at once; then the relay sleeps.
+    within(async {
+        while stats.snapshot().rounds == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let mut tx = pool.begin().await.expect("begin");
+    let ev = NewEvent::new(
+        "Order",
+        "w",
+        "OrderPlaced",
+        &OrderEvent {
+            order: "w".into(),
+            n: 1,
+        },
+    )
+    .expect("json");
+    outbox.enqueue(&mut tx, ev).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    let mut source = broker.source("orders");
+    let (env, _ack) = within(source.recv())
+        .await
+        .expect("recv")
+        .expect("delivery");
+    assert_eq!(env.key.as_deref(), Some("w"));
+    run.abort();
+    listener.abort();
+}

@@ -35,6 +35,8 @@ mod relay;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+#[cfg(feature = "postgres")]
+pub use postgres::listen;
 pub use relay::{OutboxRelay, RelayStats, RelayStatsSnapshot, WakeUp};
 
 /// The default table name (the standard's `outbox_events`).

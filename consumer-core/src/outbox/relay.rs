@@ -47,7 +47,7 @@ pub struct RelayStats {
 /// A copy of [`RelayStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RelayStatsSnapshot {
-    /// Claim rounds run.
+    /// Claim rounds completed.
     pub rounds: u64,
     /// Rows claimed.
     pub claimed: u64,
@@ -154,8 +154,8 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
 
     /// Runs one claim-publish-mark round; returns the rows claimed.
     pub async fn run_once(&self) -> Result<usize, Error> {
-        self.stats.rounds.fetch_add(1, Relaxed);
         let result = self.round().await;
+        self.stats.rounds.fetch_add(1, Relaxed);
         match &result {
             Ok(n) => {
                 self.stats.claimed.fetch_add(*n as u64, Relaxed);

@@ -1,0 +1,167 @@
+//! The outbox end to end, with no services: a handler writes business state
+//! and an outbox event in one transaction; the relay publishes the event to
+//! the in-memory broker; a second handler consumes it.
+//!
+//! ```sh
+//! cargo run --example outbox_orders
+//! ```
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use consumer::{
+    Consumer, MemoryBroker, Message, MessageContext, NewEvent, Outbox, OutboxRelay, SqliteStore,
+    SqliteTx, handler,
+};
+use serde::{Deserialize, Serialize};
+
+/// Where `place_order` writes its events.
+static OUTBOX: LazyLock<Outbox> =
+    LazyLock::new(|| Outbox::new().with_default_destination("order-events"));
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PlaceOrder {
+    order_id: String,
+    customer: String,
+    cents: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct OrderPlaced {
+    order_id: String,
+    customer: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+    #[error("outbox error")]
+    Outbox(#[from] consumer::Error),
+}
+
+/// Command handler: the order row and its event commit together, or not at all.
+#[handler(idempotency_key = cmd.order_id)]
+async fn place_order(cmd: PlaceOrder, tx: &mut SqliteTx) -> Result<(), AppError> {
+    sqlx::query("INSERT INTO orders (order_id, customer, cents) VALUES ($1, $2, $3)")
+        .bind(&cmd.order_id)
+        .bind(&cmd.customer)
+        .bind(cmd.cents)
+        .execute(&mut **tx)
+        .await?;
+    let event = NewEvent::new(
+        "Order",
+        &cmd.order_id,
+        "OrderPlaced",
+        &OrderPlaced {
+            order_id: cmd.order_id.clone(),
+            customer: cmd.customer.clone(),
+        },
+    )?;
+    OUTBOX.enqueue(tx, event).await?;
+    Ok(())
+}
+
+/// Event handler, downstream: deduplicated on the event id (the default key).
+#[handler]
+async fn notify_customer(
+    event: OrderPlaced,
+    tx: &mut SqliteTx,
+    ctx: &MessageContext,
+) -> Result<(), AppError> {
+    sqlx::query("INSERT INTO notifications (event_id, customer, text) VALUES ($1, $2, $3)")
+        .bind(ctx.message_id())
+        .bind(&event.customer)
+        .bind(format!("order {} is confirmed", event.order_id))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let path = std::env::temp_dir().join(format!("outbox-orders-{}.db", std::process::id()));
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?;
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await?; // dedup tables and the default outbox tables
+    sqlx::raw_sql(
+        "CREATE TABLE orders (order_id TEXT PRIMARY KEY, customer TEXT, cents INTEGER);
+         CREATE TABLE notifications (event_id TEXT PRIMARY KEY, customer TEXT, text TEXT);",
+    )
+    .execute(&pool)
+    .await?;
+
+    let broker = MemoryBroker::new(4);
+    for (id, customer, cents) in [
+        ("o-1", "alice", 1200),
+        ("o-2", "bob", 800),
+        ("o-3", "alice", 450),
+    ] {
+        let cmd = PlaceOrder {
+            order_id: id.into(),
+            customer: customer.into(),
+            cents,
+        };
+        let m = Message::json("PlaceOrder", &cmd)?.with_key(customer);
+        broker.publish("commands", m.clone()).await?;
+        if id == "o-2" {
+            broker.publish("commands", m).await?; // a duplicate command
+        }
+    }
+
+    // 1. Commands -> orders + outbox events, one transaction each.
+    let drained = broker.clone();
+    Consumer::new(broker.source("commands"), store.clone(), place_order)
+        .run_until(async move { drained.wait_drained("commands").await })
+        .await?;
+
+    // 2. The relay publishes the committed events.
+    let relay = OutboxRelay::new(pool.clone(), OUTBOX.clone(), broker.clone())
+        .with_source("/examples/orders");
+    while OUTBOX.pending(&pool).await? > 0 {
+        relay.run_once().await?;
+    }
+
+    // 3. Events -> notifications, downstream.
+    let drained = broker.clone();
+    Consumer::new(broker.source("order-events"), store, notify_customer)
+        .run_until(async move { drained.wait_drained("order-events").await })
+        .await?;
+
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&pool)
+        .await?;
+    let events: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, event_type, version FROM outbox_events ORDER BY seq")
+            .fetch_all(&pool)
+            .await?;
+    let notes: Vec<(String, String)> =
+        sqlx::query_as("SELECT customer, text FROM notifications ORDER BY customer, text")
+            .fetch_all(&pool)
+            .await?;
+    println!(
+        "outbox_orders: commands -> orders + outbox (one transaction) -> relay -> broker -> notifications\n"
+    );
+    println!("  orders written            {orders} (4 commands, one of them a duplicate)");
+    println!("  outbox events relayed     {}", events.len());
+    for (agg, kind, version) in &events {
+        println!("    {kind} {agg} v{version}");
+    }
+    println!("  notifications written     {}", notes.len());
+    for (customer, text) in &notes {
+        println!("    {customer}: {text}");
+    }
+    pool.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    Ok(())
+}
