@@ -76,7 +76,7 @@ pub enum TraceContextError {
 /// used (the caller logs it and starts a root span).
 pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> {
     let traceparent = match headers.get(names::TRACEPARENT) {
-        Ok(None) => return Ok(None),
+        Ok(None) => return extract_trace_metadata(headers),
         Ok(Some(v)) => v,
         Err(_) => return Err(TraceContextError::NotUtf8(names::TRACEPARENT)),
     };
@@ -103,6 +103,37 @@ pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> 
         let shown: String = traceparent.chars().take(64).collect();
         Err(TraceContextError::Malformed(shown))
     }
+}
+
+/// Header carrying an outbox row's `trace_metadata` JSON, as a CDC pipeline
+/// (Debezium's outbox event router) places it.
+pub const TRACE_METADATA: &str = "trace_metadata";
+
+/// Without `traceparent`, the context may arrive as the outbox's
+/// `trace_metadata` JSON (`{"traceparent": "...", "tracestate": "..."}`).
+fn extract_trace_metadata(headers: &Headers) -> Result<Option<Context>, TraceContextError> {
+    let Ok(Some(raw)) = headers.get(TRACE_METADATA) else {
+        return Ok(None);
+    };
+    if raw.len() > MAX_TRACEPARENT_LEN + MAX_TRACESTATE_LEN + 64 {
+        return Err(TraceContextError::Oversized {
+            name: TRACE_METADATA,
+            len: raw.len(),
+            max: MAX_TRACEPARENT_LEN + MAX_TRACESTATE_LEN + 64,
+        });
+    }
+    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(raw)
+        .map_err(|_| TraceContextError::Malformed(raw.chars().take(64).collect()))?;
+    let mut inner = Headers::new();
+    for name in [names::TRACEPARENT, names::TRACESTATE] {
+        if let Some(v) = map.get(name) {
+            inner.insert(name, v.as_str());
+        }
+    }
+    if inner.get_bytes(names::TRACEPARENT).is_none() {
+        return Ok(None);
+    }
+    extract(&inner)
 }
 
 /// Injects `cx` as `traceparent`/`tracestate` headers.
@@ -200,5 +231,18 @@ mod tests {
         h.insert(names::TRACEPARENT, vec![0xff]);
         assert!(matches!(extract(&h), Err(TraceContextError::NotUtf8(_))));
         assert!(matches!(extract(&Headers::new()), Ok(None)));
+    }
+
+    #[test]
+    fn falls_back_to_the_outbox_trace_metadata_header() {
+        let mut h = Headers::new();
+        h.insert(TRACE_METADATA, format!(r#"{{"traceparent":"{TP}"}}"#));
+        let cx = extract(&h).expect("valid").expect("present");
+        assert_eq!(
+            cx.span().span_context().trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        h.insert(TRACE_METADATA, "not json");
+        assert!(matches!(extract(&h), Err(TraceContextError::Malformed(_))));
     }
 }
