@@ -104,6 +104,11 @@ pub use consumer_core::*;
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use consumer_macros::handler;
 
+/// The RabbitMQ backend: `AmqpSource`, `AmqpPublisher`, declared topology.
+#[cfg(feature = "amqp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
+pub use consumer_amqp as amqp;
+
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!(
     "the `consumer` crate needs a store: enable the `postgres` feature, the `sqlite` feature, or both"

@@ -3,7 +3,11 @@
 
 mod conformance;
 
-crate::suite!(crate::conformance::support::PgHarness, consumer::PgTx);
+crate::suite!(
+    crate::conformance::support::PgHarness,
+    consumer::PgTx,
+    consumer::MemoryBroker
+);
 
 mod outage {
     //! A database that goes away: the consumer treats it as transient,

@@ -4,5 +4,6 @@ mod conformance;
 
 crate::suite!(
     crate::conformance::support::SqliteHarness,
-    consumer::SqliteTx
+    consumer::SqliteTx,
+    consumer::MemoryBroker
 );

@@ -1,7 +1,8 @@
 //! The conformance suite: one set of behaviours every backend and store must
-//! show. A backend test file supplies a `Harness` (store + effects table) and
-//! expands `suite!` with its transaction type; the cases below are written
-//! once.
+//! show. A test file supplies a `Harness` (store + effects table), a
+//! `BrokerHarness` (publish, consume, dead letters, depth, faults) and
+//! expands `suite!` with the store's transaction type; the cases below are
+//! written once.
 //!
 //! Business effects are rows in an `effects` table written through the
 //! handler's transaction, so "processed once" is checked in the database,
@@ -9,18 +10,21 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
+pub mod broker;
 pub mod support;
 
-/// Expands the whole suite for one store. `$harness` is a type implementing
-/// `support::Harness`; `$tx` the handler transaction type of its database.
+/// Expands the whole suite for one store and one broker. `$harness` is a
+/// type implementing `support::Harness`; `$tx` the handler transaction type
+/// of its database; `$broker` a type implementing `broker::BrokerHarness`.
 #[macro_export]
 macro_rules! suite {
-    ($harness:ty, $tx:ty) => {
+    ($harness:ty, $tx:ty, $broker:ty) => {
         use std::time::Duration;
 
-        use consumer::{
-            Consumer, DeadLetterKind, MemoryBroker, Message, MessageContext, handler,
-        };
+        use consumer::{Consumer, DeadLetterKind, Message, MessageContext, handler};
+        use $crate::conformance::broker::BrokerHarness;
         use $crate::conformance::support::{self, Harness, Job, JobError};
 
         /// The workhorse: writes one effect row per successful call; the
@@ -80,21 +84,21 @@ macro_rules! suite {
 
         async fn run_until_drained<H>(
             h: &$harness,
-            broker: &MemoryBroker,
+            broker: &$broker,
             topic: &str,
             handler: H,
         ) -> consumer::StatsSnapshot
         where
             H: consumer::Handler<consumer::Store<<$harness as Harness>::Db>>,
         {
-            let consumer = Consumer::new(broker.source(topic), h.store(), handler)
+            let consumer = Consumer::new(BrokerHarness::source(broker, topic).await, h.store(), handler)
                 .with_max_in_flight(64)
                 .with_max_payload_bytes(64 * 1024);
             let stats = consumer.stats();
             let drained = broker.clone();
             let topic_owned = topic.to_owned();
             support::within(
-                consumer.run_until(async move { drained.wait_drained(&topic_owned).await }),
+                consumer.run_until(async move { BrokerHarness::wait_drained(&drained, &topic_owned).await }),
             )
             .await
             .expect("consumer failed");
@@ -104,12 +108,12 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn duplicate_delivery_writes_once() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(4);
+            let broker = <$broker as BrokerHarness>::new(4).await;
             let job = Job::new("k1", 1);
             let m = job.message();
-            broker.publish("t", m.clone()).await.expect("publish");
-            broker.faults().duplicate_next_publishes(1);
-            broker.publish("t", m).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", m.clone()).await.expect("publish");
+            BrokerHarness::duplicate_next_publishes(&broker, 1);
+            BrokerHarness::publish(&broker, "t", m).await.expect("publish");
             // The same business key under another message id: still once.
             broker
                 .publish("t", job.message().with_id("another-id"))
@@ -123,24 +127,24 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let mut headers_in = Message::raw(&b"{not json"[..])
                 .with_key("k")
                 .with_id("poison-1")
                 .with_header("x-tenant", "acme");
             headers_in.headers.insert("traceparent", support::SAMPLE_TRACEPARENT);
-            broker.publish("t", headers_in).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", headers_in).await.expect("publish");
             let good = Job::new("k", 2);
-            broker.publish("t", good.message()).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", good.message()).await.expect("publish");
             let s = run_until_drained(&h, &broker, "t", work).await;
-            let dls = broker.dead_letter_records("t");
+            let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
             assert_eq!(dls.len(), 1);
             let dl = &dls[0];
             assert_eq!(dl.kind, DeadLetterKind::Poison);
             assert_eq!(dl.attempts, 1);
             assert_eq!(dl.handler, "work");
             assert_eq!(dl.message_id, "poison-1");
-            assert_eq!(dl.origin.destination, "t");
+            assert_eq!(dl.origin.destination, BrokerHarness::destination(&broker, "t"));
             assert!(dl.error.contains("JSON"), "{}", dl.error);
             assert!(!dl.causes.is_empty(), "the serde error is in the cause chain");
             assert_eq!(dl.original_headers.get("x-tenant"), Ok(Some("acme")));
@@ -157,12 +161,12 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn transient_failures_retry_with_growing_delays_then_succeed() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(4);
+            let broker = <$broker as BrokerHarness>::new(4).await;
             let jobs: Vec<Job> = (0..16)
                 .map(|i| Job { fail_times: 3, ..Job::new(&format!("k{i}"), i) })
                 .collect();
             for j in &jobs {
-                broker.publish("t", j.message()).await.expect("publish");
+                BrokerHarness::publish(&broker, "t", j.message()).await.expect("publish");
             }
             let s = run_until_drained(&h, &broker, "t", backoff).await;
             let mut gaps = [Vec::new(), Vec::new(), Vec::new()];
@@ -191,12 +195,12 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn exhaustion_dead_letters_after_exactly_max_attempts() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(1);
+            let broker = <$broker as BrokerHarness>::new(1).await;
             let job = Job { fail_times: u32::MAX, ..Job::new("k", 1) };
-            broker.publish("t", job.message()).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", job.message()).await.expect("publish");
             let s = run_until_drained(&h, &broker, "t", work).await;
             assert_eq!(support::calls(&job.id), 4);
-            let dls = broker.dead_letter_records("t");
+            let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
             assert_eq!(dls.len(), 1);
             assert_eq!(dls[0].kind, DeadLetterKind::Exhausted);
             assert_eq!(dls[0].attempts, 4);
@@ -209,19 +213,19 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn terminal_errors_and_panics_are_dead_lettered_without_retry() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let terminal = Job { terminal: true, ..Job::new("a", 1) };
             let panics = Job { panic: true, ..Job::new("b", 1) };
             let after = Job::new("b", 2);
             for j in [&terminal, &panics, &after] {
-                broker.publish("t", j.message()).await.expect("publish");
+                BrokerHarness::publish(&broker, "t", j.message()).await.expect("publish");
             }
             let s = run_until_drained(&h, &broker, "t", work).await;
             assert_eq!(support::calls(&terminal.id), 1);
             assert_eq!(support::calls(&panics.id), 1);
             assert_eq!(h.effects_of("work", &after.id).await, 1, "the lane survived the panic");
-            let kinds: Vec<_> = broker
-                .dead_letter_records("t")
+            let kinds: Vec<_> = BrokerHarness::dead_letter_records(&broker, "t")
+                .await
                 .into_iter()
                 .map(|d| (d.message_id, d.kind, d.error))
                 .collect();
@@ -234,14 +238,14 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn per_key_order_is_kept_while_keys_run_in_parallel() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(4);
+            let broker = <$broker as BrokerHarness>::new(4).await;
             let keys = 8;
             let per_key = 40;
             let probe = support::ConcurrencyProbe::new();
             for seq in 0..per_key {
                 for k in 0..keys {
                     let job = Job { jitter: true, probe: Some(probe.id()), ..Job::new(&format!("key-{k}"), seq) };
-                    broker.publish("t", job.message()).await.expect("publish");
+                    BrokerHarness::publish(&broker, "t", job.message()).await.expect("publish");
                 }
             }
             run_until_drained(&h, &broker, "t", work).await;
@@ -263,13 +267,13 @@ macro_rules! suite {
         async fn handler_span_continues_the_producers_trace() {
             let spans = support::tracing_exporter();
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let job = Job::new("traced", 1);
             let producer_trace = {
                 let span = tracing::info_span!("publish order");
                 let _entered = span.enter();
                 let m = job.message().with_current_trace();
-                broker.publish("t", m).await.expect("publish");
+                BrokerHarness::publish(&broker, "t", m).await.expect("publish");
                 support::trace_id_of(&span)
             };
             let malformed = Job::new("traced", 2);
@@ -290,18 +294,18 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn crash_between_commit_and_ack_redelivers_without_a_second_effect() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(1);
+            let broker = <$broker as BrokerHarness>::new(1).await;
             let job = Job::new("k", 1);
-            broker.faults().lose_next_acks(2);
-            broker.publish("t", job.message()).await.expect("publish");
+            BrokerHarness::lose_next_acks(&broker, 2);
+            BrokerHarness::publish(&broker, "t", job.message()).await.expect("publish");
             let poison = Message::raw(&b"\xff\xfe"[..]).with_key("k").with_id("poison-crash");
-            broker.publish("t", poison).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", poison).await.expect("publish");
             let s = run_until_drained(&h, &broker, "t", work).await;
             assert_eq!(h.effects_of("work", &job.id).await, 1);
             assert_eq!(support::calls(&job.id), 1, "the redelivery was skipped by dedup");
             assert_eq!(s.duplicates, 1);
             assert_eq!(
-                broker.dead_letters("t").len(),
+                BrokerHarness::dead_letters(&broker, "t").await.len(),
                 1,
                 "a poison pill redelivered after a crash is dead-lettered once"
             );
@@ -310,17 +314,17 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn shutdown_finishes_running_work_releases_the_rest_and_loses_nothing() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(4);
+            let broker = <$broker as BrokerHarness>::new(4).await;
             let gate = support::Gate::new();
             let mut jobs = Vec::new();
             for seq in 0..4 {
                 for k in 0..3 {
                     let job = Job { gate: Some(gate.id()), ..Job::new(&format!("g{k}"), seq) };
-                    broker.publish("t", job.message()).await.expect("publish");
+                    BrokerHarness::publish(&broker, "t", job.message()).await.expect("publish");
                     jobs.push(job);
                 }
             }
-            let consumer = Consumer::new(broker.source("t"), h.store(), work).with_max_in_flight(64);
+            let consumer = Consumer::new(BrokerHarness::source(&broker, "t").await, h.store(), work).with_max_in_flight(64);
             let stats = consumer.stats();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let run = tokio::spawn(consumer.run_until(async move {
@@ -335,7 +339,7 @@ macro_rules! suite {
             support::within(run).await.expect("join").expect("consumer");
             let first = stats.snapshot();
             assert_eq!((first.processed, first.released), (3, 9));
-            assert_eq!(broker.depth("t"), 9, "released deliveries are back on the broker");
+            assert_eq!(BrokerHarness::depth(&broker, "t").await, 9, "released deliveries are back on the broker");
 
             run_until_drained(&h, &broker, "t", work).await;
             for j in &jobs {
@@ -352,7 +356,7 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let valid = serde_json::to_vec(&Job::new("bad", 0)).expect("json");
             let mut cases: Vec<(&str, Message, &str)> = vec![
                 ("malformed-json", Message::raw(&b"{\"id\": "[..]), "JSON"),
@@ -373,12 +377,12 @@ macro_rules! suite {
                 m.key = Some("bad".into());
             }
             for (_, m, _) in &cases {
-                broker.publish("t", m.clone()).await.expect("publish");
+                BrokerHarness::publish(&broker, "t", m.clone()).await.expect("publish");
             }
             let after = Job::new("bad", 99);
-            broker.publish("t", after.message()).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", after.message()).await.expect("publish");
             let s = run_until_drained(&h, &broker, "t", work).await;
-            let dls = broker.dead_letter_records("t");
+            let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
             assert_eq!(dls.len(), cases.len());
             for (name, _, reason) in &cases {
                 let dl = dls
@@ -396,16 +400,16 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn retries_through_the_broker_carry_the_attempt_in_a_header() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let ok = Job { fail_times: 2, ..Job::new("r", 1) };
             let never = Job { fail_times: u32::MAX, ..Job::new("r2", 1) };
-            broker.publish("t", ok.message()).await.expect("publish");
-            broker.publish("t", never.message()).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", ok.message()).await.expect("publish");
+            BrokerHarness::publish(&broker, "t", never.message()).await.expect("publish");
             let s = run_until_drained(&h, &broker, "t", work_redeliver).await;
             assert_eq!(h.effects_of("work_redeliver", &ok.id).await, 1);
             let attempts: Vec<u32> = support::call_log(&ok.id).iter().map(|c| c.attempt).collect();
             assert_eq!(attempts, [1, 2, 3]);
-            let dls = broker.dead_letter_records("t");
+            let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
             assert_eq!(dls.len(), 1);
             assert_eq!((dls[0].kind, dls[0].attempts), (DeadLetterKind::Exhausted, 4));
             assert_eq!(support::calls(&never.id), 4);
@@ -415,11 +419,11 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn two_handlers_of_one_message_each_run_once() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(2);
+            let broker = <$broker as BrokerHarness>::new(2).await;
             let job = Job::new("both", 1);
             for topic in ["a", "b"] {
-                broker.publish(topic, job.message()).await.expect("publish");
-                broker.publish(topic, job.message()).await.expect("publish");
+                BrokerHarness::publish(&broker, topic, job.message()).await.expect("publish");
+                BrokerHarness::publish(&broker, topic, job.message()).await.expect("publish");
             }
             run_until_drained(&h, &broker, "a", work).await;
             run_until_drained(&h, &broker, "b", audit).await;
@@ -430,22 +434,22 @@ macro_rules! suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn a_dead_letter_publish_failure_is_retried_and_nothing_is_lost() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(1);
-            broker.faults().fail_next_publishes(0);
+            let broker = <$broker as BrokerHarness>::new(1).await;
+            BrokerHarness::fail_next_publishes(&broker, 0);
             let poison = Message::raw(&b"nope"[..]).with_key("k").with_id("dlq-fail");
-            broker.publish("t", poison).await.expect("publish");
-            broker.faults().fail_next_publishes(3);
+            BrokerHarness::publish(&broker, "t", poison).await.expect("publish");
+            BrokerHarness::fail_next_publishes(&broker, 3);
             let s = run_until_drained(&h, &broker, "t", work).await;
-            assert_eq!(broker.dead_letters("t").len(), 1);
+            assert_eq!(BrokerHarness::dead_letters(&broker, "t").await.len(), 1);
             assert_eq!(s.settle_errors, 3);
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn retention_shorter_than_the_retry_window_is_refused() {
             let h = <$harness>::new().await;
-            let broker = MemoryBroker::new(1);
+            let broker = <$broker as BrokerHarness>::new(1).await;
             let store = h.store().with_retention(Duration::from_millis(100));
-            let err = Consumer::new(broker.source("t"), store, work)
+            let err = Consumer::new(BrokerHarness::source(&broker, "t").await, store, work)
                 .run_until(std::future::pending())
                 .await
                 .expect_err("must refuse");
@@ -457,8 +461,8 @@ macro_rules! suite {
         async fn purge_deletes_old_rows_in_bounded_batches() {
             let h = <$harness>::new().await;
             h.insert_old_dedup_rows(35, Duration::from_secs(3 * 24 * 3600)).await;
-            let broker = MemoryBroker::new(1);
-            broker.publish("t", Job::new("fresh", 1).message()).await.expect("publish");
+            let broker = <$broker as BrokerHarness>::new(1).await;
+            BrokerHarness::publish(&broker, "t", Job::new("fresh", 1).message()).await.expect("publish");
             run_until_drained(&h, &broker, "t", work).await;
             let store = h.store().with_retention(Duration::from_secs(24 * 3600)).with_purge_batch(10);
             assert_eq!(store.purge().await.expect("purge"), 35);

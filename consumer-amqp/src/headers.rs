@@ -1,0 +1,297 @@
+//! How a framework message maps onto AMQP 0-9-1, both ways.
+//!
+//! AMQP 0-9-1 has no CloudEvents binding of its own. The framework keeps
+//! the attribute names every backend reads (`ce_id`, `ce_type`,
+//! `ce_source`, `ce_subject`, `ce_time`, `ce_specversion`,
+//! `ce_partitionkey`, `content-type`, `traceparent`, `tracestate`) as AMQP
+//! headers, byte for byte, so a message moves between the in-memory broker,
+//! Kafka and RabbitMQ unchanged and a consumer reads one set of names.
+//! The CloudEvents AMQP (1.0) binding's `cloudEvents:` and `cloudEvents_`
+//! prefixes are accepted on receipt (`cloudEvents:type` reads as `ce_type`
+//! when no `ce_type` is present), so events from AMQP 1.0 producers that
+//! RabbitMQ maps to headers are understood; they are not written, to keep
+//! one name per attribute.
+//!
+//! Besides the headers, a published message sets the native properties
+//! other AMQP tools show: `message-id` (from `ce_id`), `content-type`,
+//! `type` (from `ce_type`), `timestamp` (from `ce_time`, whole seconds) and
+//! `delivery-mode = 2` (persistent). On receipt, `content-type` and
+//! `message-id` are read from the properties when no header carries them.
+//!
+//! Header values are bytes; AMQP values that are not strings are read as
+//! text (`42`, `true`); arrays and tables (RabbitMQ's own `x-death`) are
+//! not carried into the envelope.
+
+use bytes::Bytes;
+use consumer_core::envelope::names;
+use consumer_core::{Envelope, Headers, Message, Origin};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::{Error, Result};
+
+/// The properties and headers a message is published with.
+pub(crate) fn to_properties(message: &Message) -> Result<BasicProperties> {
+    let mut table = FieldTable::default();
+    for (name, value) in message.headers.iter() {
+        let key = ShortString::try_new(name).map_err(|_| {
+            Error::Unencodable(format!(
+                "header name `{}…` is longer than 255 bytes",
+                name.chars().take(32).collect::<String>()
+            ))
+        })?;
+        table.insert(key, AMQPValue::LongString(LongString::from(value.to_vec())));
+    }
+    if let Some(key) = &message.key
+        && message.headers.get_bytes(names::PARTITION_KEY).is_none()
+    {
+        table.insert(
+            names::PARTITION_KEY.into(),
+            AMQPValue::LongString(LongString::from(key.as_bytes().to_vec())),
+        );
+    }
+    let mut props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(table);
+    let text = |name| message.headers.get(name).ok().flatten();
+    if let Some(id) = text(names::ID).and_then(|v| ShortString::try_new(v).ok()) {
+        props = props.with_message_id(id);
+    }
+    if let Some(ct) = text(names::CONTENT_TYPE).and_then(|v| ShortString::try_new(v).ok()) {
+        props = props.with_content_type(ct);
+    }
+    if let Some(kind) = text(names::TYPE).and_then(|v| ShortString::try_new(v).ok()) {
+        props = props.with_type(kind);
+    }
+    if let Some(t) = text(names::TIME).and_then(|v| OffsetDateTime::parse(v, &Rfc3339).ok())
+        && let Ok(secs) = u64::try_from(t.unix_timestamp())
+    {
+        props = props.with_timestamp(secs);
+    }
+    Ok(props)
+}
+
+/// Reads a delivery from `queue` into the framework's envelope, as the
+/// source does (usable on `basic.get` results too).
+pub fn to_envelope(queue: &str, delivery: &lapin::message::Delivery, payload: Bytes) -> Envelope {
+    let props = &delivery.properties;
+    let mut headers = Headers::new();
+    if let Some(table) = props.headers() {
+        for (name, value) in table {
+            if let Some(bytes) = value_bytes(value) {
+                headers.append(name.as_str(), bytes);
+            }
+        }
+    }
+    normalize_cloudevents(&mut headers);
+    if headers.get_bytes(names::CONTENT_TYPE).is_none()
+        && let Some(ct) = props.content_type()
+    {
+        headers.append(names::CONTENT_TYPE, ct.as_str());
+    }
+    let routing_key = delivery.routing_key.as_str();
+    // Through the default exchange the routing key names the queue, not a
+    // partition: such messages have no key (each gets a lane of its own).
+    let key = if routing_key.is_empty() || routing_key == queue {
+        None
+    } else {
+        Some(routing_key.to_owned())
+    };
+    // A header key wins over the routing key: it is what the publisher meant.
+    let key = match headers.get(names::PARTITION_KEY) {
+        Ok(Some(k)) => Some(k.to_owned()),
+        _ => key,
+    };
+    let origin = Origin {
+        destination: queue.to_owned(),
+        position: format!(
+            "{}/{}#{}",
+            delivery.exchange, routing_key, delivery.delivery_tag
+        ),
+    };
+    let message_id = props.message_id().as_ref().map(|m| m.as_str().to_owned());
+    let body = payload.clone();
+    let fallback = move || match message_id {
+        Some(id) if !id.is_empty() => id,
+        _ => content_id(delivery, &body),
+    };
+    Envelope::from_parts(payload, headers, key, origin, fallback)
+}
+
+/// Maps `cloudEvents:x` / `cloudEvents_x` to `ce_x` when absent.
+fn normalize_cloudevents(headers: &mut Headers) {
+    let mapped: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let attr = name
+                .strip_prefix("cloudEvents:")
+                .or_else(|| name.strip_prefix("cloudEvents_"))?;
+            let target = if attr == "datacontenttype" {
+                names::CONTENT_TYPE.to_owned()
+            } else {
+                format!("ce_{attr}")
+            };
+            Some((target, value.to_vec()))
+        })
+        .collect();
+    for (name, value) in mapped {
+        if headers.get_bytes(&name).is_none() {
+            headers.append(name, value);
+        }
+    }
+}
+
+fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
+    Some(match value {
+        AMQPValue::LongString(s) => s.as_bytes().to_vec(),
+        AMQPValue::ShortString(s) => s.as_str().as_bytes().to_vec(),
+        AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
+        AMQPValue::Boolean(b) => b.to_string().into_bytes(),
+        AMQPValue::ShortShortInt(n) => n.to_string().into_bytes(),
+        AMQPValue::ShortShortUInt(n) => n.to_string().into_bytes(),
+        AMQPValue::ShortInt(n) => n.to_string().into_bytes(),
+        AMQPValue::ShortUInt(n) => n.to_string().into_bytes(),
+        AMQPValue::LongInt(n) => n.to_string().into_bytes(),
+        AMQPValue::LongUInt(n) => n.to_string().into_bytes(),
+        AMQPValue::LongLongInt(n) => n.to_string().into_bytes(),
+        AMQPValue::Timestamp(n) => n.to_string().into_bytes(),
+        AMQPValue::Float(n) => n.to_string().into_bytes(),
+        AMQPValue::Double(n) => n.to_string().into_bytes(),
+        AMQPValue::DecimalValue(_)
+        | AMQPValue::FieldArray(_)
+        | AMQPValue::FieldTable(_)
+        | AMQPValue::Void => return None,
+    })
+}
+
+/// The id of a message its producer gave none: a hash of what does not
+/// change when RabbitMQ delivers it again (exchange, routing key, headers,
+/// payload). The delivery tag changes on every delivery and cannot serve.
+/// Two messages with the same body and headers and no id therefore count
+/// as one for dedup; producers that can send the same content twice on
+/// purpose must set an id (`ce_id` or `message-id`).
+fn content_id(delivery: &lapin::message::Delivery, payload: &[u8]) -> String {
+    let mut h = Fnv128::new();
+    h.field(delivery.exchange.as_str().as_bytes());
+    h.field(delivery.routing_key.as_str().as_bytes());
+    if let Some(table) = delivery.properties.headers() {
+        // Broker-added on dead-lettering; not part of the message itself.
+        for (name, value) in table {
+            if name.as_str() == "x-death" || name.as_str().starts_with("x-first-death") {
+                continue;
+            }
+            h.field(name.as_str().as_bytes());
+            h.field(&value_bytes(value).unwrap_or_default());
+        }
+    }
+    h.field(payload);
+    format!("amqp-{:032x}", h.0)
+}
+
+/// FNV-1a, 128 bits: stable across builds and platforms, unlike std's hasher.
+struct Fnv128(u128);
+
+impl Fnv128 {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
+    const OFFSET: u128 = 0x6C62_272E_07BB_0142_62B8_2175_6295_C58D;
+
+    fn new() -> Self {
+        Self(Self::OFFSET)
+    }
+
+    /// Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
+    fn field(&mut self, bytes: &[u8]) {
+        for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+            self.0 ^= u128::from(*b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(tag: u64, headers: FieldTable, routing_key: &str) -> lapin::message::Delivery {
+        let mut d = lapin::message::Delivery::mock(
+            tag,
+            "".into(),
+            routing_key.into(),
+            false,
+            b"{}".to_vec(),
+        );
+        d.properties = BasicProperties::default().with_headers(headers);
+        d
+    }
+
+    #[test]
+    fn the_fallback_id_is_stable_across_redeliveries() {
+        let mut t = FieldTable::default();
+        t.insert("x-tenant".into(), AMQPValue::LongString("acme".into()));
+        let a = to_envelope("q", &delivery(1, t.clone(), "q"), Bytes::from_static(b"{}"));
+        let b = to_envelope("q", &delivery(7, t, "q"), Bytes::from_static(b"{}"));
+        assert_eq!(a.id, b.id);
+        assert_ne!(a.origin.position, b.origin.position);
+        let c = to_envelope(
+            "q",
+            &delivery(1, FieldTable::default(), "q"),
+            Bytes::from_static(b"{}"),
+        );
+        assert_ne!(a.id, c.id, "other headers, other message");
+    }
+
+    #[test]
+    fn key_from_header_else_routing_key_but_not_the_queue_name() {
+        let mut t = FieldTable::default();
+        t.insert(
+            names::PARTITION_KEY.into(),
+            AMQPValue::LongString("k1".into()),
+        );
+        assert_eq!(
+            to_envelope("q", &delivery(1, t, "rk"), Bytes::new())
+                .key
+                .as_deref(),
+            Some("k1")
+        );
+        let plain = FieldTable::default();
+        assert_eq!(
+            to_envelope("q", &delivery(1, plain.clone(), "rk"), Bytes::new())
+                .key
+                .as_deref(),
+            Some("rk")
+        );
+        assert_eq!(
+            to_envelope("q", &delivery(1, plain, "q"), Bytes::new()).key,
+            None
+        );
+    }
+
+    #[test]
+    fn headers_round_trip_and_cloudevents_prefixes_are_read() {
+        let mut m = Message::raw(&b"x"[..]).with_key("k").with_id("m-1");
+        m.headers.insert("bin", vec![0xff_u8, 0x00]);
+        let props = to_properties(&m).expect("encodes");
+        assert_eq!(props.message_id().as_ref().map(|s| s.as_str()), Some("m-1"));
+        assert_eq!(props.delivery_mode(), &Some(2));
+        let mut table = props.headers().clone().unwrap_or_default();
+        table.insert(
+            "cloudEvents:type".into(),
+            AMQPValue::LongString("Order".into()),
+        );
+        table.insert("x-count".into(), AMQPValue::LongInt(3));
+        let e = to_envelope("q", &delivery(1, table, "q"), Bytes::new());
+        assert_eq!(e.id, "m-1");
+        assert_eq!(e.key.as_deref(), Some("k"));
+        assert_eq!(e.kind.as_deref(), Some("Order"));
+        assert_eq!(e.headers.get_bytes("bin"), Some(&[0xff_u8, 0x00][..]));
+        assert_eq!(e.headers.get("x-count"), Ok(Some("3")));
+    }
+
+    #[test]
+    fn an_overlong_header_name_is_an_error_not_a_panic() {
+        let m = Message::raw(&b"x"[..]).with_header("h".repeat(300), "v");
+        assert!(matches!(to_properties(&m), Err(Error::Unencodable(_))));
+    }
+}

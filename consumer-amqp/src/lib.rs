@@ -1,0 +1,43 @@
+//! The RabbitMQ backend of the `consumer` framework, on `lapin`.
+//!
+//! ```no_run
+//! use consumer_amqp::{AmqpSource, QueueType, Topology};
+//! use consumer_core::{Consumer, MemoryStore, MessageContext};
+//!
+//! # async fn demo<H: consumer_core::Handler<MemoryStore>>(handler: H) -> Result<(), Box<dyn std::error::Error>> {
+//! let topology = Topology::new("orders")?.with_queue_type(QueueType::Quorum);
+//! println!("{topology}");
+//! let source = AmqpSource::new("amqp://guest:guest@127.0.0.1:5672/%2f", topology)?
+//!     .with_prefetch(256)
+//!     .connect()
+//!     .await?;
+//! Consumer::new(source, MemoryStore::new(), handler)
+//!     .run_until(std::future::pending::<()>())
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! * [`Topology`]: work queue (classic or quorum) with a dead-letter
+//!   exchange, a dead-letter queue and delay queues for retries, declared
+//!   idempotently at start; names validated.
+//! * [`AmqpSource`]: manual acks, `basic.qos` prefetch as the in-flight
+//!   bound, partition key from `ce_partitionkey` or the routing key,
+//!   reconnection with backoff.
+//! * [`AmqpAcker`]: ack, release (nack with requeue), delayed retry and dead
+//!   letter through publishes confirmed by the broker before the ack.
+//! * [`AmqpPublisher`]: publisher confirms, persistent, `mandatory`,
+//!   CloudEvents attributes and trace context as headers ([`headers`]).
+//! * [`AmqpMetrics`]: in-flight, redelivery and reconnect counts; queue
+//!   depths by passive declare.
+
+pub mod error;
+pub mod headers;
+pub mod publisher;
+pub mod source;
+pub mod topology;
+
+pub use error::{Error, Result};
+pub use publisher::AmqpPublisher;
+pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
+pub use topology::{Depths, QueueType, Topology, validate_name};

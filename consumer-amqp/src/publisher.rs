@@ -1,0 +1,277 @@
+//! Publishing with publisher confirms: the outbox relay's publisher and the
+//! channel the settle glue sends retry copies and dead letters on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use consumer_core::{Message, Outgoing, Publisher};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
+use tokio::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::headers;
+use crate::topology::short;
+
+/// Publishes with publisher confirms, persistent delivery mode and
+/// `mandatory`.
+///
+/// * **Destination** ([`Outgoing::destination`]): `exchange` publishes to
+///   that exchange with the message's key as routing key (empty without
+///   one); `exchange/routing-key` sets the routing key; `/queue` publishes
+///   through the default exchange straight to `queue`. The key also travels
+///   as the `ce_partitionkey` header, which consumers read first.
+/// * **Confirms**: a batch is published without waiting (up to
+///   [`with_max_unconfirmed`](Self::with_max_unconfirmed) messages in flight
+///   at once), then every confirm is awaited; results come back in order.
+///   One channel carries the batch, so messages keep their order.
+/// * **Unroutable** messages (`basic.return` of a `mandatory` publish) are
+///   [`Error::Unroutable`], not retriable; a `basic.nack` is
+///   [`Error::Nacked`], retriable; a lost connection fails the messages not
+///   yet confirmed as retriable, and the next publish reconnects.
+/// * Headers map as the [`headers`](crate::headers) module says.
+///
+/// Clones share one connection and channel.
+#[derive(Clone, Debug)]
+pub struct AmqpPublisher {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    uri: String,
+    name: String,
+    max_unconfirmed: usize,
+    state: Mutex<Option<(Connection, Channel)>>,
+}
+
+impl AmqpPublisher {
+    /// A publisher for the broker at `uri` (`amqp://user:pass@host:port/vhost`);
+    /// it connects on first use and reconnects after a failure.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                uri: uri.into(),
+                name: "consumer-publisher".to_owned(),
+                max_unconfirmed: 1024,
+                state: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// How many messages of a batch may await their confirm at once
+    /// (default 1024).
+    pub fn with_max_unconfirmed(self, n: usize) -> Self {
+        self.map_inner(|i| i.max_unconfirmed = n.max(1))
+    }
+
+    /// The connection name RabbitMQ shows (default `consumer-publisher`).
+    pub fn with_connection_name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.map_inner(|i| i.name = name)
+    }
+
+    fn map_inner(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            uri: shared.uri.clone(),
+            name: shared.name.clone(),
+            max_unconfirmed: shared.max_unconfirmed,
+            state: Mutex::new(None),
+        });
+        f(&mut inner);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The confirm-mode channel, opening a connection when there is none or
+    /// the last one failed.
+    pub(crate) async fn channel(&self) -> Result<Channel> {
+        let mut state = self.inner.state.lock().await;
+        if let Some((conn, channel)) = &*state
+            && conn.status().connected()
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        if let Some((conn, _)) = state.take() {
+            let _ = conn.close(200, "reconnecting".into()).await;
+        }
+        let props =
+            ConnectionProperties::default().with_connection_name(self.inner.name.clone().into());
+        let conn = Connection::connect(&self.inner.uri, props)
+            .await
+            .map_err(Error::amqp("connection"))?;
+        let channel = conn
+            .create_channel()
+            .await
+            .map_err(Error::amqp("channel open"))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(Error::amqp("confirm.select"))?;
+        *state = Some((conn, channel.clone()));
+        Ok(channel)
+    }
+
+    /// A plain channel of its own on the publishing connection (opened if
+    /// needed), for reads such as passive declares.
+    pub(crate) async fn side_channel(&self) -> Result<Channel> {
+        self.channel().await?;
+        let state = self.inner.state.lock().await;
+        match &*state {
+            Some((conn, _)) => conn
+                .create_channel()
+                .await
+                .map_err(Error::amqp("channel open")),
+            None => Err(Error::ChannelClosed),
+        }
+    }
+
+    /// Closes the connection, after the confirms of everything published.
+    pub async fn close(&self) {
+        if let Some((conn, _)) = self.inner.state.lock().await.take() {
+            let _ = conn.close(200, "publisher closed".into()).await;
+        }
+    }
+
+    async fn forget_channel(&self) {
+        if let Some((conn, _)) = self.inner.state.lock().await.take() {
+            let _ = conn.close(200, "publish failed".into()).await;
+        }
+    }
+
+    /// Publishes one message to `exchange` with `routing_key` and waits for
+    /// its confirm; `expiration` sets the per-message TTL.
+    pub async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: &Message,
+        expiration: Option<Duration>,
+    ) -> Result<()> {
+        let channel = self.channel().await?;
+        let mut props = headers::to_properties(message)?;
+        if let Some(ttl) = expiration {
+            props = props.with_expiration(short(&ttl.as_millis().to_string())?);
+        }
+        let result = async {
+            let confirm = channel
+                .basic_publish(
+                    short(exchange)?,
+                    short(routing_key)?,
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
+                    &message.payload,
+                    props,
+                )
+                .await
+                .map_err(Error::amqp("basic.publish"))?;
+            let confirmation = confirm.await.map_err(Error::amqp("publisher confirm"))?;
+            check(confirmation, exchange, routing_key)
+        }
+        .await;
+        if matches!(result, Err(Error::Amqp { .. })) {
+            self.forget_channel().await;
+        }
+        result
+    }
+
+    async fn publish_batch(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+        let channel = match self.channel().await {
+            Ok(c) => c,
+            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(batch.len());
+        let mut broken = false;
+        for window in batch.chunks(self.inner.max_unconfirmed) {
+            let mut pending = Vec::with_capacity(window.len());
+            for out in window {
+                if broken {
+                    pending.push(Err(Error::ChannelClosed));
+                    continue;
+                }
+                let (exchange, routing_key) = route(out);
+                let sent = async {
+                    let props = headers::to_properties(&out.message)?;
+                    channel
+                        .basic_publish(
+                            short(exchange)?,
+                            short(&routing_key)?,
+                            BasicPublishOptions {
+                                mandatory: true,
+                                ..BasicPublishOptions::default()
+                            },
+                            &out.message.payload,
+                            props,
+                        )
+                        .await
+                        .map_err(Error::amqp("basic.publish"))
+                }
+                .await;
+                if matches!(sent, Err(Error::Amqp { .. })) {
+                    broken = true;
+                }
+                pending.push(sent.map(|c| (c, exchange, routing_key)));
+            }
+            for p in pending {
+                results.push(match p {
+                    Err(e) => Err(e),
+                    Ok((confirm, exchange, routing_key)) => match confirm.await {
+                        Ok(c) => check(c, exchange, &routing_key),
+                        Err(e) => {
+                            broken = true;
+                            Err(Error::Amqp {
+                                context: "publisher confirm",
+                                source: e,
+                            })
+                        }
+                    },
+                });
+            }
+        }
+        if broken {
+            self.forget_channel().await;
+        }
+        results
+    }
+}
+
+fn route(out: &Outgoing) -> (&str, String) {
+    match out.destination.split_once('/') {
+        Some((exchange, routing_key)) => (exchange, routing_key.to_owned()),
+        None => (
+            out.destination.as_str(),
+            out.message.key.clone().unwrap_or_default(),
+        ),
+    }
+}
+
+fn check(confirmation: Confirmation, exchange: &str, routing_key: &str) -> Result<()> {
+    match confirmation {
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
+            Err(Error::Unroutable {
+                exchange: exchange.to_owned(),
+                routing_key: routing_key.to_owned(),
+                reply: returned.reply_text.to_string(),
+            })
+        }
+        Confirmation::Nack(None) => Err(Error::Nacked {
+            exchange: exchange.to_owned(),
+            routing_key: routing_key.to_owned(),
+        }),
+    }
+}
+
+impl Publisher for AmqpPublisher {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+        self.publish_batch(batch)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(consumer_core::Error::from))
+            .collect()
+    }
+}

@@ -1,0 +1,502 @@
+//! The queues and exchanges a consumer needs, declared idempotently at start.
+//!
+//! For a work queue `orders` the defaults are:
+//!
+//! | object | name | settings |
+//! |---|---|---|
+//! | work queue | `orders` | durable; classic or quorum; `x-dead-letter-exchange = orders.dlx`, `x-dead-letter-routing-key = orders` |
+//! | dead-letter exchange | `orders.dlx` | durable, `direct` |
+//! | dead-letter queue | `orders.dlq` | durable, same type as the work queue, bound to `orders.dlx` with key `orders` |
+//! | delay queues | `orders.retry.16ms`, `orders.retry.32ms`, ... | durable classic, no consumer; `x-dead-letter-exchange = ""` (the default exchange), `x-dead-letter-routing-key = orders` |
+//!
+//! **Dead letters.** The framework publishes its own dead letters (original
+//! payload and headers plus the `x-dlq-*` context) to the dead-letter
+//! exchange with routing key `orders`, with a publisher confirm. The work
+//! queue's `x-dead-letter-exchange` catches what RabbitMQ itself
+//! dead-letters: a message rejected without requeue by another client, or
+//! one over a quorum queue's delivery limit; those carry RabbitMQ's
+//! `x-death` header instead of the framework's context.
+//!
+//! **Delayed retries.** A retry copy is published to the delay queue whose
+//! bucket (a power of two milliseconds, from 16 ms up to the first one at or
+//! above [`Topology::with_max_retry_delay`]) is the smallest that holds its
+//! delay, with a per-message `expiration` equal to the delay. When it
+//! expires, RabbitMQ dead-letters it through the default exchange back to
+//! the work queue. RabbitMQ only expires messages at the head of a queue,
+//! so a copy can wait behind a longer one: bucketing bounds that, since
+//! every copy in a bucket expires within one bucket width, a retry never
+//! comes back early and at most twice as late as its delay (delays above
+//! the largest bucket share it, and that bound does not hold for them).
+//! Dead-lettering out of a classic delay queue is at-most-once in RabbitMQ:
+//! if the work queue is unavailable at that instant (a node restart), the
+//! copy is dropped; the dedup row is not written, so the producer (or a
+//! replay from elsewhere) is what recovers it. Keep the broker healthy or
+//! use in-place retries for messages that must not take that risk.
+//!
+//! **Quorum queues** (`QueueType::Quorum`), the rules relied on:
+//!
+//! * they are always durable and replicated; messages are persisted;
+//! * `basic.nack` and `basic.reject` with `requeue = true` both return the
+//!   message and both increment its `x-delivery-count`; so does a channel or
+//!   connection that closes with the message unacked. The framework requeues
+//!   only at shutdown, when an acker is dropped unsettled, and (through the
+//!   channel closing) in a crash, so the count says how often a message was
+//!   handed back, not how often the handler failed: the attempt count the
+//!   retry policy reads travels in `x-consumer-attempt` instead;
+//! * with a delivery limit ([`Topology::with_delivery_limit`], the
+//!   `x-delivery-limit` argument), a message returned more often than that is
+//!   dead-lettered by RabbitMQ to the dead-letter exchange (or dropped without
+//!   one). The framework sets no limit unless told to: RabbitMQ 3.x has none by
+//!   default, and RabbitMQ 4.0 and later default to 20. A limit guards against a
+//!   message that crashes the consumer process every time; set it well above
+//!   the number of restarts a message may live through;
+//! * the dead-letter exchange and routing key work as for classic queues
+//!   (at-most-once dead-lettering, the default strategy).
+//!
+//! Names are validated before they reach the broker: 1 to 255 bytes of
+//! `[A-Za-z0-9._:-]`, and the `amq.` prefix (reserved by RabbitMQ) is refused.
+
+use std::fmt;
+use std::time::Duration;
+
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, ExchangeKind};
+
+use crate::error::{Error, Result};
+
+/// The smallest delay bucket: retries shorter than this wait this long.
+const MIN_BUCKET_MS: u64 = 16;
+
+/// Classic or quorum work queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueType {
+    /// A classic queue (single node, durable).
+    #[default]
+    Classic,
+    /// A quorum queue (replicated Raft log); see the module docs for the
+    /// rules it brings.
+    Quorum,
+}
+
+impl QueueType {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Quorum => "quorum",
+        }
+    }
+}
+
+/// The queues and exchanges of one consumer; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    queue: String,
+    queue_type: QueueType,
+    dead_letter_exchange: String,
+    dead_letter_queue: String,
+    delay_prefix: String,
+    max_retry_delay: Duration,
+    delivery_limit: Option<u32>,
+    expires: Option<Duration>,
+}
+
+/// Message counts of a topology's queues, from passive declares.
+///
+/// RabbitMQ counts only messages *ready* for delivery: those delivered and
+/// not yet acked are not in these numbers (see `AmqpMetrics` for those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Depths {
+    /// Ready in the work queue.
+    pub work: u64,
+    /// In the dead-letter queue.
+    pub dead_letters: u64,
+    /// Waiting in the delay queues.
+    pub delayed: u64,
+}
+
+impl Topology {
+    /// The topology of work queue `queue`, with derived names:
+    /// `<queue>.dlx`, `<queue>.dlq`, `<queue>.retry.<n>ms`.
+    pub fn new(queue: impl Into<String>) -> Result<Self> {
+        let queue = queue.into();
+        validate_name("queue", &queue)?;
+        Ok(Self {
+            dead_letter_exchange: format!("{queue}.dlx"),
+            dead_letter_queue: format!("{queue}.dlq"),
+            delay_prefix: format!("{queue}.retry"),
+            queue,
+            queue_type: QueueType::Classic,
+            max_retry_delay: Duration::from_secs(3600),
+            delivery_limit: None,
+            expires: None,
+        })
+    }
+
+    /// Classic (default) or quorum work and dead-letter queues.
+    pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
+        self.queue_type = queue_type;
+        self
+    }
+
+    /// Names the dead-letter exchange (default `<queue>.dlx`).
+    pub fn with_dead_letter_exchange(mut self, name: impl Into<String>) -> Self {
+        self.dead_letter_exchange = name.into();
+        self
+    }
+
+    /// Names the dead-letter queue (default `<queue>.dlq`).
+    pub fn with_dead_letter_queue(mut self, name: impl Into<String>) -> Self {
+        self.dead_letter_queue = name.into();
+        self
+    }
+
+    /// Prefix of the delay queues (default `<queue>.retry`).
+    pub fn with_delay_queue_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.delay_prefix = prefix.into();
+        self
+    }
+
+    /// The longest retry delay to expect: delay queues are declared up to
+    /// the first power-of-two bucket at or above it (default one hour).
+    pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
+        self.max_retry_delay = delay;
+        self
+    }
+
+    /// Sets a quorum queue's `x-delivery-limit` (ignored for classic queues).
+    pub fn with_delivery_limit(mut self, limit: u32) -> Self {
+        self.delivery_limit = Some(limit);
+        self
+    }
+
+    /// Sets `x-expires` on every queue: RabbitMQ deletes a queue, with its
+    /// messages, once it has had no consumer and no declare for that long.
+    /// For throwaway topologies (tests, demos); must exceed the largest
+    /// delay bucket.
+    pub fn with_expires(mut self, after: Duration) -> Self {
+        self.expires = Some(after);
+        self
+    }
+
+    /// The work queue.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The queue type.
+    pub fn queue_type(&self) -> QueueType {
+        self.queue_type
+    }
+
+    /// The dead-letter exchange.
+    pub fn dead_letter_exchange(&self) -> &str {
+        &self.dead_letter_exchange
+    }
+
+    /// The dead-letter queue.
+    pub fn dead_letter_queue(&self) -> &str {
+        &self.dead_letter_queue
+    }
+
+    /// Every delay queue with its bucket, shortest first.
+    pub fn delay_queues(&self) -> Vec<(Duration, String)> {
+        let max = u64::try_from(self.max_retry_delay.as_millis()).unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        let mut ms = MIN_BUCKET_MS;
+        loop {
+            out.push((Duration::from_millis(ms), self.delay_queue_name(ms)));
+            if ms >= max || ms > u64::MAX / 2 {
+                break;
+            }
+            ms *= 2;
+        }
+        out
+    }
+
+    /// The delay queue a retry of `delay` goes to: the smallest bucket that
+    /// holds it, or the largest one.
+    pub fn delay_queue_for(&self, delay: Duration) -> String {
+        let queues = self.delay_queues();
+        queues
+            .iter()
+            .find(|(bucket, _)| *bucket >= delay)
+            .or(queues.last())
+            .map(|(_, name)| name.clone())
+            .unwrap_or_else(|| self.delay_queue_name(MIN_BUCKET_MS))
+    }
+
+    fn delay_queue_name(&self, ms: u64) -> String {
+        format!("{}.{ms}ms", self.delay_prefix)
+    }
+
+    /// Checks every name, the derived ones included.
+    pub fn validate(&self) -> Result<()> {
+        validate_name("queue", &self.queue)?;
+        validate_name("exchange", &self.dead_letter_exchange)?;
+        validate_name("queue", &self.dead_letter_queue)?;
+        for (_, name) in self.delay_queues() {
+            validate_name("queue", &name)?;
+        }
+        if let Some(expires) = self.expires {
+            let largest = self.delay_queues().last().map_or(Duration::ZERO, |q| q.0);
+            if expires <= largest {
+                return Err(Error::InvalidName {
+                    what: "x-expires of queue",
+                    name: self.queue.clone(),
+                    reason: "must exceed the largest delay bucket, or delayed retries are deleted with their queue",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Declares everything; idempotent: declaring what exists with the same
+    /// settings changes nothing. A conflict (a queue declared earlier with
+    /// other arguments) is an [`Error::Topology`] and closes `channel`.
+    pub async fn declare(&self, channel: &Channel) -> Result<()> {
+        self.validate()?;
+        let durable = QueueDeclareOptions::durable();
+        channel
+            .exchange_declare(
+                short(&self.dead_letter_exchange)?,
+                ExchangeKind::Direct,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|source| Error::Topology {
+                what: "exchange",
+                name: self.dead_letter_exchange.clone(),
+                source,
+            })?;
+
+        let dlq_args = self.base_args(self.queue_type);
+        self.declare_queue(channel, &self.dead_letter_queue, durable, dlq_args)
+            .await?;
+        channel
+            .queue_bind(
+                short(&self.dead_letter_queue)?,
+                short(&self.dead_letter_exchange)?,
+                short(&self.queue)?,
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|source| Error::Topology {
+                what: "binding of queue",
+                name: self.dead_letter_queue.clone(),
+                source,
+            })?;
+
+        let mut work_args = self.base_args(self.queue_type);
+        work_args.insert(
+            "x-dead-letter-exchange".into(),
+            long(&self.dead_letter_exchange),
+        );
+        work_args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+        if let (QueueType::Quorum, Some(limit)) = (self.queue_type, self.delivery_limit) {
+            work_args.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongInt(i32::try_from(limit).unwrap_or(i32::MAX)),
+            );
+        }
+        self.declare_queue(channel, &self.queue, durable, work_args)
+            .await?;
+
+        for (_, name) in self.delay_queues() {
+            let mut args = self.base_args(QueueType::Classic);
+            args.insert("x-dead-letter-exchange".into(), long(""));
+            args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+            self.declare_queue(channel, &name, durable, args).await?;
+        }
+        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
+        Ok(())
+    }
+
+    fn base_args(&self, queue_type: QueueType) -> FieldTable {
+        let mut args = FieldTable::default();
+        args.insert("x-queue-type".into(), long(queue_type.as_str()));
+        if let Some(expires) = self.expires {
+            let ms = i64::try_from(expires.as_millis()).unwrap_or(i64::MAX);
+            args.insert("x-expires".into(), AMQPValue::LongLongInt(ms));
+        }
+        args
+    }
+
+    async fn declare_queue(
+        &self,
+        channel: &Channel,
+        name: &str,
+        options: QueueDeclareOptions,
+        args: FieldTable,
+    ) -> Result<()> {
+        channel
+            .queue_declare(short(name)?, options, args)
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::Topology {
+                what: "queue",
+                name: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Ready message counts of the work, dead-letter and delay queues, by
+    /// passive declares on `channel`, which must be a channel of its own: a
+    /// passive declare of a missing queue closes it. It is closed after.
+    pub async fn depths(&self, channel: Channel) -> Result<Depths> {
+        let count = |name: String| {
+            let channel = channel.clone();
+            async move {
+                channel
+                    .queue_declare(
+                        short(&name)?,
+                        QueueDeclareOptions::durable().passive(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map(|q| u64::from(q.message_count()))
+                    .map_err(Error::amqp("passive queue declare"))
+            }
+        };
+        let work = count(self.queue.clone()).await?;
+        let dead_letters = count(self.dead_letter_queue.clone()).await?;
+        let mut delayed = 0;
+        for (_, name) in self.delay_queues() {
+            delayed += count(name).await?;
+        }
+        let _ = channel.close(200, "depths read".into()).await;
+        Ok(Depths {
+            work,
+            dead_letters,
+            delayed,
+        })
+    }
+}
+
+impl fmt::Display for Topology {
+    /// The topology as a short table, for logs and examples.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "work queue        {} ({}, x-dead-letter-exchange={})",
+            self.queue,
+            self.queue_type.as_str(),
+            self.dead_letter_exchange
+        )?;
+        writeln!(
+            f,
+            "dead letters      exchange {} (direct) -> queue {} (key {})",
+            self.dead_letter_exchange, self.dead_letter_queue, self.queue
+        )?;
+        let delays = self.delay_queues();
+        let first = delays.first().map(|d| d.1.as_str()).unwrap_or_default();
+        let last = delays.last().map(|d| d.1.as_str()).unwrap_or_default();
+        write!(
+            f,
+            "delayed retries   {} queues, {first} .. {last}, expired -> default exchange -> {}",
+            delays.len(),
+            self.queue
+        )
+    }
+}
+
+/// Checks a queue or exchange name: 1 to 255 bytes of `[A-Za-z0-9._:-]`,
+/// not starting with the reserved `amq.` prefix.
+pub fn validate_name(what: &'static str, name: &str) -> Result<()> {
+    let refuse = |reason| {
+        Err(Error::InvalidName {
+            what,
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return refuse("it is empty");
+    }
+    if name.len() > 255 {
+        return refuse("it is longer than 255 bytes");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    {
+        return refuse("only letters, digits and `.`, `_`, `:`, `-` are allowed");
+    }
+    if name.starts_with("amq.") {
+        return refuse("the `amq.` prefix is reserved by RabbitMQ");
+    }
+    Ok(())
+}
+
+/// A name already checked to be short, as the client library wants it.
+pub(crate) fn short(s: &str) -> Result<ShortString> {
+    ShortString::try_new(s).map_err(|_| Error::InvalidName {
+        what: "AMQP short string",
+        name: s.chars().take(64).collect(),
+        reason: "it is longer than 255 bytes",
+    })
+}
+
+fn long(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        assert!(Topology::new("orders").is_ok());
+        assert!(Topology::new("orders.v2:eu-west_1").is_ok());
+        for bad in ["", "has space", "slash/y", "ünïcode", "amq.gen-x"] {
+            assert!(Topology::new(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(Topology::new("x".repeat(256)).is_err());
+        assert!(Topology::new("x".repeat(255)).is_ok());
+        let derived_too_long = Topology::new("x".repeat(250)).expect("queue name fits");
+        assert!(
+            derived_too_long.validate().is_err(),
+            "derived names are checked"
+        );
+        let bad_dlx = Topology::new("q")
+            .expect("valid")
+            .with_dead_letter_exchange("no spaces");
+        assert!(bad_dlx.validate().is_err());
+    }
+
+    #[test]
+    fn delays_go_to_the_smallest_bucket_that_holds_them() {
+        let t = Topology::new("q")
+            .expect("valid")
+            .with_max_retry_delay(Duration::from_millis(100));
+        let names: Vec<String> = t.delay_queues().into_iter().map(|d| d.1).collect();
+        assert_eq!(
+            names,
+            [
+                "q.retry.16ms",
+                "q.retry.32ms",
+                "q.retry.64ms",
+                "q.retry.128ms"
+            ]
+        );
+        assert_eq!(t.delay_queue_for(Duration::ZERO), "q.retry.16ms");
+        assert_eq!(t.delay_queue_for(Duration::from_millis(33)), "q.retry.64ms");
+        assert_eq!(t.delay_queue_for(Duration::from_millis(64)), "q.retry.64ms");
+        assert_eq!(t.delay_queue_for(Duration::from_secs(9)), "q.retry.128ms");
+    }
+
+    #[test]
+    fn expiry_shorter_than_a_delay_is_refused() {
+        let t = Topology::new("q")
+            .expect("valid")
+            .with_max_retry_delay(Duration::from_secs(10))
+            .with_expires(Duration::from_secs(5));
+        assert!(t.validate().is_err());
+    }
+}
