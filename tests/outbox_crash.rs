@@ -20,7 +20,8 @@ use rand::RngExt;
 const SCHEMA_ENV: &str = "OUTBOX_CRASH_SCHEMA";
 
 fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 async fn pool_in(schema: &str, max: u32) -> sqlx::PgPool {
@@ -42,7 +43,14 @@ impl Publisher for Sink {
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         let mut out = Vec::with_capacity(batch.len());
         for o in batch {
-            let id = o.message.headers.get("ce_id").ok().flatten().unwrap_or_default().to_owned();
+            let id = o
+                .message
+                .headers
+                .get("ce_id")
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .to_owned();
             let r = sqlx::query("INSERT INTO sink (event_id, aggregate_id) VALUES ($1, $2)")
                 .bind(id)
                 .bind(o.message.key.clone())
@@ -75,7 +83,13 @@ async fn child_relay() {
 
 fn spawn_relay(schema: &str) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--ignored", "--exact", "child_relay", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "child_relay",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(SCHEMA_ENV, schema)
         .env("DATABASE_URL", database_url())
         .stdout(Stdio::null())
@@ -97,7 +111,10 @@ async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() 
         .expect("schema");
     admin.close().await;
     let pool = pool_in(&schema, 8).await;
-    Store::new(pool.clone()).migrate().await.expect("migrations");
+    Store::new(pool.clone())
+        .migrate()
+        .await
+        .expect("migrations");
     sqlx::query("CREATE TABLE sink (seq BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL)")
         .execute(&pool)
         .await
@@ -112,8 +129,13 @@ async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() 
                 for i in 0..150u32 {
                     let agg = format!("agg-{}", (i * 13 + w * 7) % 30);
                     let mut tx = pool.begin().await.expect("begin");
-                    let ev = NewEvent::new("Order", &agg, "OrderChanged", &serde_json::json!({"writer": w, "i": i}))
-                        .expect("json");
+                    let ev = NewEvent::new(
+                        "Order",
+                        &agg,
+                        "OrderChanged",
+                        &serde_json::json!({"writer": w, "i": i}),
+                    )
+                    .expect("json");
                     outbox.enqueue(&mut tx, ev).await.expect("enqueue");
                     tx.commit().await.expect("commit");
                 }
@@ -130,11 +152,17 @@ async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() 
         if !writing && pending == 0 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "relays never drained the outbox ({pending} pending)");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "relays never drained the outbox ({pending} pending)"
+        );
         // A random relay dies at a random point of its loop, and a new one starts.
         let (victim, pause) = {
             let mut rng = rand::rng();
-            (rng.random_range(0..relays.len()), rng.random_range(5..40u64))
+            (
+                rng.random_range(0..relays.len()),
+                rng.random_range(5..40u64),
+            )
         };
         tokio::time::sleep(Duration::from_millis(pause)).await;
         if kills < 40 {
@@ -160,18 +188,26 @@ async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() 
     assert_eq!(events.len(), 600);
     let version: std::collections::HashMap<&str, i64> =
         events.iter().map(|(id, _, v)| (id.as_str(), *v)).collect();
-    let sink: Vec<(String, String)> = sqlx::query_as("SELECT event_id, aggregate_id FROM sink ORDER BY seq")
-        .fetch_all(&pool)
-        .await
-        .expect("sink");
+    let sink: Vec<(String, String)> =
+        sqlx::query_as("SELECT event_id, aggregate_id FROM sink ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .expect("sink");
     let mut seen = HashSet::new();
     let mut arrivals: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for (id, agg) in &sink {
         if seen.insert(id.as_str()) {
-            arrivals.entry(agg.as_str()).or_default().push(version[id.as_str()]);
+            arrivals
+                .entry(agg.as_str())
+                .or_default()
+                .push(version[id.as_str()]);
         }
     }
-    assert_eq!(seen.len(), 600, "every event published at least once ({kills} relays killed)");
+    assert_eq!(
+        seen.len(),
+        600,
+        "every event published at least once ({kills} relays killed)"
+    );
     for (agg, vs) in arrivals {
         let expected: Vec<i64> = (1..=vs.len() as i64).collect();
         assert_eq!(vs, expected, "order of {agg}");
