@@ -137,19 +137,25 @@ impl Stats {
     /// Waits until `condition` holds for a snapshot; re-checked after
     /// every change of a counter.
     pub async fn wait_for(&self, condition: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
+        }
         self.waiters.fetch_add(1, Relaxed);
-        let snapshot = loop {
+        // Decrements even when the caller drops this future (a timeout).
+        let _waiting = Waiting(&self.waiters);
+        loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let snapshot = self.snapshot();
             if condition(&snapshot) {
-                break snapshot;
+                return snapshot;
             }
             notified.await;
-        };
-        self.waiters.fetch_sub(1, Relaxed);
-        snapshot
+        }
     }
 
     pub(crate) fn enter(&self) {
