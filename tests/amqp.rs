@@ -1,0 +1,271 @@
+//! RabbitMQ backend behaviour beyond the shared suite (needs RabbitMQ:
+//! `AMQP_URL`, and PostgreSQL: `DATABASE_URL`): messages from a plain AMQP
+//! client with no framework headers, unroutable publishes, and a consumer
+//! process killed with SIGKILL mid-batch.
+
+mod conformance;
+
+use std::time::Duration;
+
+use consumer::amqp::{AmqpPublisher, AmqpSource};
+use consumer::{Consumer, DeadLetterKind, Message, Outgoing, PgTx, Publisher, handler};
+use lapin::BasicProperties;
+use lapin::options::BasicPublishOptions;
+
+use crate::conformance::amqp::{amqp_url, connect, test_topology, unique_prefix};
+use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
+
+#[handler(idempotency_key = job.id, retry = exponential(base = "10ms", max_delay = "100ms", attempts = 3))]
+async fn record(job: Job, tx: &mut PgTx, ctx: &consumer::MessageContext) -> Result<(), JobError> {
+    if job.jitter {
+        // Slows the batch so the kill lands in the middle of it.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    PgHarness::insert_effect(tx, "record", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
+async fn effects(h: &PgHarness) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = 'record'")
+        .fetch_one(h.pool())
+        .await
+        .expect("count effects")
+}
+
+async fn duplicated_effects(h: &PgHarness) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT job_id FROM effects WHERE handler = 'record' \
+         GROUP BY job_id HAVING count(*) > 1) d",
+    )
+    .fetch_one(h.pool())
+    .await
+    .expect("count duplicates")
+}
+
+/// Polls the effects table (the database has no event to await).
+async fn wait_effects(h: &PgHarness, at_least: i64) {
+    support::within(async {
+        while effects(h).await < at_least {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lettered() {
+    let h = PgHarness::new().await;
+    let queue = unique_prefix("plain");
+    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
+        .expect("topology")
+        .connect()
+        .await
+        .expect("RabbitMQ source");
+    let metrics = source.metrics();
+
+    // A plain lapin client: default properties, no headers, no message id.
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    let good = serde_json::to_vec(&Job::new("plain", 1)).expect("json");
+    for body in [
+        &b"\x00\x01 not json"[..],
+        &br#"{"unexpected": true}"#[..],
+        &good[..],
+    ] {
+        channel
+            .basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+    }
+
+    let consumer = Consumer::new(source, h.store(), record);
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    support::within(stats.wait_for(|s| s.processed == 1 && s.dead_poison == 2)).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+
+    assert_eq!(effects(&h).await, 1);
+    let depths = metrics.depths().await.expect("depths");
+    assert_eq!((depths.work, depths.dead_letters), (0, 2));
+    let got = dead_letters(&queue).await;
+    assert_eq!(got.len(), 2);
+    for dl in &got {
+        assert_eq!((dl.kind, dl.attempts), (DeadLetterKind::Poison, 1));
+        assert_eq!(dl.origin.destination, queue);
+        assert!(
+            dl.message_id.starts_with("amqp-"),
+            "content-hash id: {}",
+            dl.message_id
+        );
+    }
+    assert!(got.iter().any(|d| &d.payload[..] == b"\x00\x01 not json"));
+    assert!(
+        got.iter().any(|d| d.error.contains("missing field")
+            || d.causes.iter().any(|c| c.contains("missing field"))),
+        "{got:#?}"
+    );
+}
+
+async fn dead_letters(queue: &str) -> Vec<consumer::DeadLetter> {
+    let topology = test_topology(queue);
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    let mut out = Vec::new();
+    while let Some(got) = channel
+        .basic_get(
+            topology.dead_letter_queue().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .expect("basic.get")
+    {
+        let env = consumer::amqp::headers::to_envelope(
+            queue,
+            &got.delivery,
+            got.delivery.data.clone().into(),
+        );
+        let m = Message {
+            key: env.key,
+            headers: env.headers,
+            payload: env.payload,
+        };
+        out.extend(consumer::DeadLetter::from_message(&m));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_publish_is_a_non_retriable_error_not_a_silent_drop() {
+    let queue = unique_prefix("route");
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    test_topology(&queue)
+        .declare(&channel)
+        .await
+        .expect("declare");
+    let publisher = AmqpPublisher::new(amqp_url()).with_max_unconfirmed(2);
+    let ok = |n: i64| Outgoing {
+        destination: format!("/{queue}"),
+        message: Job::new("k", n).message(),
+    };
+    let lost = Outgoing {
+        destination: format!("/{queue}-does-not-exist"),
+        message: Message::raw(&b"x"[..]),
+    };
+    let results = publisher.publish(&[ok(1), lost, ok(2)]).await;
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let err = results[1].as_ref().expect_err("unroutable must fail");
+    assert!(!err.is_retriable(), "{err}");
+    assert!(err.to_string().contains("unroutable"), "{err}");
+    let depth = test_topology(&queue)
+        .depths(conn.create_channel().await.expect("channel"))
+        .await
+        .expect("depths");
+    assert_eq!(depth.work, 2);
+}
+
+const CHILD_ENV: &str = "CONSUMER_AMQP_KILL_CHILD";
+
+/// The body of the child process that `a_consumer_killed_mid_batch...`
+/// kills: consumes until killed. Does nothing in a normal test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_consumer_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (queue, schema) = spec.split_once(' ').expect("queue and schema");
+    let pool = PgHarness::pool_for(&support::database_url(), schema, 8)
+        .await
+        .expect("child pool");
+    let source = AmqpSource::new(amqp_url(), test_topology(queue))
+        .expect("topology")
+        .with_prefetch(50);
+    Consumer::new(source, consumer::Store::new(pool), record)
+        .run_until(std::future::pending())
+        .await
+        .expect("child consumer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() {
+    let h = PgHarness::new().await;
+    let queue = unique_prefix("kill");
+    let n = 400;
+    let publisher = AmqpPublisher::new(amqp_url());
+    let conn = connect().await;
+    test_topology(&queue)
+        .declare(&conn.create_channel().await.expect("channel"))
+        .await
+        .expect("declare");
+    let batch: Vec<Outgoing> = (0..n)
+        .map(|i| Outgoing {
+            destination: format!("/{queue}"),
+            message: Job {
+                jitter: true,
+                ..Job::new(&format!("k{}", i % 10), i)
+            }
+            .message(),
+        })
+        .collect();
+    for r in publisher.publish(&batch).await {
+        r.expect("publish");
+    }
+
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "child_consumer_process", "--nocapture"])
+        .env(CHILD_ENV, format!("{queue} {}", h.schema))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the child consumer");
+    wait_effects(&h, 40).await;
+    child.kill().expect("SIGKILL the child"); // Child::kill is SIGKILL on Unix
+    let _ = child.wait();
+    let after_kill = effects(&h).await;
+    assert!(
+        after_kill < i64::from(n),
+        "the kill came too late to be mid-batch"
+    );
+
+    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
+        .expect("topology")
+        .connect()
+        .await
+        .expect("source");
+    let metrics = source.metrics();
+    let consumer = Consumer::new(source, h.store(), record);
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    wait_effects(&h, i64::from(n)).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+
+    assert_eq!(effects(&h).await, i64::from(n), "zero lost");
+    assert_eq!(duplicated_effects(&h).await, 0, "zero duplicate effects");
+    assert!(
+        metrics.redelivered() > 0,
+        "what the child held came back redelivered"
+    );
+    let s = stats.snapshot();
+    assert_eq!(s.dead_letters(), 0);
+    // What the child committed is never run again: deliveries it committed
+    // but had not acked come back and are skipped by dedup.
+    assert_eq!(
+        i64::try_from(s.processed).expect("fits"),
+        i64::from(n) - after_kill
+    );
+}
