@@ -1,0 +1,266 @@
+//! RabbitMQ throughput: the framework against raw lapin on the same broker,
+//! same messages (100 000 × 1 KiB JSON), same prefetch and the same number
+//! of unconfirmed publishes in flight. Prints messages/s and client CPU
+//! time per message for each, and the ratio to the raw baseline.
+//!
+//! `cargo bench --bench amqp --features amqp` (needs RabbitMQ at `AMQP_URL`,
+//! default amqp://guest:guest@127.0.0.1:5672/%2f). `BENCH_MESSAGES`
+//! overrides the count.
+
+use std::time::{Duration, Instant};
+
+use consumer::amqp::{AmqpPublisher, AmqpSource, Topology};
+use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher, handler};
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+const PREFETCH: u16 = 256;
+const UNCONFIRMED: usize = 1024;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Pad {
+    pad: String,
+}
+
+#[handler(retry = none)]
+async fn noop(_m: Pad) -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+/// Process CPU time (user + system) from /proc, in clock ticks of 10 ms.
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+struct Figure {
+    rate: f64,
+    cpu_us: f64,
+}
+
+fn measure(n: usize, wall: Duration, cpu: Duration) -> Figure {
+    Figure {
+        rate: n as f64 / wall.as_secs_f64(),
+        cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
+    }
+}
+
+fn messages(n: usize) -> Vec<Message> {
+    let pad = "x".repeat(1024 - 10);
+    (0..n)
+        .map(|i| {
+            Message::json("Pad", &Pad { pad: pad.clone() })
+                .expect("json")
+                .with_key(format!("k{}", i % 64))
+        })
+        .collect()
+}
+
+async fn raw_publish(conn: &Connection, queue: &str, msgs: &[Message]) -> Figure {
+    let channel = conn.create_channel().await.expect("channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let props: Vec<BasicProperties> = msgs
+        .iter()
+        .map(|m| {
+            let mut t = FieldTable::default();
+            for (k, v) in m.headers.iter() {
+                t.insert(
+                    k.into(),
+                    lapin::types::AMQPValue::LongString(v.to_vec().into()),
+                );
+            }
+            BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_headers(t)
+        })
+        .collect();
+    let (t0, c0) = (Instant::now(), cpu());
+    for (chunk, pchunk) in msgs.chunks(UNCONFIRMED).zip(props.chunks(UNCONFIRMED)) {
+        let mut confirms = Vec::with_capacity(chunk.len());
+        for (m, p) in chunk.iter().zip(pchunk) {
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        queue.into(),
+                        BasicPublishOptions {
+                            mandatory: true,
+                            ..Default::default()
+                        },
+                        &m.payload,
+                        p.clone(),
+                    )
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for c in confirms {
+            assert!(c.await.expect("confirm").is_ack());
+        }
+    }
+    measure(msgs.len(), t0.elapsed(), cpu() - c0)
+}
+
+async fn raw_consume(conn: &Connection, queue: &str, n: usize) -> Figure {
+    let channel = conn.create_channel().await.expect("channel");
+    channel
+        .basic_qos(PREFETCH, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let (t0, c0) = (Instant::now(), cpu());
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut got = 0;
+    while got < n {
+        let d = consumer.next().await.expect("stream").expect("delivery");
+        d.ack(BasicAckOptions::default()).await.expect("ack");
+        got += 1;
+    }
+    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let _ = channel.close(200, "done".into()).await;
+    f
+}
+
+async fn framework_publish(url: &str, queue: &str, msgs: &[Message]) -> Figure {
+    let publisher = AmqpPublisher::new(url).with_max_unconfirmed(UNCONFIRMED);
+    let batch: Vec<Outgoing> = msgs
+        .iter()
+        .map(|m| Outgoing {
+            destination: format!("/{queue}"),
+            message: m.clone(),
+        })
+        .collect();
+    publisher
+        .publish(&batch[..1])
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("warm-up"));
+    let (t0, c0) = (Instant::now(), cpu());
+    // The relay's shape: batches of outbox rows, each confirmed as a whole.
+    for chunk in batch[1..].chunks(UNCONFIRMED) {
+        for r in publisher.publish(chunk).await {
+            r.expect("publish");
+        }
+    }
+    let f = measure(msgs.len() - 1, t0.elapsed(), cpu() - c0);
+    publisher.close().await;
+    f
+}
+
+async fn framework_consume(url: &str, topology: Topology, n: usize) -> Figure {
+    let source = AmqpSource::new(url, topology)
+        .expect("topology")
+        .with_prefetch(PREFETCH);
+    let (t0, c0) = (Instant::now(), cpu());
+    let consumer =
+        Consumer::new(source, MemoryStore::new(), noop).with_max_in_flight(usize::from(PREFETCH));
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    stats.wait_for(|s| s.processed as usize >= n).await;
+    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let _ = stop.send(());
+    run.await.expect("join").expect("consumer");
+    f
+}
+
+fn line(name: &str, f: &Figure, base: Option<&Figure>) {
+    match base {
+        None => println!(
+            "  {name:<34} {:>9.0} msg/s  {:>6.1} µs CPU/msg  (baseline)",
+            f.rate, f.cpu_us
+        ),
+        Some(b) => println!(
+            "  {name:<34} {:>9.0} msg/s  {:>6.1} µs CPU/msg  {:.2}× throughput, {:.2}× CPU",
+            f.rate,
+            f.cpu_us,
+            f.rate / b.rate,
+            f.cpu_us / b.cpu_us
+        ),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let n: usize = std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let conn = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap_or_else(|e| {
+            panic!("RabbitMQ is not reachable at {url} ({e}): start it or set AMQP_URL")
+        });
+    let msgs = messages(n);
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let raw_q = format!("bench.raw.{suffix}");
+    let fw = Topology::new(format!("bench.fw.{suffix}"))
+        .expect("name")
+        .with_max_retry_delay(Duration::from_millis(16));
+    let setup = conn.create_channel().await.expect("channel");
+    setup
+        .queue_declare(
+            raw_q.as_str().into(),
+            lapin::options::QueueDeclareOptions::durable(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare");
+    fw.declare(&setup).await.expect("declare");
+
+    println!(
+        "RabbitMQ: {n} messages of 1 KiB, prefetch {PREFETCH}, {UNCONFIRMED} unconfirmed publishes in flight\n"
+    );
+    println!("publishing with confirms:");
+    let raw_pub = raw_publish(&conn, &raw_q, &msgs).await;
+    line("raw lapin", &raw_pub, None);
+    let fw_pub = framework_publish(&url, fw.queue(), &msgs).await;
+    line("AmqpPublisher (outbox relay path)", &fw_pub, Some(&raw_pub));
+
+    println!("\nconsuming with a per-message ack:");
+    let raw_con = raw_consume(&conn, &raw_q, n).await;
+    line("raw lapin", &raw_con, None);
+    let fw_con = framework_consume(&url, fw.clone(), n).await;
+    line("framework, no-op handler", &fw_con, Some(&raw_con));
+
+    for q in [
+        raw_q.clone(),
+        fw.queue().to_owned(),
+        fw.dead_letter_queue().to_owned(),
+    ]
+    .into_iter()
+    .chain(fw.delay_queues().into_iter().map(|d| d.1))
+    {
+        let _ = setup
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+}
