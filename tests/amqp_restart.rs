@@ -110,7 +110,10 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
         let _restart = StartAppOnDrop;
         rabbitmqctl(&["stop_app"]);
         let while_down = counts(&h).await.0;
-        assert!(while_down < n, "the restart came after the run had finished");
+        assert!(
+            while_down < n,
+            "the restart came after the run had finished"
+        );
         rabbitmqctl(&["start_app"]);
     }
 
