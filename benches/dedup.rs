@@ -290,7 +290,7 @@ fn main() -> anyhow::Result<()> {
             .context("BENCH_DEDUP_N must be a number of messages")?,
         Err(_) => DEFAULT_N,
     };
-    let mut rounds = 4;
+    let mut rounds = 3;
     let mut workers = 2;
     let mut partitions: Option<usize> = None;
     let mut keys: Option<usize> = None;
