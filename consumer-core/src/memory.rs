@@ -145,13 +145,20 @@ impl MemoryBroker {
     }
 
     fn topic<'s>(state: &'s mut State, name: &str, partitions: usize) -> &'s mut Topic {
-        state
-            .topics
-            .entry(name.to_owned())
-            .or_insert_with(|| Topic {
-                partitions: (0..partitions).map(|_| Partition::default()).collect(),
-                ..Topic::default()
-            })
+        // Look up before inserting: the hot path never allocates the name.
+        if !state.topics.contains_key(name) {
+            state.topics.insert(
+                name.to_owned(),
+                Topic {
+                    partitions: (0..partitions).map(|_| Partition::default()).collect(),
+                    ..Topic::default()
+                },
+            );
+        }
+        match state.topics.get_mut(name) {
+            Some(t) => t,
+            None => unreachable!("inserted above"),
+        }
     }
 
     /// Publishes a message; `Ok` means it is stored (the broker's confirm).
@@ -353,9 +360,12 @@ impl MemorySource {
                 headers,
                 payload,
             } = stored.message;
-            let fallback = || format!("{}/{}", origin.destination, origin.position);
-            let fallback_id = fallback();
-            let envelope = Envelope::from_parts(payload, headers, key, origin, || fallback_id);
+            // Built only for messages that carry no id of their own.
+            let topic = &self.topic;
+            let offset = stored.offset;
+            let envelope = Envelope::from_parts(payload, headers, key, origin, || {
+                format!("{topic}/{index}/{offset}")
+            });
             let acker = MemoryAcker {
                 broker: self.broker.clone(),
                 topic: self.topic.clone(),
