@@ -39,5 +39,5 @@ pub mod topology;
 
 pub use error::{Error, Result};
 pub use publisher::AmqpPublisher;
-pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
+pub use source::{AmqpAcker, AmqpMetrics, AmqpSource, DLX_FALLBACK_AFTER};
 pub use topology::{Depths, QueueType, Topology, validate_name};

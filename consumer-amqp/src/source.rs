@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use consumer_core::envelope::{format_time, names};
-use consumer_core::{Acker, DeadLetter, Envelope, Message, Redelivery, Source};
+use consumer_core::{Acker, DeadLetter, DeadLettered, Envelope, Message, Redelivery, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -191,6 +191,8 @@ impl Source for AmqpSource {
                     topology: Arc::clone(&self.topology),
                     metrics: Arc::clone(&self.metrics.inner),
                     settled: false,
+                    dead_letter_failures: 0,
+                    injected_dead_letter_failures: 0,
                 };
                 Ok(Some((envelope, acker)))
             }
@@ -248,7 +250,14 @@ pub struct AmqpAcker {
     topology: Arc<Topology>,
     metrics: Arc<MetricsInner>,
     settled: bool,
+    dead_letter_failures: u32,
+    injected_dead_letter_failures: u32,
 }
+
+/// Failed dead-letter publishes of one delivery after which the acker
+/// gives it to the queue's dead-letter exchange instead (`nack` without
+/// requeue): the structured context is lost, the message is not.
+pub const DLX_FALLBACK_AFTER: u32 = 5;
 
 impl std::fmt::Debug for AmqpAcker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,6 +274,13 @@ impl AmqpAcker {
             self.settled = true;
             self.metrics.settled.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Makes the next `n` dead-letter publishes of this delivery fail, to
+    /// exercise the dead-letter-exchange fallback. For fault-injection tests.
+    #[doc(hidden)]
+    pub fn fail_next_dead_letters(&mut self, n: u32) {
+        self.injected_dead_letter_failures += n;
     }
 
     /// Closes the channel this delivery came on without settling it, as a
@@ -308,17 +324,56 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn dead_letter(&mut self, dead_letter: &DeadLetter) -> Result<(), consumer_core::Error> {
-        let message = dead_letter.to_message();
-        self.publisher
-            .publish_to(
-                self.topology.dead_letter_exchange(),
-                self.topology.queue(),
-                &message,
+    async fn dead_letter(
+        &mut self,
+        dead_letter: &DeadLetter,
+    ) -> Result<DeadLettered, consumer_core::Error> {
+        let published = if self.injected_dead_letter_failures > 0 {
+            self.injected_dead_letter_failures -= 1;
+            Err(consumer_core::Error::broker(
+                "injected dead-letter publish failure",
+                true,
                 None,
-            )
-            .await?;
-        Ok(())
+            ))
+        } else {
+            let message = dead_letter.to_message();
+            self.publisher
+                .publish_to(
+                    self.topology.dead_letter_exchange(),
+                    self.topology.queue(),
+                    &message,
+                    None,
+                )
+                .await
+                .map_err(consumer_core::Error::from)
+        };
+        let Err(error) = published else {
+            return Ok(DeadLettered::Published);
+        };
+        self.dead_letter_failures += 1;
+        if self.dead_letter_failures < DLX_FALLBACK_AFTER {
+            return Err(error);
+        }
+        // The publishing connection keeps failing: let RabbitMQ dead-letter
+        // the original through the work queue's x-dead-letter-exchange.
+        let reject = BasicNackOptions {
+            requeue: false,
+            ..BasicNackOptions::default()
+        };
+        match self.delivery.nack(reject).await {
+            Ok(true) => {
+                self.done();
+                tracing::error!(
+                    target: "consumer::amqp",
+                    queue = self.topology.queue(),
+                    failures = self.dead_letter_failures,
+                    error = %error,
+                    "dead-letter publish kept failing; rejected the delivery into the dead-letter exchange"
+                );
+                Ok(DeadLettered::SettledByBroker)
+            }
+            _ => Err(error),
+        }
     }
 
     async fn schedule_retry(

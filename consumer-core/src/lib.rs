@@ -41,7 +41,7 @@ pub use outbox::{NewEvent, Outbox, OutboxDatabase, OutboxRelay};
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
-pub use source::{Acker, Redelivery, Source};
+pub use source::{Acker, DeadLettered, Redelivery, Source};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{DedupStore, MemoryStore, MemoryTx, Store, StoreDatabase, Tx};
 #[cfg(feature = "postgres")]

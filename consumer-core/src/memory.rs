@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::dead_letter::DeadLetter;
 use crate::envelope::{Envelope, Message, Origin, format_time, names};
 use crate::error::Error;
-use crate::source::{Acker, Redelivery, Source};
+use crate::source::{Acker, DeadLettered, Redelivery, Source};
 
 /// Where a published message landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,7 +466,7 @@ impl Acker for MemoryAcker {
         Ok(())
     }
 
-    async fn dead_letter(&mut self, dead_letter: &DeadLetter) -> Result<(), Error> {
+    async fn dead_letter(&mut self, dead_letter: &DeadLetter) -> Result<DeadLettered, Error> {
         self.fail_publish()?;
         {
             let mut state = self.broker.lock();
@@ -476,7 +476,7 @@ impl Acker for MemoryAcker {
                 .push(dead_letter.to_message());
         }
         self.broker.inner.notify.notify_waiters();
-        Ok(())
+        Ok(DeadLettered::Published)
     }
 
     async fn schedule_retry(

@@ -31,7 +31,7 @@ use crate::envelope::{Envelope, HeaderError};
 use crate::error::{BoxError, Error};
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::retry::{RetryMode, RetryPolicy};
-use crate::source::{Acker, Redelivery, Source};
+use crate::source::{Acker, DeadLettered, Redelivery, Source};
 use crate::stats::{Counter, Stats};
 use crate::store::{DedupStore, FailureRecord};
 use crate::trace;
@@ -485,7 +485,7 @@ where
         let mut step = 0;
         loop {
             match self.try_dead_letter(&dl, &mut acker).await {
-                Ok(first_time) => {
+                Ok((first_time, how)) => {
                     if first_time {
                         self.stats.incr(match kind {
                             DeadLetterKind::Poison => Counter::DeadPoison,
@@ -493,7 +493,11 @@ where
                             DeadLetterKind::Exhausted => Counter::DeadExhausted,
                         });
                     }
-                    return self.ack(acker).await;
+                    return match how {
+                        DeadLettered::Published => self.ack(acker).await,
+                        // Already settled by the broker's own dead-lettering.
+                        DeadLettered::SettledByBroker => drop(acker),
+                    };
                 }
                 Err(e) => {
                     self.stats.incr(Counter::SettleErrors);
@@ -513,18 +517,29 @@ where
     /// Marks, publishes, then commits the mark: a crash before the commit
     /// dead-letters again on redelivery (at least once); after it, the
     /// redelivery finds the mark and is acked without a second dead letter.
-    async fn try_dead_letter(&self, dl: &DeadLetter, acker: &mut A) -> Result<bool, Error> {
+    async fn try_dead_letter(
+        &self,
+        dl: &DeadLetter,
+        acker: &mut A,
+    ) -> Result<(bool, DeadLettered), Error> {
         let Some(mark) = self
             .store
             .begin_dead_letter(&dl.handler, &dl.message_id, &dl.error)
             .await?
         else {
             tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
-            return Ok(false);
+            return Ok((false, DeadLettered::Published));
         };
-        acker.dead_letter(dl).await?;
+        let how = acker.dead_letter(dl).await?;
+        if how == DeadLettered::SettledByBroker {
+            tracing::error!(
+                target: "consumer",
+                message_id = %dl.message_id,
+                "dead-letter publish kept failing; the broker dead-lettered the original without its context"
+            );
+        }
         self.store.commit_dead_letter(mark).await?;
-        Ok(true)
+        Ok((true, how))
     }
 
     async fn ack(&self, acker: A) {

@@ -53,6 +53,19 @@ pub struct Redelivery {
     pub first_failure: OffsetDateTime,
 }
 
+/// How a dead letter reached the dead-letter destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLettered {
+    /// Published with its context and confirmed; the runtime acks the
+    /// original next.
+    Published,
+    /// Publishing kept failing, so the backend gave the original to the
+    /// broker's own dead-lettering (AMQP: `nack` without requeue into the
+    /// queue's dead-letter exchange). The delivery is settled: the runtime
+    /// must not ack it, and dropping the acker does nothing.
+    SettledByBroker,
+}
+
 /// Settles one delivery. Each method says what the broker must have
 /// confirmed when it returns `Ok`.
 pub trait Acker: Send + 'static {
@@ -64,11 +77,12 @@ pub trait Acker: Send + 'static {
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Publish `dead_letter` to the dead-letter destination and wait for the
-    /// broker's confirmation. Does not ack: the runtime acks afterwards.
+    /// broker's confirmation. Does not ack: the runtime acks afterwards,
+    /// unless this returns [`DeadLettered::SettledByBroker`].
     fn dead_letter(
         &mut self,
         dead_letter: &DeadLetter,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<DeadLettered, Error>> + Send;
 
     /// Publish a copy of `envelope` for delayed redelivery and wait for the
     /// broker's confirmation. Does not ack: the runtime acks afterwards.

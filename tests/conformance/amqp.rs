@@ -47,6 +47,8 @@ struct Faults {
     duplicate_publishes: AtomicU32,
     lost_acks: AtomicU32,
     failed_publishes: AtomicU32,
+    /// Passed to the real acker, so its own fallback logic counts them.
+    failed_dead_letters: AtomicU32,
 }
 
 fn take(counter: &AtomicU32) -> bool {
@@ -241,6 +243,16 @@ impl BrokerHarness for AmqpBroker {
     }
 }
 
+impl AmqpBroker {
+    /// The next `n` dead-letter publishes fail inside the real acker (not in
+    /// this wrapper), so its dead-letter-exchange fallback is exercised.
+    pub fn fail_next_dead_letters_in_acker(&self, n: u32) {
+        self.faults
+            .failed_dead_letters
+            .fetch_add(n, Ordering::SeqCst);
+    }
+}
+
 /// An `AmqpSource` with the harness's faults applied at settle time.
 pub struct FaultySource {
     inner: AmqpSource,
@@ -304,8 +316,13 @@ impl Acker for FaultyAcker {
         self.inner.release().await
     }
 
-    async fn dead_letter(&mut self, dead_letter: &DeadLetter) -> Result<(), consumer::Error> {
+    async fn dead_letter(
+        &mut self,
+        dead_letter: &DeadLetter,
+    ) -> Result<consumer::DeadLettered, consumer::Error> {
         self.fail_publish()?;
+        let n = self.faults.failed_dead_letters.swap(0, Ordering::SeqCst);
+        self.inner.fail_next_dead_letters(n);
         self.inner.dead_letter(dead_letter).await
     }
 
