@@ -41,30 +41,42 @@ pub mod names {
 
 /// Message headers: ordered, duplicates allowed, values are bytes because
 /// brokers allow any bytes; accessors say when a value is not text.
+///
+/// Cloning is a reference-count bump (copy on write): a delivery's headers
+/// are shared by the broker's redelivery copy, the envelope, the context and
+/// a dead letter without being copied.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Headers(Vec<(String, Vec<u8>)>);
+pub struct Headers(std::sync::Arc<Vec<(String, Vec<u8>)>>);
 
 impl Headers {
     /// No headers.
-    pub const fn new() -> Self {
-        Self(Vec::new())
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn entries(&mut self) -> &mut Vec<(String, Vec<u8>)> {
+        std::sync::Arc::make_mut(&mut self.0)
     }
 
     /// Appends a header, keeping any earlier one of the same name.
     pub fn append(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
-        self.0.push((name.into(), value.into()));
+        self.entries().push((name.into(), value.into()));
     }
 
     /// Sets a header, replacing every earlier one of the same name.
     pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
         let name = name.into();
-        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
-        self.0.push((name, value.into()));
+        let entries = self.entries();
+        entries.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
+        entries.push((name, value.into()));
     }
 
     /// Removes every header of that name.
     pub fn remove(&mut self, name: &str) {
-        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if self.0.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            self.entries()
+                .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        }
     }
 
     /// The last value of a header, as bytes (names are case-insensitive).
@@ -113,11 +125,11 @@ impl fmt::Debug for Headers {
 
 impl<N: Into<String>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Headers {
     fn from_iter<T: IntoIterator<Item = (N, V)>>(iter: T) -> Self {
-        Self(
-            iter.into_iter()
-                .map(|(n, v)| (n.into(), v.into()))
-                .collect(),
-        )
+        let entries: Vec<(String, Vec<u8>)> = iter
+            .into_iter()
+            .map(|(n, v)| (n.into(), v.into()))
+            .collect();
+        Self(std::sync::Arc::new(entries))
     }
 }
 
