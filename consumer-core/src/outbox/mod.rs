@@ -103,7 +103,8 @@ pub struct Row {
     pub trace_metadata: Option<String>,
     pub created_at_ms: i64,
     pub attempts: i32,
-    /// Waiting for a retry, or failed: this aggregate stops here.
+    /// Waiting for a retry, failed, or (PostgreSQL) its predecessor version
+    /// is unpublished and not in this batch: this aggregate stops here.
     pub held: bool,
 }
 

@@ -20,30 +20,75 @@ const ENQUEUE: &str = "WITH v AS ( \
      INSERT INTO {t} (id, aggregate_type, aggregate_id, version, event_type, destination, payload, headers, trace_metadata) \
      SELECT $1::uuid, $2, $3, v.last_version, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb FROM v";
 
-const CLAIM: &str = "WITH candidates AS MATERIALIZED ( \
-       SELECT DISTINCT c.aggregate_type, c.aggregate_id FROM ( \
-         SELECT e.aggregate_type, e.aggregate_id FROM {t} e \
-         WHERE e.published_at IS NULL AND e.failed_at IS NULL \
-           AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now()) \
-           AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
-                           AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
-         ORDER BY e.seq LIMIT $1) c \
-     ), locked AS MATERIALIZED ( \
-       SELECT aggregate_type, aggregate_id FROM candidates \
-       WHERE pg_try_advisory_xact_lock($2, hashtext(aggregate_type || chr(31) || aggregate_id)) \
-     ) \
-     SELECT e.id::text, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
-            e.payload::text, e.headers::text, e.trace_metadata::text, \
-            (extract(epoch FROM e.created_at) * 1000)::bigint, e.attempts, \
-            (e.failed_at IS NOT NULL OR (e.next_attempt_at IS NOT NULL AND e.next_attempt_at > now())) \
-     FROM {t} e JOIN locked l ON e.aggregate_type = l.aggregate_type AND e.aggregate_id = l.aggregate_id \
-     WHERE e.published_at IS NULL \
-     ORDER BY e.aggregate_type, e.aggregate_id, e.version \
-     LIMIT $3 \
-     FOR UPDATE OF e SKIP LOCKED";
+/// The claim, O(batch) whatever the backlog: the `{batch}` oldest ready
+/// rows, by `seq` through the partial index on unpublished rows, locked
+/// `FOR UPDATE SKIP LOCKED` so that concurrent relays take disjoint
+/// windows; of those, the rows whose aggregate's advisory lock this relay
+/// gets (re-taking a lock it holds is free; rows of aggregates another
+/// relay holds stay row-locked, unpublished, until commit). The last
+/// column says whether the row's predecessor version is still unpublished:
+/// [`hold_gaps`] then holds the row back unless that predecessor is just
+/// before it in this batch (it may be waiting for a retry, in another
+/// relay's window, or beyond this one), so what goes out is, per
+/// aggregate, always the next unpublished version onwards, whatever order
+/// `seq` and versions are in.
+///
+/// Reading only the window (not every unpublished event of each aggregate,
+/// with its published history) keeps a round's cost proportional to the
+/// batch, and spreads a batch over many aggregates: one publish wave
+/// rather than one wave per event of a few deep aggregates.
+const CLAIM: &str = "SELECT w.id::text, w.aggregate_type, w.aggregate_id, w.version, w.event_type, \
+            w.destination, w.payload, w.headers, w.trace_metadata, w.created_ms, w.attempts, \
+            CASE WHEN w.version = 1 THEN false \
+                 ELSE EXISTS (SELECT 1 FROM {t} p WHERE p.aggregate_type = w.aggregate_type \
+                              AND p.aggregate_id = w.aggregate_id AND p.version = w.version - 1 \
+                              AND p.published_at IS NULL) END \
+     FROM ( \
+       SELECT e.id, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
+              e.payload::text AS payload, e.headers::text AS headers, \
+              e.trace_metadata::text AS trace_metadata, \
+              (extract(epoch FROM e.created_at) * 1000)::bigint AS created_ms, e.attempts \
+       FROM {t} e \
+       WHERE e.published_at IS NULL AND e.failed_at IS NULL \
+         AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now()) \
+         AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
+                         AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
+       ORDER BY e.seq LIMIT {batch} \
+       FOR UPDATE OF e SKIP LOCKED \
+     ) w \
+     WHERE pg_try_advisory_xact_lock($1, hashtext(w.aggregate_type || chr(31) || w.aggregate_id))";
 
+/// Puts claimed rows in aggregate then version order and holds back every
+/// row whose predecessor is unpublished (`pending`) and not the row just
+/// before it: the relay stops that aggregate there for this round.
+fn hold_gaps(mut rows: Vec<(Row, bool)>) -> Vec<Row> {
+    rows.sort_by(|(a, _), (b, _)| {
+        (&a.aggregate_type, &a.aggregate_id, a.version).cmp(&(
+            &b.aggregate_type,
+            &b.aggregate_id,
+            b.version,
+        ))
+    });
+    let mut out: Vec<Row> = Vec::with_capacity(rows.len());
+    for (mut row, pending) in rows {
+        let follows_predecessor = out.last().is_some_and(|prev| {
+            prev.aggregate_type == row.aggregate_type
+                && prev.aggregate_id == row.aggregate_id
+                && prev.version == row.version - 1
+        });
+        row.held |= pending && !follows_predecessor;
+        out.push(row);
+    }
+    out
+}
+
+/// The ids are cast once, in an InitPlan: with `id = ANY($1::uuid[])` a
+/// cached generic plan that scans the table (one planned while it was
+/// small, before any ANALYZE) casts the whole array again for every row,
+/// O(rows x batch): 0.4 s per round on a 5 000-row table.
 const MARK_PUBLISHED: &str = "UPDATE {t} SET published_at = now(), attempts = attempts + 1, \
-     last_error = NULL, next_attempt_at = NULL WHERE id = ANY($1::uuid[])";
+     last_error = NULL, next_attempt_at = NULL \
+     WHERE id = ANY(ARRAY(SELECT unnest($1::text[])::uuid))";
 
 const MARK_FAILED: &str = "UPDATE {t} SET attempts = attempts + 1, last_error = $2, \
      next_attempt_at = now() + ($3::bigint * interval '1 millisecond'), \
@@ -169,15 +214,20 @@ impl OutboxDatabase for Postgres {
         batch: i64,
     ) -> Result<(Self::ClaimGuard, Vec<Row>), Error> {
         let mut tx = pool.begin().await?;
-        let rows = sqlx::query(sql(CLAIM, outbox.table()))
-            .bind(batch)
+        // The batch size is spliced in (an integer, so safe) rather than
+        // bound: with `LIMIT $1` PostgreSQL's generic plan assumes 10 % of
+        // the table, never wins over a custom plan, and the claim is
+        // planned again on every round.
+        let claim = sql(CLAIM, outbox.table())
+            .0
+            .replace("{batch}", &batch.max(1).to_string());
+        let rows = sqlx::query(AssertSqlSafe(claim))
             .bind(LOCK_CLASS)
-            .bind(batch)
             .fetch_all(&mut *tx)
             .await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for r in &rows {
-            claimed.push(Row {
+            let row = Row {
                 id: r.try_get(0)?,
                 aggregate_type: r.try_get(1)?,
                 aggregate_id: r.try_get(2)?,
@@ -189,10 +239,11 @@ impl OutboxDatabase for Postgres {
                 trace_metadata: r.try_get(8)?,
                 created_at_ms: r.try_get(9)?,
                 attempts: r.try_get(10)?,
-                held: r.try_get(11)?,
-            });
+                held: false,
+            };
+            claimed.push((row, r.try_get::<bool, _>(11)?));
         }
-        Ok((tx, claimed))
+        Ok((tx, hold_gaps(claimed)))
     }
 
     async fn finish(
@@ -268,3 +319,72 @@ pub async fn listen(
 }
 
 const DDL: &str = include_str!("../../migrations/postgres/2_outbox.sql");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(aggregate: &str, version: i64) -> Row {
+        Row {
+            id: format!("{aggregate}-{version}"),
+            aggregate_type: "Order".into(),
+            aggregate_id: aggregate.into(),
+            version,
+            event_type: "OrderPlaced".into(),
+            destination: "orders".into(),
+            payload: "{}".into(),
+            headers: None,
+            trace_metadata: None,
+            created_at_ms: 0,
+            attempts: 0,
+            held: false,
+        }
+    }
+
+    fn held(rows: &[Row]) -> Vec<(String, bool)> {
+        rows.iter().map(|r| (r.id.clone(), r.held)).collect()
+    }
+
+    #[test]
+    fn rows_come_out_in_aggregate_then_version_order() {
+        let out = hold_gaps(vec![
+            (row("b", 4), true),
+            (row("a", 2), true),
+            (row("b", 3), false),
+            (row("a", 1), false),
+        ]);
+        assert_eq!(
+            held(&out),
+            [
+                ("a-1".into(), false),
+                ("a-2".into(), false),
+                ("b-3".into(), false),
+                ("b-4".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_row_whose_unpublished_predecessor_is_not_in_the_batch_is_held() {
+        let out = hold_gaps(vec![
+            // a-4 is unpublished elsewhere (retrying, another relay's window).
+            (row("a", 5), true),
+            (row("a", 6), true),
+            // c-2 is unpublished and c-3 missing from the batch: c-4 waits.
+            (row("c", 2), true),
+            (row("c", 4), true),
+            // d-7 was published: d-8 goes.
+            (row("d", 8), false),
+        ]);
+        assert_eq!(
+            held(&out),
+            [
+                ("a-5".into(), true),
+                ("a-6".into(), false),
+                ("c-2".into(), true),
+                ("c-4".into(), true),
+                ("d-8".into(), false),
+            ]
+        );
+    }
+}
