@@ -109,6 +109,11 @@ pub use consumer_macros::handler;
 #[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
 pub use consumer_amqp as amqp;
 
+/// The Kafka backend: `KafkaSource`, `KafkaPublisher`, `Topics`.
+#[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
+pub use consumer_kafka as kafka;
+
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!(
     "the `consumer` crate needs a store: enable the `postgres` feature, the `sqlite` feature, or both"

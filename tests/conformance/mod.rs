@@ -13,6 +13,8 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 pub mod broker;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod support;
 
 /// Expands the whole suite for one store and one broker. `$harness` is a

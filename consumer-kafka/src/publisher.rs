@@ -1,0 +1,160 @@
+//! [`KafkaPublisher`]: the outbox relay's (and anyone's) way to Kafka.
+
+use std::fmt;
+use std::time::Duration;
+
+use consumer_core::{Error, Outgoing, Publisher};
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+
+use crate::error;
+use crate::headers::to_kafka_headers;
+
+/// Properties set on the publisher's producer unless overridden.
+pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("message.timeout.ms", "30000"),
+];
+
+/// An idempotent producer as a [`Publisher`].
+///
+/// * `enable.idempotence=true` (and so `acks=all`): a retried produce
+///   cannot duplicate or reorder records within a partition.
+/// * [`Outgoing::destination`] is the topic; the message key (the outbox's
+///   aggregate id) is the record key, so one aggregate's events share a
+///   partition and keep their order.
+/// * Headers: the message's, which for outbox events are the CloudEvents
+///   binary-mode attributes (`ce_id`, `ce_type`, `ce_source`,
+///   `ce_specversion`, `ce_time`, `content-type`, ...) and the W3C
+///   `traceparent`/`tracestate` restored from the row.
+/// * A batch is enqueued whole (pipelined), and each result is `Ok` only
+///   once that record's delivery report succeeded.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), consumer_core::Error> {
+/// let publisher = consumer_kafka::KafkaPublisher::builder("127.0.0.1:9092")
+///     .with_property("compression.type", "lz4")
+///     .build()?;
+/// # drop(publisher); Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct KafkaPublisher {
+    producer: FutureProducer,
+}
+
+impl fmt::Debug for KafkaPublisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaPublisher").finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`KafkaPublisher`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct KafkaPublisherBuilder {
+    brokers: String,
+    properties: Vec<(String, String)>,
+}
+
+impl KafkaPublisherBuilder {
+    /// Any librdkafka producer property. `enable.idempotence` can be turned
+    /// off here, but then a producer retry may duplicate or reorder records.
+    pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Creates the producer (it connects lazily).
+    pub fn build(self) -> Result<KafkaPublisher, Error> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        for (k, v) in PUBLISHER_DEFAULTS {
+            c.set(*k, *v);
+        }
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        let producer = c
+            .create()
+            .map_err(|e| error::config("creating the producer", e))?;
+        Ok(KafkaPublisher { producer })
+    }
+}
+
+impl KafkaPublisher {
+    /// A builder with [`PUBLISHER_DEFAULTS`].
+    pub fn builder(brokers: impl Into<String>) -> KafkaPublisherBuilder {
+        KafkaPublisherBuilder {
+            brokers: brokers.into(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// The underlying producer (to flush, or read its metrics).
+    pub fn producer(&self) -> &FutureProducer {
+        &self.producer
+    }
+
+    /// Enqueues one record; waits (without blocking the thread) while
+    /// librdkafka's local queue is full.
+    async fn enqueue(&self, out: &Outgoing) -> Result<DeliveryFuture, Error> {
+        let headers = to_kafka_headers(&out.message);
+        let mut record = FutureRecord::<str, [u8]>::to(&out.destination)
+            .payload(&out.message.payload[..])
+            .headers(headers);
+        if let Some(key) = &out.message.key {
+            record = record.key(key.as_str());
+        }
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                    if waited < Duration::from_secs(30) =>
+                {
+                    record = r;
+                    let step = Duration::from_millis(5);
+                    tokio::time::sleep(step).await;
+                    waited += step;
+                }
+                Err((e, _)) => {
+                    return Err(error::broker(
+                        &format!("producing to {}", out.destination),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl Publisher for KafkaPublisher {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+        let mut pending = Vec::with_capacity(batch.len());
+        for out in batch {
+            pending.push(self.enqueue(out).await);
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        for (p, out) in pending.into_iter().zip(batch) {
+            results.push(match p {
+                Err(e) => Err(e),
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(error::broker(
+                        &format!("producing to {}", out.destination),
+                        e,
+                    )),
+                    Err(_) => Err(Error::broker(
+                        "the producer went away before the delivery report",
+                        true,
+                        None,
+                    )),
+                },
+            });
+        }
+        results
+    }
+}

@@ -1,0 +1,625 @@
+//! The conformance suite's broker on Kafka: librdkafka's mock cluster (in
+//! process, one per harness) or an out-of-process Kafka-protocol broker
+//! (`KAFKA_BROKERS`, default 127.0.0.1:9092, which `scripts/services kafka`
+//! provides with tansu).
+//!
+//! Topics are created explicitly (neither broker creates them on use). On
+//! the external broker every harness works under a topic prefix of its own,
+//! and producers send one record per batch (`batch.num.messages=1`): tansu
+//! 0.6 mishandles a consumer resuming inside a multi-record batch.
+//!
+//! Faults:
+//! * `duplicate_next_publishes`: the record is produced twice;
+//! * `lose_next_acks`: the process "crashes" after its commit: the acker is
+//!   dropped unsettled and, once nothing else is held, the consumer is
+//!   closed and a new group member started, which resumes from the
+//!   committed offset (the record is delivered again, as after a real
+//!   crash; `tests/kafka_faults.rs` also kills a real process);
+//! * `fail_next_publishes`: injected at the acker, like on RabbitMQ.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc as std_mpsc};
+use std::time::Duration;
+
+use consumer::kafka::{KafkaAcker, KafkaMetrics, KafkaPublisher, KafkaSource, Topics};
+use consumer::{Acker, DeadLetter, Envelope, Message, Outgoing, Publisher, Redelivery, Source};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::sync::Notify;
+
+use super::broker::BrokerHarness;
+
+/// The external broker the end-to-end tests use.
+pub fn external_brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+/// Fails with a sentence naming the broker when it does not answer.
+pub fn check_external(brokers: &str) {
+    let first = brokers.split(',').next().unwrap_or(brokers);
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(first)
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let up = addrs
+        .iter()
+        .any(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok());
+    assert!(
+        up,
+        "no Kafka-protocol broker answers at {brokers}: run `scripts/services kafka` (it starts tansu) or set KAFKA_BROKERS to a running Kafka"
+    );
+}
+
+/// Commands for the thread that owns a mock cluster (librdkafka's mock
+/// cluster handle cannot move between threads).
+pub enum MockCommand {
+    CreateTopic(String, i32, std_mpsc::Sender<()>),
+    BrokerDown(i32, std_mpsc::Sender<()>),
+    BrokerUp(i32, std_mpsc::Sender<()>),
+    RequestErrors(
+        rdkafka::types::RDKafkaApiKey,
+        Vec<rdkafka::types::RDKafkaRespErr>,
+        std_mpsc::Sender<()>,
+    ),
+}
+
+/// An in-process mock cluster, alive while a handle is.
+#[derive(Clone)]
+pub struct MockHost {
+    bootstrap: String,
+    commands: std_mpsc::Sender<MockCommand>,
+}
+
+impl MockHost {
+    pub fn start(brokers: i32) -> Self {
+        let (tx, rx) = std_mpsc::channel::<MockCommand>();
+        let (boot_tx, boot_rx) = std_mpsc::channel();
+        std::thread::spawn(move || {
+            let cluster = MockCluster::new(brokers).expect("librdkafka mock cluster");
+            let _ = boot_tx.send(cluster.bootstrap_servers());
+            while let Ok(cmd) = rx.recv() {
+                match cmd {
+                    MockCommand::CreateTopic(name, partitions, done) => {
+                        cluster
+                            .create_topic(&name, partitions, 1)
+                            .expect("mock create_topic");
+                        let _ = done.send(());
+                    }
+                    MockCommand::BrokerDown(id, done) => {
+                        cluster.broker_down(id).expect("mock broker_down");
+                        let _ = done.send(());
+                    }
+                    MockCommand::BrokerUp(id, done) => {
+                        cluster.broker_up(id).expect("mock broker_up");
+                        let _ = done.send(());
+                    }
+                    MockCommand::RequestErrors(api, errors, done) => {
+                        cluster.request_errors(api, &errors);
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        let bootstrap = boot_rx.recv().expect("mock cluster started");
+        Self {
+            bootstrap,
+            commands: tx,
+        }
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    fn call(&self, make: impl FnOnce(std_mpsc::Sender<()>) -> MockCommand) {
+        let (done, wait) = std_mpsc::channel();
+        self.commands
+            .send(make(done))
+            .expect("mock cluster thread alive");
+        wait.recv().expect("mock cluster command done");
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.call(|d| MockCommand::CreateTopic(name.to_owned(), partitions, d));
+    }
+
+    pub fn broker_down(&self, id: i32) {
+        self.call(|d| MockCommand::BrokerDown(id, d));
+    }
+
+    pub fn broker_up(&self, id: i32) {
+        self.call(|d| MockCommand::BrokerUp(id, d));
+    }
+
+    /// The next requests of `api` fail with `errors`, one each, in order.
+    pub fn request_errors(
+        &self,
+        api: rdkafka::types::RDKafkaApiKey,
+        errors: &[rdkafka::types::RDKafkaRespErr],
+    ) {
+        self.call(|d| MockCommand::RequestErrors(api, errors.to_vec(), d));
+    }
+}
+
+#[derive(Default)]
+struct Faults {
+    duplicate_publishes: AtomicU32,
+    lost_acks: AtomicU32,
+    failed_publishes: AtomicU32,
+}
+
+fn take(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// Where the harness's broker is.
+#[derive(Clone)]
+pub enum Cluster {
+    Mock(MockHost),
+    External(String),
+}
+
+impl Cluster {
+    pub fn bootstrap(&self) -> String {
+        match self {
+            Self::Mock(m) => m.bootstrap().to_owned(),
+            Self::External(b) => b.clone(),
+        }
+    }
+
+    /// Producer properties every client of this cluster uses.
+    pub fn producer_properties(&self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Self::Mock(_) => vec![],
+            // tansu 0.6: see the module docs.
+            Self::External(_) => vec![("batch.num.messages", "1")],
+        }
+    }
+}
+
+/// Kafka as a `BrokerHarness`; `EXTERNAL` picks the broker.
+#[derive(Clone)]
+pub struct KafkaBroker<const EXTERNAL: bool> {
+    pub cluster: Cluster,
+    prefix: String,
+    partitions: i32,
+    publisher: KafkaPublisher,
+    faults: Arc<Faults>,
+    created: Arc<Mutex<HashSet<String>>>,
+    metrics: Arc<Mutex<HashMap<String, Vec<KafkaMetrics>>>>,
+}
+
+/// The mock cluster flavour.
+pub type MockKafka = KafkaBroker<false>;
+/// The out-of-process broker flavour.
+pub type ExternalKafka = KafkaBroker<true>;
+
+impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
+    pub fn topics(&self, topic: &str) -> Topics {
+        Topics::new(self.topic_name(topic)).expect("valid test topic")
+    }
+
+    pub fn topic_name(&self, topic: &str) -> String {
+        format!("{}{topic}", self.prefix)
+    }
+
+    pub fn group(&self, topic: &str) -> String {
+        format!("ct-group-{}{topic}", self.prefix)
+    }
+
+    /// Creates `topic` with its retry and dead-letter topics, once.
+    pub async fn create(&self, topic: &str) {
+        if !self
+            .created
+            .lock()
+            .expect("created")
+            .insert(topic.to_owned())
+        {
+            return;
+        }
+        let topics = self.topics(topic);
+        match &self.cluster {
+            Cluster::Mock(m) => {
+                for name in [
+                    topics.topic(),
+                    topics.retry_topic().expect("retry"),
+                    topics.dead_letter_topic(),
+                ] {
+                    m.create_topic(name, self.partitions);
+                }
+            }
+            Cluster::External(b) => topics
+                .create(b, self.partitions, 1)
+                .await
+                .unwrap_or_else(|e| panic!("creating topics on the Kafka broker at {b}: {e}")),
+        }
+    }
+
+    /// A source builder for `topic` in this harness's group.
+    pub fn source_builder(&self, topic: &str) -> consumer::kafka::KafkaSourceBuilder {
+        let mut b = KafkaSource::builder(
+            self.cluster.bootstrap(),
+            self.group(topic),
+            self.topics(topic),
+        )
+        .with_property("session.timeout.ms", "6000")
+        .with_property("heartbeat.interval.ms", "500")
+        .with_property("statistics.interval.ms", "200")
+        .with_revoke_timeout(Duration::from_secs(5));
+        for (k, v) in self.cluster.producer_properties() {
+            b = b.with_producer_property(k, v);
+        }
+        b
+    }
+
+    fn client(&self, group: Option<&str>) -> BaseConsumer {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.cluster.bootstrap())
+            .set("enable.auto.commit", "false");
+        c.set("group.id", group.unwrap_or("ct-reader"));
+        c.create().expect("a Kafka client for the harness")
+    }
+
+    /// High watermarks of every partition of `topic` and its retry topic.
+    async fn watermarks_and_committed(&self, topic: &str) -> Vec<(String, i32, i64, i64)> {
+        let this = self.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let topics = this.topics(&topic);
+            let group = this.group(&topic);
+            let reader = this.client(Some(&group));
+            let mut tpl = TopicPartitionList::new();
+            for t in topics.subscribed() {
+                for p in 0..this.partitions {
+                    tpl.add_partition(t, p);
+                }
+            }
+            let committed = reader
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+                .expect("committed offsets");
+            let mut out = Vec::new();
+            for e in tpl.elements() {
+                let (_, hw) = reader
+                    .fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(10))
+                    .expect("watermarks");
+                let c = committed
+                    .find_partition(e.topic(), e.partition())
+                    .and_then(|x| x.offset().to_raw())
+                    .filter(|o| *o >= 0)
+                    .unwrap_or(0);
+                out.push((e.topic().to_owned(), e.partition(), hw, c));
+            }
+            out
+        })
+        .await
+        .expect("watermark reader")
+    }
+
+    async fn unsettled(&self, topic: &str) -> usize {
+        self.create(topic).await;
+        let marks = self.watermarks_and_committed(topic).await;
+        let metrics: Vec<_> = self
+            .metrics
+            .lock()
+            .expect("metrics")
+            .get(topic)
+            .map(|ms| ms.iter().map(KafkaMetrics::snapshot).collect())
+            .unwrap_or_default();
+        let mut total = 0usize;
+        for (t, p, hw, committed) in marks {
+            let position = metrics
+                .iter()
+                .flat_map(|m| m.partitions.iter())
+                .filter(|m| m.topic == t && m.partition == p && m.pending == 0)
+                .filter_map(|m| m.position)
+                .max()
+                .unwrap_or(0);
+            total += usize::try_from(hw - committed.max(position)).unwrap_or(0);
+        }
+        let held: usize = metrics.iter().map(|m| m.in_flight + m.parked).sum();
+        total + held
+    }
+
+    /// The raw records of `topic`'s dead-letter topic, oldest first.
+    pub async fn read_dead_letters(&self, topic: &str) -> Vec<Message> {
+        self.create(topic).await;
+        let this = self.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let dlq = this.topics(&topic).dead_letter_topic().to_owned();
+            let reader = this.client(None);
+            let mut tpl = TopicPartitionList::new();
+            let mut remaining = 0i64;
+            for p in 0..this.partitions {
+                let (lo, hw) = reader
+                    .fetch_watermarks(&dlq, p, Duration::from_secs(10))
+                    .expect("dlq watermarks");
+                remaining += hw - lo;
+                tpl.add_partition_offset(&dlq, p, Offset::Beginning)
+                    .expect("tpl");
+            }
+            let mut out = Vec::new();
+            if remaining == 0 {
+                return Vec::new();
+            }
+            reader.assign(&tpl).expect("assign the dlq");
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while remaining > 0 && std::time::Instant::now() < deadline {
+                if let Some(Ok(r)) = reader.poll(Duration::from_millis(100)) {
+                    let ts = rdkafka::Message::timestamp(&r).to_millis().unwrap_or(0);
+                    let env = consumer::kafka::headers::to_envelope(&r);
+                    out.push((
+                        ts,
+                        r_pos(&r),
+                        Message {
+                            key: env.key,
+                            headers: env.headers,
+                            payload: env.payload,
+                        },
+                    ));
+                    remaining -= 1;
+                }
+            }
+            assert_eq!(remaining, 0, "could not read every dead letter back");
+            out.sort_by_key(|(ts, pos, _)| (*ts, *pos));
+            out.into_iter().map(|(_, _, m)| m).collect()
+        })
+        .await
+        .expect("dlq reader")
+    }
+}
+
+fn r_pos(r: &rdkafka::message::BorrowedMessage<'_>) -> (i32, i64) {
+    (rdkafka::Message::partition(r), rdkafka::Message::offset(r))
+}
+
+impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
+    type Source = FaultySource;
+
+    async fn new(partitions: usize) -> Self {
+        let partitions = i32::try_from(partitions.max(1)).expect("partitions");
+        let (cluster, prefix) = if EXTERNAL {
+            let brokers = external_brokers();
+            check_external(&brokers);
+            (
+                Cluster::External(brokers),
+                format!("ct.{}.", uuid::Uuid::new_v4().simple()),
+            )
+        } else {
+            (Cluster::Mock(MockHost::start(1)), String::new())
+        };
+        let mut publisher = KafkaPublisher::builder(cluster.bootstrap());
+        for (k, v) in cluster.producer_properties() {
+            publisher = publisher.with_property(k, v);
+        }
+        Self {
+            publisher: publisher.build().expect("publisher"),
+            cluster,
+            prefix,
+            partitions,
+            faults: Arc::default(),
+            created: Arc::default(),
+            metrics: Arc::default(),
+        }
+    }
+
+    async fn publish(&self, topic: &str, message: Message) -> Result<(), consumer::Error> {
+        self.create(topic).await;
+        let copies = if take(&self.faults.duplicate_publishes) {
+            2
+        } else {
+            1
+        };
+        let out = Outgoing {
+            destination: self.topic_name(topic),
+            message,
+        };
+        let batch = vec![out; copies];
+        for r in Publisher::publish(&self.publisher, &batch).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    fn destination(&self, topic: &str) -> String {
+        self.topic_name(topic)
+    }
+
+    async fn source(&self, topic: &str) -> FaultySource {
+        self.create(topic).await;
+        let builder = self.source_builder(topic);
+        let inner = builder
+            .clone()
+            .connect()
+            .unwrap_or_else(|e| panic!("Kafka source for {topic}: {e}"));
+        self.metrics
+            .lock()
+            .expect("metrics")
+            .entry(topic.to_owned())
+            .or_default()
+            .push(inner.metrics());
+        FaultySource {
+            inner: Some(inner),
+            builder,
+            faults: Arc::clone(&self.faults),
+            crash: Arc::new(Notify::new()),
+            crashed: Arc::new(AtomicU32::new(0)),
+            topic: topic.to_owned(),
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+
+    async fn wait_drained(&self, topic: &str) {
+        let mut zero_readings = 0;
+        while zero_readings < 3 {
+            if self.unsettled(topic).await == 0 {
+                zero_readings += 1;
+            } else {
+                zero_readings = 0;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn dead_letters(&self, topic: &str) -> Vec<Message> {
+        self.read_dead_letters(topic).await
+    }
+
+    async fn depth(&self, topic: &str) -> usize {
+        self.unsettled(topic).await
+    }
+
+    fn duplicate_next_publishes(&self, n: u32) {
+        self.faults
+            .duplicate_publishes
+            .fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn lose_next_acks(&self, n: u32) {
+        self.faults.lost_acks.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn fail_next_publishes(&self, n: u32) {
+        self.faults.failed_publishes.fetch_add(n, Ordering::SeqCst);
+    }
+}
+
+/// A `KafkaSource` with the harness's faults applied at settle time, and a
+/// restart (new group member) after a simulated crash.
+pub struct FaultySource {
+    inner: Option<KafkaSource>,
+    builder: consumer::kafka::KafkaSourceBuilder,
+    faults: Arc<Faults>,
+    crash: Arc<Notify>,
+    crashed: Arc<AtomicU32>,
+    topic: String,
+    metrics: Arc<Mutex<HashMap<String, Vec<KafkaMetrics>>>>,
+}
+
+impl FaultySource {
+    async fn restart(&mut self) -> Result<(), consumer::Error> {
+        if let Some(old) = self.inner.take() {
+            old.close().await;
+        }
+        let fresh = self.builder.clone().connect()?;
+        self.metrics
+            .lock()
+            .expect("metrics")
+            .entry(self.topic.clone())
+            .or_default()
+            .push(fresh.metrics());
+        self.inner = Some(fresh);
+        Ok(())
+    }
+}
+
+impl Source for FaultySource {
+    type Acker = FaultyAcker;
+
+    fn system(&self) -> &'static str {
+        "kafka"
+    }
+
+    async fn recv(&mut self) -> Result<Option<(Envelope, FaultyAcker)>, consumer::Error> {
+        loop {
+            if self.crashed.load(Ordering::SeqCst) > 0
+                && self
+                    .inner
+                    .as_ref()
+                    .is_none_or(|s| s.metrics().snapshot().in_flight == 0)
+            {
+                self.crashed.store(0, Ordering::SeqCst);
+                self.restart().await?;
+            }
+            let inner = self.inner.as_mut().expect("a source");
+            let crash_pending = self.crashed.load(Ordering::SeqCst) > 0;
+            let got = tokio::select! {
+                biased;
+                r = inner.recv() => r?,
+                () = self.crash.notified() => continue,
+                // The last held record may settle normally: look again.
+                () = tokio::time::sleep(Duration::from_millis(20)), if crash_pending => continue,
+            };
+            return Ok(got.map(|(e, inner)| {
+                (
+                    e,
+                    FaultyAcker {
+                        inner: Some(inner),
+                        faults: Arc::clone(&self.faults),
+                        crash: Arc::clone(&self.crash),
+                        crashed: Arc::clone(&self.crashed),
+                    },
+                )
+            }));
+        }
+    }
+
+    async fn close(self) {
+        if let Some(inner) = self.inner {
+            inner.close().await;
+        }
+    }
+}
+
+pub struct FaultyAcker {
+    inner: Option<KafkaAcker>,
+    faults: Arc<Faults>,
+    crash: Arc<Notify>,
+    crashed: Arc<AtomicU32>,
+}
+
+impl FaultyAcker {
+    fn fail_publish(&self) -> Result<(), consumer::Error> {
+        if take(&self.faults.failed_publishes) {
+            return Err(consumer::Error::broker(
+                "injected publish failure",
+                true,
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    fn inner(&mut self) -> &mut KafkaAcker {
+        self.inner.as_mut().expect("acker present until settled")
+    }
+}
+
+impl Acker for FaultyAcker {
+    async fn ack(mut self) -> Result<(), consumer::Error> {
+        let inner = self.inner.take().expect("acker");
+        if take(&self.faults.lost_acks) {
+            // The crash after the commit: the record is never marked done,
+            // and the member goes away once nothing else is held.
+            drop(inner);
+            self.crashed.fetch_add(1, Ordering::SeqCst);
+            self.crash.notify_one();
+            return Ok(());
+        }
+        inner.ack().await
+    }
+
+    async fn release(mut self) -> Result<(), consumer::Error> {
+        self.inner.take().expect("acker").release().await
+    }
+
+    async fn dead_letter(
+        &mut self,
+        dead_letter: &DeadLetter,
+    ) -> Result<consumer::DeadLettered, consumer::Error> {
+        self.fail_publish()?;
+        self.inner().dead_letter(dead_letter).await
+    }
+
+    async fn schedule_retry(
+        &mut self,
+        envelope: &Envelope,
+        retry: &Redelivery,
+    ) -> Result<(), consumer::Error> {
+        self.fail_publish()?;
+        self.inner().schedule_retry(envelope, retry).await
+    }
+}

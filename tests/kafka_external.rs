@@ -1,0 +1,12 @@
+//! The conformance suite end to end on an out-of-process Kafka-protocol
+//! broker: `KAFKA_BROKERS` (default 127.0.0.1:9092; `scripts/services kafka`
+//! starts tansu there), with the PostgreSQL store (`DATABASE_URL`). Each
+//! test works on topics of its own.
+
+mod conformance;
+
+crate::suite!(
+    crate::conformance::support::PgHarness,
+    consumer::PgTx,
+    crate::conformance::kafka::ExternalKafka
+);
