@@ -44,6 +44,7 @@ pub const DEFAULT_TABLE: &str = "outbox_events";
 
 /// An event to enqueue.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub struct NewEvent {
     pub(crate) aggregate_type: String,
     pub(crate) aggregate_id: String,
