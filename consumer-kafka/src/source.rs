@@ -1030,3 +1030,59 @@ impl KafkaMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use consumer_core::{Headers, Origin};
+
+    #[test]
+    fn position_is_the_lowest_unfinished_record() {
+        let mut p = Partition::new(1);
+        assert_eq!(p.position(), None, "nothing received: nothing to commit");
+        for o in [10, 11, 12, 15] {
+            p.pending.insert(o);
+            p.next = Some(o + 1);
+        }
+        assert_eq!(p.position(), Some(10));
+        // Later records finish first: the position stays.
+        p.pending.remove(&12);
+        p.pending.remove(&15);
+        assert_eq!(p.position(), Some(10));
+        p.pending.remove(&10);
+        assert_eq!(p.position(), Some(11));
+        // Everything done: after the last record, across offset gaps.
+        p.pending.remove(&11);
+        assert_eq!(p.position(), Some(16));
+    }
+
+    fn envelope_with(headers: Headers) -> Envelope {
+        Envelope::from_parts(
+            bytes::Bytes::new(),
+            headers,
+            None,
+            Origin::default(),
+            || "id".to_owned(),
+        )
+    }
+
+    #[test]
+    fn due_time_is_read_from_the_retry_copy() {
+        let mut h = Headers::new();
+        h.insert(
+            DUE,
+            format_time(OffsetDateTime::now_utc() + Duration::from_secs(60)),
+        );
+        let wait = due_in(&envelope_with(h)).expect("a due time");
+        assert!(wait > Duration::from_secs(50) && wait <= Duration::from_secs(60));
+
+        let mut past = Headers::new();
+        past.insert(DUE, "2020-01-01T00:00:00Z");
+        assert_eq!(due_in(&envelope_with(past)), Some(Duration::ZERO));
+
+        let mut bad = Headers::new();
+        bad.insert(DUE, "tomorrow");
+        assert_eq!(due_in(&envelope_with(bad)), None, "an unreadable due time delivers now");
+        assert_eq!(due_in(&envelope_with(Headers::new())), None);
+    }
+}
