@@ -1082,7 +1082,11 @@ mod tests {
 
         let mut bad = Headers::new();
         bad.insert(DUE, "tomorrow");
-        assert_eq!(due_in(&envelope_with(bad)), None, "an unreadable due time delivers now");
+        assert_eq!(
+            due_in(&envelope_with(bad)),
+            None,
+            "an unreadable due time delivers now"
+        );
         assert_eq!(due_in(&envelope_with(Headers::new())), None);
     }
 }
