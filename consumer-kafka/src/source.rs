@@ -17,12 +17,17 @@
 //!
 //! # Bounded work, without stopping the poll
 //!
-//! A partition with `max_per_partition` records pending is paused (its
-//! prefetched records are discarded by librdkafka and fetched again on
-//! resume) and resumed when half have finished. The poll loop never blocks
-//! on the runtime, so `max.poll.interval.ms` is never exceeded by a slow
-//! handler; one slow key fills its partition's window and pauses only that
-//! partition.
+//! When a partition has `max_per_partition` records pending, the poll
+//! thread stops taking records (librdkafka keeps fetching into its own
+//! queue, bounded by `queued.max.messages.kbytes`) until that partition is
+//! back to three quarters, serving offset stores meanwhile. A fast handler
+//! drains it within milliseconds. If it stays full for the stall limit
+//! (`with_max_poll_stall`, 1 s: one stuck key, say), the partition is
+//! paused instead and polling goes on for the others; librdkafka discards
+//! what it had prefetched for a paused partition and fetches it again on
+//! resume (at half), which is why pausing is the fallback, not the rule.
+//! So the poll loop never stops for longer than the stall limit, far below
+//! `max.poll.interval.ms`, and one slow key pauses only its partition.
 //!
 //! # Rebalances
 //!
@@ -108,6 +113,7 @@ pub struct KafkaSourceBuilder {
     producer: Vec<(String, String)>,
     max_per_partition: usize,
     revoke_timeout: Duration,
+    max_poll_stall: Duration,
 }
 
 impl KafkaSourceBuilder {
@@ -130,9 +136,18 @@ impl KafkaSourceBuilder {
         self
     }
 
-    /// Records pending in one partition before it is paused (default 256).
+    /// Records pending in one partition before the poll thread holds off
+    /// (default 256). See the module docs.
     pub fn with_max_per_partition(mut self, n: usize) -> Self {
         self.max_per_partition = n.max(1);
+        self
+    }
+
+    /// How long the poll thread holds off while a partition is full before
+    /// it pauses that partition and polls on (default 1 s; keep it far
+    /// below `max.poll.interval.ms`).
+    pub fn with_max_poll_stall(mut self, t: Duration) -> Self {
+        self.max_poll_stall = t;
         self
     }
 
@@ -191,6 +206,7 @@ impl KafkaSourceBuilder {
             tx,
             topics: Arc::clone(&topics),
             max_per_partition: self.max_per_partition,
+            max_poll_stall: self.max_poll_stall,
             interned: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -256,6 +272,7 @@ impl KafkaSource {
             producer: Vec::new(),
             max_per_partition: 256,
             revoke_timeout: Duration::from_secs(10),
+            max_poll_stall: Duration::from_secs(1),
         }
     }
 
@@ -364,6 +381,8 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when a record of a revoking partition settles.
     settled: Condvar,
+    /// Signalled when a full partition is back to three quarters.
+    room: Condvar,
     /// Something settled: positions may have moved, paused partitions may resume.
     dirty: AtomicBool,
     closing: AtomicBool,
@@ -399,6 +418,10 @@ struct Partition {
     taken: usize,
     released: u64,
     paused: bool,
+    /// Reached `max_per_partition` records pending (not paused yet).
+    full: bool,
+    /// `pending` at or below which a full partition has room again.
+    low_water: usize,
     parked: Option<Parked>,
     revoking: bool,
     high_watermark: Option<i64>,
@@ -420,6 +443,8 @@ impl Partition {
             taken: 0,
             released: 0,
             paused: false,
+            full: false,
+            low_water: 0,
             parked: None,
             revoking: false,
             high_watermark: None,
@@ -593,6 +618,7 @@ struct Poller {
     tx: mpsc::UnboundedSender<Delivery>,
     topics: Arc<Topics>,
     max_per_partition: usize,
+    max_poll_stall: Duration,
     interned: Vec<Arc<str>>,
 }
 
@@ -607,6 +633,7 @@ impl Poller {
             if self.shared.closing.load(Ordering::SeqCst) || self.tx.is_closed() {
                 break Ok(());
             }
+            self.wait_for_room();
             let timeout = if waiting {
                 Duration::from_millis(5)
             } else {
@@ -650,6 +677,57 @@ impl Poller {
         result
     }
 
+    /// Holds off polling while a partition is full (see the module docs),
+    /// storing offsets meanwhile; pauses the partitions still full after
+    /// the stall limit.
+    fn wait_for_room(&self) {
+        let mut started: Option<Instant> = None;
+        loop {
+            let mut pause = TopicPartitionList::new();
+            {
+                let mut state = self.shared.lock();
+                let mut full = false;
+                for (tp, p) in &mut state.partitions {
+                    if !p.full {
+                        continue;
+                    }
+                    if p.paused || p.revoking || p.pending.len() <= p.low_water {
+                        p.full = false;
+                    } else if started.is_some_and(|t| t.elapsed() >= self.max_poll_stall) {
+                        p.full = false;
+                        p.paused = true;
+                        pause.add_partition(&tp.topic, tp.partition);
+                    } else {
+                        full = true;
+                    }
+                }
+                if full && !self.shared.closing.load(Ordering::SeqCst) {
+                    started.get_or_insert_with(Instant::now);
+                    // Woken by the settle that makes room; the timeout
+                    // bounds the wait for the stall check and offset stores.
+                    drop(
+                        self.shared
+                            .room
+                            .wait_timeout(state, Duration::from_millis(5))
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                } else if pause.count() == 0 {
+                    return;
+                }
+            }
+            if pause.count() > 0 {
+                tracing::debug!(target: "consumer_kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
+                if let Err(e) = self.consumer.pause(&pause) {
+                    tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                }
+                return;
+            }
+            if self.shared.dirty.load(Ordering::Relaxed) {
+                self.housekeeping();
+            }
+        }
+    }
+
     /// Records one fetched record as pending and hands it out (or parks it).
     fn take(&self, tp: Tp, record: &rdkafka::message::BorrowedMessage<'_>) {
         let offset = record.offset();
@@ -687,7 +765,11 @@ impl Poller {
                 _ => {
                     self.shared.delivered.fetch_add(1, Ordering::Relaxed);
                     let _ = self.tx.send(delivery);
-                    pause = !p.paused && p.pending.len() >= self.max_per_partition;
+                    pause = false;
+                    if !p.paused && p.pending.len() >= self.max_per_partition {
+                        p.full = true;
+                        p.low_water = self.max_per_partition * 3 / 4;
+                    }
                 }
             }
             if pause {
@@ -706,7 +788,7 @@ impl Poller {
     /// Stores moved positions, releases parked records that are due,
     /// resumes partitions with room again. Returns whether a partition is
     /// paused or parked (then the loop polls more often).
-    fn housekeeping(&mut self) -> bool {
+    fn housekeeping(&self) -> bool {
         self.shared.dirty.store(false, Ordering::Relaxed);
         let now = Instant::now();
         let mut store = TopicPartitionList::new();
@@ -834,6 +916,9 @@ impl KafkaAcker {
             p.taken = p.taken.saturating_sub(1);
             if done {
                 p.pending.remove(&self.offset);
+                if p.full && p.pending.len() == p.low_water {
+                    shared.room.notify_one();
+                }
             } else {
                 p.released += 1;
             }
