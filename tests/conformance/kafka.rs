@@ -25,7 +25,7 @@ use std::time::Duration;
 use consumer::kafka::{KafkaAcker, KafkaMetrics, KafkaPublisher, KafkaSource, Topics};
 use consumer::{Acker, DeadLetter, Envelope, Message, Outgoing, Publisher, Redelivery, Source};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::mocking::MockCluster;
+use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
@@ -62,6 +62,9 @@ pub enum MockCommand {
         Vec<rdkafka::types::RDKafkaRespErr>,
         std_mpsc::Sender<()>,
     ),
+    ClearRequestErrors(rdkafka::types::RDKafkaApiKey, std_mpsc::Sender<()>),
+    GroupCoordinator(String, i32, std_mpsc::Sender<()>),
+    PartitionLeader(String, i32, i32, std_mpsc::Sender<()>),
 }
 
 /// An in-process mock cluster, alive while a handle is.
@@ -96,6 +99,22 @@ impl MockHost {
                     }
                     MockCommand::RequestErrors(api, errors, done) => {
                         cluster.request_errors(api, &errors);
+                        let _ = done.send(());
+                    }
+                    MockCommand::ClearRequestErrors(api, done) => {
+                        cluster.clear_request_errors(api);
+                        let _ = done.send(());
+                    }
+                    MockCommand::GroupCoordinator(group, id, done) => {
+                        cluster
+                            .coordinator(MockCoordinator::Group(group), id)
+                            .expect("mock coordinator");
+                        let _ = done.send(());
+                    }
+                    MockCommand::PartitionLeader(topic, partition, id, done) => {
+                        cluster
+                            .partition_leader(&topic, partition, Some(id))
+                            .expect("mock partition_leader");
                         let _ = done.send(());
                     }
                 }
@@ -139,6 +158,23 @@ impl MockHost {
         errors: &[rdkafka::types::RDKafkaRespErr],
     ) {
         self.call(|d| MockCommand::RequestErrors(api, errors.to_vec(), d));
+    }
+
+    /// Drops the errors still queued for `api`.
+    pub fn clear_request_errors(&self, api: rdkafka::types::RDKafkaApiKey) {
+        self.call(|d| MockCommand::ClearRequestErrors(api, d));
+    }
+
+    /// Pins `group`'s coordinator to broker `id` (otherwise a hash of the
+    /// group name picks it).
+    pub fn group_coordinator(&self, group: &str, id: i32) {
+        self.call(|d| MockCommand::GroupCoordinator(group.to_owned(), id, d));
+    }
+
+    /// Pins `topic`/`partition`'s leader to broker `id` (otherwise one of
+    /// its replicas at random; with one replica, broker `partition % n + 1`).
+    pub fn partition_leader(&self, topic: &str, partition: i32, id: i32) {
+        self.call(|d| MockCommand::PartitionLeader(topic.to_owned(), partition, id, d));
     }
 }
 
@@ -197,7 +233,31 @@ pub type MockKafka = KafkaBroker<false>;
 /// The out-of-process broker flavour.
 pub type ExternalKafka = KafkaBroker<true>;
 
+impl MockKafka {
+    /// A harness on a mock cluster the test started (several brokers, or
+    /// faults the test injects itself); topics get `partitions` partitions.
+    pub fn on_mock(host: MockHost, partitions: i32) -> Self {
+        Self::on_cluster(Cluster::Mock(host), String::new(), partitions)
+    }
+}
+
 impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
+    fn on_cluster(cluster: Cluster, prefix: String, partitions: i32) -> Self {
+        let mut publisher = KafkaPublisher::builder(cluster.bootstrap());
+        for (k, v) in cluster.producer_properties() {
+            publisher = publisher.with_property(k, v);
+        }
+        Self {
+            publisher: publisher.build().expect("publisher"),
+            cluster,
+            prefix,
+            partitions,
+            faults: Arc::default(),
+            created: Arc::default(),
+            metrics: Arc::default(),
+        }
+    }
+
     pub fn topics(&self, topic: &str) -> Topics {
         Topics::new(self.topic_name(topic)).expect("valid test topic")
     }
@@ -391,19 +451,7 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         } else {
             (Cluster::Mock(MockHost::start(1)), String::new())
         };
-        let mut publisher = KafkaPublisher::builder(cluster.bootstrap());
-        for (k, v) in cluster.producer_properties() {
-            publisher = publisher.with_property(k, v);
-        }
-        Self {
-            publisher: publisher.build().expect("publisher"),
-            cluster,
-            prefix,
-            partitions,
-            faults: Arc::default(),
-            created: Arc::default(),
-            metrics: Arc::default(),
-        }
+        Self::on_cluster(cluster, prefix, partitions)
     }
 
     async fn publish(&self, topic: &str, message: Message) -> Result<(), consumer::Error> {
