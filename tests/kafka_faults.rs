@@ -809,6 +809,102 @@ async fn commits_failing_for_a_whole_run_lose_nothing_and_the_restart_is_absorbe
     assert_all_committed(&bootstrap, &group, &topic, 4).await;
 }
 
+/// Closing while the group coordinator is unreachable: the final commit
+/// cannot succeed, and `close` must not wait for it: librdkafka holds a
+/// commit for `session.timeout.ms` without a coordinator (20 s here), and a
+/// deploy's shutdown would hang that long per commit, then be SIGKILLed.
+/// `close` gives up after its close timeout (2 s here) and leaves the poll
+/// thread to finish on its own; what it could not commit comes again to
+/// the next member and dedup absorbs it.
+///
+/// The bound asserted is the behaviour under test, not a speed: the close
+/// must end far inside the session timeout (under half of it), which a
+/// close that waits for its synchronous commit cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_and_loses_nothing()
+{
+    const SESSION: Duration = Duration::from_secs(20);
+    let h = PgHarness::new().await;
+    let host = cluster(2);
+    let broker = MockKafka::on_mock(host.clone(), 2);
+    broker.create("t").await;
+    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
+    let bootstrap = host.bootstrap().to_owned();
+    // Broker 1 coordinates the group and leads nothing: records flow while
+    // it is down, only group requests (commit, heartbeat, leave) fail.
+    for p in 0..2 {
+        host.partition_leader(&topic, p, 2);
+    }
+    host.group_coordinator(&group, 1);
+    let all = jobs(&keys("z", 6), 0, 10, None);
+    publish(&bootstrap, &topic, &all).await;
+    let topics = || Topics::new(&topic).expect("topic").without_retry_topic();
+
+    // No auto-commit during the run: every position is left to the final
+    // commit on close.
+    let first = Running::start(
+        source_builder(&bootstrap, &group, topics())
+            .with_property("session.timeout.ms", SESSION.as_millis().to_string())
+            .with_property("auto.commit.interval.ms", "3600000")
+            .with_close_timeout(Duration::from_secs(2))
+            .connect()
+            .expect("source"),
+        h.store(),
+        record,
+    );
+    wait_effects(&h, "record", all.len()).await;
+    wait_caught_up(&[&first.metrics], &topic, 2).await;
+    host.broker_down(1);
+    let m1 = first.metrics.clone();
+    let closing = std::time::Instant::now();
+    let s1 = first.stop().await;
+    let took = closing.elapsed();
+    assert!(
+        took < SESSION / 2,
+        "close took {took:?}: it waited for the unreachable coordinator instead of giving up after its close timeout"
+    );
+    assert_eq!(s1.processed, all.len() as u64);
+    assert_eq!(
+        m1.snapshot().close_timeouts,
+        1,
+        "close gave up waiting for the final commit and the group leave: {:?}",
+        m1.snapshot()
+    );
+
+    host.broker_up(1);
+    // The first member's librdkafka finishes closing in the background
+    // (its queued commit may go through now).
+    until("the first member to finish leaving the group", || async {
+        m1.snapshot().closed
+    })
+    .await;
+    let second = Running::start(
+        // The same session timeout: the mock cluster waits that long for a
+        // member that vanished without leaving before it rebalances
+        // without it, and marks it active at each rebalance, so a shorter
+        // one would expire the joiner's syncs instead.
+        source_builder(&bootstrap, &group, topics())
+            .with_property("session.timeout.ms", SESSION.as_millis().to_string())
+            .connect()
+            .expect("source"),
+        h.store(),
+        record,
+    );
+    wait_caught_up(&[&second.metrics], &topic, 2).await;
+    let s2 = second.stop().await;
+    eprintln!(
+        "close without a coordinator: returned after {took:?} ({} close timeouts); the next member skipped {} redeliveries",
+        m1.snapshot().close_timeouts,
+        s2.duplicates
+    );
+    // Whether the first member's commit got through once the coordinator
+    // was back (librdkafka keeps it queued in the thread left to finish)
+    // decides how many records come again; none is processed twice.
+    assert_eq!(s2.processed, 0, "every record had been processed once");
+    assert_once_each_in_key_order(&h, "record", &all).await;
+    assert_all_committed(&bootstrap, &group, &topic, 2).await;
+}
+
 // ---------------------------------------------------------------------------
 // 4. A member joins and leaves while handlers hold records.
 

@@ -14,6 +14,10 @@
 //! had finished after it). Offsets are stored with
 //! `enable.auto.offset.store=false` and committed by librdkafka's
 //! auto-commit of stored offsets, and synchronously on revoke and close.
+//! `close` waits for the final commit and the group leave at most the
+//! close timeout: a coordinator out of reach does not hold a shutdown (the
+//! poll thread finishes on its own; what it could not commit comes again,
+//! and dedup skips it).
 //!
 //! # Bounded work, without stopping the poll
 //!
@@ -52,7 +56,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use consumer_core::envelope::{format_time, names};
@@ -62,7 +65,7 @@ use consumer_core::{
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::statistics::Statistics;
@@ -114,6 +117,7 @@ pub struct KafkaSourceBuilder {
     max_per_partition: usize,
     revoke_timeout: Duration,
     max_poll_stall: Duration,
+    close_timeout: Duration,
 }
 
 impl KafkaSourceBuilder {
@@ -156,6 +160,15 @@ impl KafkaSourceBuilder {
     /// `max.poll.interval.ms`, the poll thread waits in the callback).
     pub fn with_revoke_timeout(mut self, t: Duration) -> Self {
         self.revoke_timeout = t;
+        self
+    }
+
+    /// How long `close` waits for the final offset commit and for leaving
+    /// the group (default 10 s). A coordinator that cannot be reached
+    /// within it does not hold the shutdown: what was not committed is
+    /// delivered again to the partitions' next owner, and dedup skips it.
+    pub fn with_close_timeout(mut self, t: Duration) -> Self {
+        self.close_timeout = t;
         self
     }
 
@@ -209,9 +222,16 @@ impl KafkaSourceBuilder {
             max_poll_stall: self.max_poll_stall,
             interned: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let ended = Arc::clone(&shared);
+        std::thread::Builder::new()
             .name("consumer-kafka-poll".to_owned())
-            .spawn(move || poller.run())
+            .spawn(move || {
+                // Returns once the consumer is closed (it has left the group).
+                let result = poller.run();
+                ended.closed.store(true, Ordering::SeqCst);
+                let _ = done_tx.send(result);
+            })
             .map_err(|e| error::config("starting the poll thread", e))?;
         tracing::info!(target: "consumer_kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
@@ -221,7 +241,8 @@ impl KafkaSourceBuilder {
                 producer,
                 topics,
             }),
-            thread: Some(thread),
+            thread: Some(done),
+            close_timeout: self.close_timeout,
         })
     }
 }
@@ -244,7 +265,9 @@ impl KafkaSourceBuilder {
 pub struct KafkaSource {
     rx: mpsc::UnboundedReceiver<Delivery>,
     link: Arc<Link>,
-    thread: Option<JoinHandle<Result<(), Error>>>,
+    /// Reports the poll thread's end (and its result).
+    thread: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
+    close_timeout: Duration,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -273,6 +296,7 @@ impl KafkaSource {
             max_per_partition: 256,
             revoke_timeout: Duration::from_secs(10),
             max_poll_stall: Duration::from_secs(1),
+            close_timeout: Duration::from_secs(10),
         }
     }
 
@@ -288,14 +312,30 @@ impl KafkaSource {
         &self.link.topics
     }
 
+    /// Stops the poll thread and waits for it: the final commit and the
+    /// group leave, bounded by the close timeout. Past it the thread is
+    /// left to finish on its own (librdkafka gives a coordinator that does
+    /// not answer up to `session.timeout.ms`); nothing waits for it.
     async fn stop_thread(&mut self) -> Result<(), Error> {
         self.link.shared.closing.store(true, Ordering::SeqCst);
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        match tokio::task::spawn_blocking(move || thread.join()).await {
+        match tokio::time::timeout(self.close_timeout, thread).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) | Err(_) => Err(Error::broker("the poll thread panicked", false, None)),
+            Ok(Err(_)) => Err(Error::broker("the poll thread panicked", false, None)),
+            Err(_) => {
+                self.link
+                    .shared
+                    .close_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "consumer_kafka",
+                    timeout = ?self.close_timeout,
+                    "close timeout: the consumer could not leave its group in time (coordinator unreachable?); the group notices after session.timeout.ms"
+                );
+                Ok(())
+            }
         }
     }
 }
@@ -386,12 +426,15 @@ struct Shared {
     /// Something settled: positions may have moved, paused partitions may resume.
     dirty: AtomicBool,
     closing: AtomicBool,
+    /// The consumer is closed: it has left its group.
+    closed: AtomicBool,
     delivered: AtomicU64,
     assigns: AtomicU64,
     revokes: AtomicU64,
     revoke_timeouts: AtomicU64,
     lost: AtomicU64,
     commit_failures: AtomicU64,
+    close_timeouts: AtomicU64,
 }
 
 impl Shared {
@@ -511,6 +554,21 @@ impl ClientContext for Ctx {
 }
 
 impl ConsumerContext for Ctx {
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        // Auto-commits only (librdkafka reports the others to their caller).
+        if let Err(e) = &result {
+            if matches!(
+                e,
+                KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)
+            ) {
+                // Nothing new to commit.
+                return;
+            }
+            self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(target: "consumer_kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
@@ -596,6 +654,13 @@ impl Ctx {
         if lost {
             self.shared.lost.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "consumer_kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
+            return;
+        }
+        if self.shared.closing.load(Ordering::SeqCst) {
+            // Leaving the group on close: the final commit already covered
+            // these positions (or could not reach the coordinator, and a
+            // second attempt would wait another `session.timeout.ms`).
+            tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions released on close");
             return;
         }
         if commit.count() > 0 {
@@ -834,6 +899,9 @@ impl Poller {
     }
 
     /// Commits every assigned partition's position synchronously (close).
+    /// librdkafka holds a commit for up to `session.timeout.ms` while the
+    /// coordinator is out of reach; `KafkaSource::close` stops waiting for
+    /// this thread after the close timeout.
     fn commit_all(&self) {
         let mut tpl = TopicPartitionList::new();
         {
@@ -1055,8 +1123,14 @@ pub struct KafkaMetricsSnapshot {
     pub revoke_timeouts: u64,
     /// Assignments lost (session timeout): nothing committed for them.
     pub lost_assignments: u64,
-    /// Synchronous commits (revoke, close) that failed.
+    /// Offset commits that failed or went unanswered (auto-commits, on
+    /// revoke, on close).
     pub commit_failures: u64,
+    /// Closes that returned before the consumer had left its group.
+    pub close_timeouts: u64,
+    /// The consumer has closed and left its group (after a close timeout,
+    /// this turns true later, once librdkafka gives up or gets through).
+    pub closed: bool,
     /// Records the runtime holds (handed out, not settled).
     pub in_flight: usize,
     /// Retry copies waiting for their due time.
@@ -1104,6 +1178,8 @@ impl KafkaMetrics {
             revoke_timeouts: s.revoke_timeouts.load(Ordering::Relaxed),
             lost_assignments: s.lost.load(Ordering::Relaxed),
             commit_failures: s.commit_failures.load(Ordering::Relaxed),
+            close_timeouts: s.close_timeouts.load(Ordering::Relaxed),
+            closed: s.closed.load(Ordering::SeqCst),
             in_flight: state.partitions.values().map(|p| p.taken).sum(),
             parked: state
                 .partitions
