@@ -125,6 +125,29 @@ fn cluster(brokers: i32) -> MockHost {
     host
 }
 
+/// A test's mock cluster of `brokers` brokers with the topic `t` (and its
+/// retry and dead-letter topics) of `partitions` partitions.
+struct Fixture {
+    host: MockHost,
+    broker: MockKafka,
+    topic: String,
+    group: String,
+    bootstrap: String,
+}
+
+async fn fixture(brokers: i32, partitions: i32) -> Fixture {
+    let host = cluster(brokers);
+    let broker = MockKafka::on_mock(host.clone(), partitions);
+    broker.create("t").await;
+    Fixture {
+        topic: broker.topic_name("t"),
+        group: broker.group("t"),
+        bootstrap: host.bootstrap().to_owned(),
+        host,
+        broker,
+    }
+}
+
 /// The consumer settings of these tests: a short session (rebalances on
 /// the mock cluster last `session.timeout.ms - 1 s`), statistics often
 /// enough for the lag to show, reconnects within a second of a broker's
@@ -472,11 +495,13 @@ async fn wait_caught_up(members: &[&KafkaMetrics], topic: &str, partitions: usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_and_coordinator_down_mid_run_then_back_nothing_lost_nothing_twice_key_order_kept() {
     let h = PgHarness::new().await;
-    let host = cluster(3);
-    let broker = MockKafka::on_mock(host.clone(), 3);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        host,
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(3, 3).await;
     // Broker 1 leads partition 0 and coordinates the group: while it is down
     // partition 0 cannot be fetched and no group request (heartbeat, commit,
     // join) succeeds.
@@ -552,12 +577,14 @@ async fn leader_and_coordinator_down_mid_run_then_back_nothing_lost_nothing_twic
 async fn produce_errors_on_retry_copies_and_dead_letters_are_retried_and_each_lands_once() {
     use RDKafkaRespErr::*;
     let h = PgHarness::new().await;
-    let host = cluster(1);
-    let broker = MockKafka::on_mock(host.clone(), 2);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
+    let Fixture {
+        host,
+        broker,
+        topic,
+        group,
+        bootstrap,
+    } = fixture(1, 2).await;
     let topics = broker.topics("t");
-    let bootstrap = host.bootstrap().to_owned();
 
     let poison = Message::raw(&b"not json"[..])
         .with_key("p")
@@ -739,11 +766,13 @@ async fn publisher_fails_a_message_on_a_final_error_and_stores_retried_ones_once
 async fn commits_failing_for_a_whole_run_lose_nothing_and_the_restart_is_absorbed_by_dedup() {
     use RDKafkaRespErr::*;
     let h = PgHarness::new().await;
-    let host = cluster(1);
-    let broker = MockKafka::on_mock(host.clone(), 4);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        host,
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 4).await;
     let all = jobs(&keys("c", 6), 0, 20, None);
     publish(&bootstrap, &topic, &all).await;
 
@@ -825,11 +854,13 @@ async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_
 {
     const SESSION: Duration = Duration::from_secs(20);
     let h = PgHarness::new().await;
-    let host = cluster(2);
-    let broker = MockKafka::on_mock(host.clone(), 2);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        host,
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(2, 2).await;
     // Broker 1 coordinates the group and leads nothing: records flow while
     // it is down, only group requests (commit, heartbeat, leave) fail.
     for p in 0..2 {
@@ -911,11 +942,12 @@ async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_joining_then_leaving_while_handlers_hold_records_loses_and_repeats_nothing() {
     let h = PgHarness::new().await;
-    let host = cluster(1);
-    let broker = MockKafka::on_mock(host.clone(), 4);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 4).await;
     let topics = || Topics::new(&topic).expect("topic").without_retry_topic();
     // The mock cluster gives members `session.timeout.ms - 1 s` to rejoin a
     // rebalance (a real broker gives them `max.poll.interval.ms`), then
@@ -1212,11 +1244,12 @@ async fn consumers_killed_at_random_points_process_every_message_exactly_once_in
     .execute(h.pool())
     .await
     .expect("landed table");
-    let host = cluster(1);
-    let broker = MockKafka::on_mock(host.clone(), 4);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 4).await;
     let all: Vec<Job> = jobs(&keys("x", 20), 0, 20, None)
         .into_iter()
         .map(|j| Job { jitter: true, ..j })
@@ -1309,11 +1342,12 @@ async fn consumers_killed_at_random_points_process_every_message_exactly_once_in
 async fn a_blocked_key_pauses_only_its_partition_at_the_bound_and_the_rest_flows() {
     const BOUND: usize = 8;
     let h = PgHarness::new().await;
-    let host = cluster(1);
-    let broker = MockKafka::on_mock(host.clone(), 4);
-    broker.create("t").await;
-    let (topic, group) = (broker.topic_name("t"), broker.group("t"));
-    let bootstrap = host.bootstrap().to_owned();
+    let Fixture {
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 4).await;
     let gate = Gate::new();
     // Partition 0: the blocked key interleaved with two free keys;
     // partitions 1 to 3: free keys only.
