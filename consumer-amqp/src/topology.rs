@@ -7,7 +7,7 @@
 //! | work queue | `orders` | durable; classic or quorum; `x-dead-letter-exchange = orders.dlx`, `x-dead-letter-routing-key = orders` |
 //! | dead-letter exchange | `orders.dlx` | durable, `direct` |
 //! | dead-letter queue | `orders.dlq` | durable, same type as the work queue, bound to `orders.dlx` with key `orders` |
-//! | delay queues | `orders.retry.16ms`, `orders.retry.32ms`, ... | durable classic, no consumer; `x-dead-letter-exchange = ""` (the default exchange), `x-dead-letter-routing-key = orders` |
+//! | delay queues | `orders.retry.16ms`, `orders.retry.32ms`, ... | durable, same type as the work queue, no consumer; `x-dead-letter-exchange = ""` (the default exchange), `x-dead-letter-routing-key = orders` |
 //!
 //! **Dead letters.** The framework publishes its own dead letters (original
 //! payload and headers plus the `x-dlq-*` context) to the dead-letter
@@ -30,8 +30,13 @@
 //! Dead-lettering out of a classic delay queue is at-most-once in RabbitMQ:
 //! if the work queue is unavailable at that instant (a node restart), the
 //! copy is dropped; the dedup row is not written, so the producer (or a
-//! replay from elsewhere) is what recovers it. Keep the broker healthy or
-//! use in-place retries for messages that must not take that risk.
+//! replay from elsewhere) is what recovers it. With quorum queues the delay
+//! queues are quorum queues too, dead-lettering *at least once*: RabbitMQ
+//! keeps an expired copy in its delay queue until the work queue has
+//! confirmed it, so a node restart or an unavailable work queue delays the
+//! retry but cannot drop it (per-message TTL on quorum queues needs
+//! RabbitMQ 3.10 or later). Use quorum queues, or in-place retries, for
+//! messages that must not take the classic risk.
 //!
 //! **Quorum queues** (`QueueType::Quorum`), the rules relied on:
 //!
@@ -50,8 +55,11 @@
 //!   default, and RabbitMQ 4.0 and later default to 20. A limit guards against a
 //!   message that crashes the consumer process every time; set it well above
 //!   the number of restarts a message may live through;
-//! * the dead-letter exchange and routing key work as for classic queues
-//!   (at-most-once dead-lettering, the default strategy).
+//! * the work and delay queues dead-letter at least once
+//!   (`x-dead-letter-strategy = at-least-once`, which RabbitMQ only honours
+//!   with `x-overflow = reject-publish`: a queue at a length limit refuses
+//!   publishes, which the publisher's confirm reports, instead of dropping
+//!   its oldest message); the dead-letter queue has no dead-letter target.
 //!
 //! Names are validated before they reach the broker: 1 to 255 bytes of
 //! `[A-Za-z0-9._:-]`, and the `amq.` prefix (reserved by RabbitMQ) is refused.
@@ -133,7 +141,7 @@ impl Topology {
         })
     }
 
-    /// Classic (default) or quorum work and dead-letter queues.
+    /// Classic (default) or quorum work, dead-letter and delay queues.
     pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
         self.queue_type = queue_type;
         self
@@ -292,29 +300,50 @@ impl Topology {
                 source,
             })?;
 
-        let mut work_args = self.base_args(self.queue_type);
-        work_args.insert(
+        self.declare_queue(channel, &self.queue, durable, self.work_queue_args())
+            .await?;
+        for (_, name) in self.delay_queues() {
+            self.declare_queue(channel, &name, durable, self.delay_queue_args())
+                .await?;
+        }
+        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
+        Ok(())
+    }
+
+    /// The work queue's arguments.
+    fn work_queue_args(&self) -> FieldTable {
+        let mut args = self.base_args(self.queue_type);
+        args.insert(
             "x-dead-letter-exchange".into(),
             long(&self.dead_letter_exchange),
         );
-        work_args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+        args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+        self.at_least_once(&mut args);
         if let (QueueType::Quorum, Some(limit)) = (self.queue_type, self.delivery_limit) {
-            work_args.insert(
+            args.insert(
                 "x-delivery-limit".into(),
                 AMQPValue::LongInt(i32::try_from(limit).unwrap_or(i32::MAX)),
             );
         }
-        self.declare_queue(channel, &self.queue, durable, work_args)
-            .await?;
+        args
+    }
 
-        for (_, name) in self.delay_queues() {
-            let mut args = self.base_args(QueueType::Classic);
-            args.insert("x-dead-letter-exchange".into(), long(""));
-            args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
-            self.declare_queue(channel, &name, durable, args).await?;
+    /// Every delay queue's arguments: expired copies go back to the work
+    /// queue through the default exchange.
+    fn delay_queue_args(&self) -> FieldTable {
+        let mut args = self.base_args(self.queue_type);
+        args.insert("x-dead-letter-exchange".into(), long(""));
+        args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+        self.at_least_once(&mut args);
+        args
+    }
+
+    /// Quorum queues dead-letter at least once (see the module docs).
+    fn at_least_once(&self, args: &mut FieldTable) {
+        if self.queue_type == QueueType::Quorum {
+            args.insert("x-dead-letter-strategy".into(), long("at-least-once"));
+            args.insert("x-overflow".into(), long("reject-publish"));
         }
-        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
-        Ok(())
     }
 
     fn base_args(&self, queue_type: QueueType) -> FieldTable {
@@ -468,6 +497,36 @@ mod tests {
             .expect("valid")
             .with_dead_letter_exchange("no spaces");
         assert!(bad_dlx.validate().is_err());
+    }
+
+    fn arg<'a>(args: &'a FieldTable, key: &str) -> Option<&'a AMQPValue> {
+        args.inner().get(key)
+    }
+
+    #[test]
+    fn quorum_topologies_dead_letter_at_least_once_out_of_quorum_delay_queues() {
+        let long = |v: &str| Some(AMQPValue::LongString(v.into()));
+        let q = Topology::new("q")
+            .expect("valid")
+            .with_queue_type(QueueType::Quorum);
+        for args in [q.work_queue_args(), q.delay_queue_args()] {
+            assert_eq!(arg(&args, "x-queue-type").cloned(), long("quorum"));
+            assert_eq!(
+                arg(&args, "x-dead-letter-strategy").cloned(),
+                long("at-least-once")
+            );
+            assert_eq!(
+                arg(&args, "x-overflow").cloned(),
+                long("reject-publish"),
+                "RabbitMQ falls back to at-most-once without it"
+            );
+        }
+        let c = Topology::new("q").expect("valid");
+        for args in [c.work_queue_args(), c.delay_queue_args()] {
+            assert_eq!(arg(&args, "x-queue-type").cloned(), long("classic"));
+            assert_eq!(arg(&args, "x-dead-letter-strategy"), None);
+            assert_eq!(arg(&args, "x-overflow"), None);
+        }
     }
 
     #[test]

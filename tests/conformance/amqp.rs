@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use consumer::amqp::{AmqpAcker, AmqpMetrics, AmqpPublisher, AmqpSource, Topology};
+use consumer::amqp::{AmqpAcker, AmqpMetrics, AmqpPublisher, AmqpSource, QueueType, Topology};
 use consumer::{Acker, DeadLetter, Envelope, Message, Outgoing, Publisher, Redelivery, Source};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 
@@ -36,8 +36,14 @@ pub fn unique_prefix(tag: &str) -> String {
 
 /// The topology tests use: short delay buckets, expiring queues.
 pub fn test_topology(queue: &str) -> Topology {
+    test_topology_of(queue, QueueType::Classic)
+}
+
+/// [`test_topology`] with queues of `queue_type`.
+pub fn test_topology_of(queue: &str, queue_type: QueueType) -> Topology {
     Topology::new(queue)
         .expect("valid test queue name")
+        .with_queue_type(queue_type)
         .with_max_retry_delay(Duration::from_secs(4))
         .with_expires(Duration::from_secs(600))
 }
@@ -57,9 +63,10 @@ fn take(counter: &AtomicU32) -> bool {
         .is_ok()
 }
 
-/// RabbitMQ as a `BrokerHarness`.
+/// RabbitMQ as a `BrokerHarness`, on classic queues or (`QUORUM`) on
+/// quorum queues.
 #[derive(Clone)]
-pub struct AmqpBroker {
+pub struct AmqpBroker<const QUORUM: bool = false> {
     prefix: String,
     publisher: AmqpPublisher,
     faults: Arc<Faults>,
@@ -67,9 +74,22 @@ pub struct AmqpBroker {
     metrics: Arc<Mutex<HashMap<String, Vec<AmqpMetrics>>>>,
 }
 
-impl AmqpBroker {
+/// The suite's broker on quorum queues.
+pub type AmqpQuorumBroker = AmqpBroker<true>;
+
+impl<const QUORUM: bool> AmqpBroker<QUORUM> {
     pub fn queue(&self, topic: &str) -> String {
         format!("{}.{topic}", self.prefix)
+    }
+
+    /// The topology of `topic`'s queue.
+    pub fn topology(&self, topic: &str) -> Topology {
+        let queue_type = if QUORUM {
+            QueueType::Quorum
+        } else {
+            QueueType::Classic
+        };
+        test_topology_of(&self.queue(topic), queue_type)
     }
 
     /// Declares `topic`'s topology once, so publishes before the first
@@ -80,7 +100,7 @@ impl AmqpBroker {
         }
         let conn = connect().await;
         let channel = conn.create_channel().await.expect("channel");
-        test_topology(&self.queue(topic))
+        self.topology(topic)
             .declare(&channel)
             .await
             .expect("declare the test topology");
@@ -94,7 +114,8 @@ impl AmqpBroker {
     async fn depths(&self, topic: &str) -> usize {
         let conn = connect().await;
         let channel = conn.create_channel().await.expect("channel");
-        let d = test_topology(&self.queue(topic))
+        let d = self
+            .topology(topic)
             .depths(channel)
             .await
             .expect("passive declares of the test topology");
@@ -109,13 +130,13 @@ impl AmqpBroker {
     }
 }
 
-impl BrokerHarness for AmqpBroker {
+impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     type Source = FaultySource;
 
     async fn new(_partitions: usize) -> Self {
         drop(connect().await);
         Self {
-            prefix: unique_prefix("conf"),
+            prefix: unique_prefix(if QUORUM { "confq" } else { "conf" }),
             publisher: AmqpPublisher::new(amqp_url()),
             faults: Arc::default(),
             declared: Arc::default(),
@@ -146,7 +167,7 @@ impl BrokerHarness for AmqpBroker {
     }
 
     async fn source(&self, topic: &str) -> FaultySource {
-        let source = AmqpSource::new(amqp_url(), test_topology(&self.queue(topic)))
+        let source = AmqpSource::new(amqp_url(), self.topology(topic))
             .expect("valid topology")
             .with_prefetch(64)
             .connect()
@@ -188,7 +209,7 @@ impl BrokerHarness for AmqpBroker {
     /// closes with the messages unacked).
     async fn dead_letters(&self, topic: &str) -> Vec<Message> {
         self.declare(topic).await;
-        let topology = test_topology(&self.queue(topic));
+        let topology = self.topology(topic);
         let conn = connect().await;
         let channel = conn.create_channel().await.expect("channel");
         let mut out = Vec::new();
@@ -243,7 +264,7 @@ impl BrokerHarness for AmqpBroker {
     }
 }
 
-impl AmqpBroker {
+impl<const QUORUM: bool> AmqpBroker<QUORUM> {
     /// The next `n` dead-letter publishes fail inside the real acker (not in
     /// this wrapper), so its dead-letter-exchange fallback is exercised.
     pub fn fail_next_dead_letters_in_acker(&self, n: u32) {
