@@ -1,17 +1,20 @@
 //! A RabbitMQ restart in the middle of a run (needs a local RabbitMQ node
-//! that `rabbitmqctl` controls, and PostgreSQL). Its own test binary with a
-//! single test: cargo runs test binaries one after another, so no other
-//! test talks to RabbitMQ while the broker is down.
+//! that `rabbitmqctl` controls, and PostgreSQL): on classic queues with
+//! in-place retries, and on quorum queues with every message retried once
+//! through the delay queues, so retry copies wait there when the node goes
+//! down. A test binary of its own, its tests one at a time (cargo runs test
+//! binaries one after another), so no other test talks to RabbitMQ while
+//! the broker is down.
 
 mod conformance;
 
 use std::process::Command;
 use std::time::Duration;
 
-use consumer::amqp::{AmqpPublisher, AmqpSource};
-use consumer::{Consumer, Outgoing, PgTx, Publisher, handler};
+use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType};
+use consumer::{Consumer, Handler, Outgoing, PgTx, Publisher, Store, handler};
 
-use crate::conformance::amqp::{amqp_url, connect, test_topology, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, test_topology_of, unique_prefix};
 use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
 
 #[handler(idempotency_key = job.id, retry = exponential(base = "20ms", max_delay = "500ms", attempts = 50))]
@@ -21,6 +24,28 @@ async fn record(job: Job, tx: &mut PgTx, ctx: &consumer::MessageContext) -> Resu
     PgHarness::insert_effect(tx, "record", &job, ctx.message_id()).await?;
     Ok(())
 }
+
+/// `record`, with retries through the delay queues: jobs with `fail_times`
+/// go there and come back (after up to 4 s, spread by the jitter, so most
+/// copies of a run's first attempts still wait when the node stops).
+#[handler(
+    name = "record",
+    idempotency_key = job.id,
+    retry = exponential(base = "2s", max_delay = "4s", attempts = 50, mode = redeliver),
+)]
+async fn record_redelivered(
+    job: Job,
+    tx: &mut PgTx,
+    ctx: &consumer::MessageContext,
+) -> Result<(), JobError> {
+    support::behave(&job, ctx).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    PgHarness::insert_effect(tx, "record", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
+/// One restart at a time in this binary.
+static RESTARTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn rabbitmqctl(args: &[&str]) {
     let out = Command::new("rabbitmqctl")
@@ -70,11 +95,53 @@ async fn wait_effects(h: &PgHarness, at_least: i64, timeout: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repeating_nothing() {
+    restart_mid_run(
+        QueueType::Classic,
+        1000,
+        0,
+        record,
+        Duration::from_secs(120),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_quorum_queues_retry_copies_waiting_in_delay_queues_survive_a_broker_restart() {
+    // Every job fails its first attempt: its retry copy goes through a
+    // quorum delay queue, and those copies are in flight when the node
+    // stops. Copies that expire while the work queue is not back yet stay
+    // in their delay queue (at-least-once dead-lettering) until RabbitMQ's
+    // dead-letter worker tries again, after its publisher confirm timeout
+    // (`dead_letter_worker_publisher_confirm_timeout`, 2 min by default):
+    // the run recovers in full, minutes later, which the wait allows.
+    restart_mid_run(
+        QueueType::Quorum,
+        1000,
+        1,
+        record_redelivered,
+        Duration::from_secs(300),
+    )
+    .await;
+}
+
+/// Publishes `n` jobs (failing `fail_times` first), consumes them with
+/// `handler`, restarts RabbitMQ mid-run, and checks that every job has
+/// exactly one effect, waiting up to `recovery` after the restart.
+async fn restart_mid_run<H>(
+    queue_type: QueueType,
+    n: i64,
+    fail_times: u32,
+    handler: H,
+    recovery: Duration,
+) where
+    H: Handler<Store<sqlx::Postgres>>,
+{
+    let _one_at_a_time = RESTARTS.lock().await;
     let h = PgHarness::new().await;
     let queue = unique_prefix("restart");
-    let n: i64 = 1000;
+    let topology = || test_topology_of(&queue, queue_type);
     let conn = connect().await;
-    test_topology(&queue)
+    topology()
         .declare(&conn.create_channel().await.expect("channel"))
         .await
         .expect("declare");
@@ -83,7 +150,11 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
     let batch: Vec<Outgoing> = (0..n)
         .map(|i| Outgoing {
             destination: format!("/{queue}"),
-            message: Job::new(&format!("k{}", i % 4), i).message(),
+            message: Job {
+                fail_times,
+                ..Job::new(&format!("k{}", i % 4), i)
+            }
+            .message(),
         })
         .collect();
     for r in publisher.publish(&batch).await {
@@ -91,14 +162,14 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
     }
     publisher.close().await;
 
-    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
+    let source = AmqpSource::new(amqp_url(), topology())
         .expect("topology")
         .with_prefetch(32)
         .connect()
         .await
         .expect("source");
     let metrics = source.metrics();
-    let consumer = Consumer::new(source, h.store(), record).with_max_in_flight(32);
+    let consumer = Consumer::new(source, h.store(), handler).with_max_in_flight(32);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(consumer.run_until(async move {
@@ -106,6 +177,17 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
     }));
 
     wait_effects(&h, 60, Duration::from_secs(60)).await;
+    if fail_times > 0 {
+        // The point of the run: copies wait in the delay queues when the
+        // node stops (polled: RabbitMQ has no event for it).
+        let waited = tokio::time::timeout(Duration::from_secs(30), async {
+            while metrics.depths().await.map_or(0, |d| d.delayed) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "no retry copy ever waited in a delay queue");
+    }
     {
         let _restart = StartAppOnDrop;
         rabbitmqctl(&["stop_app"]);
@@ -117,7 +199,12 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
         rabbitmqctl(&["start_app"]);
     }
 
-    wait_effects(&h, n, Duration::from_secs(120)).await;
+    let restarted = std::time::Instant::now();
+    wait_effects(&h, n, recovery).await;
+    eprintln!(
+        "{queue_type:?}: all {n} effects {:?} after the restart",
+        restarted.elapsed()
+    );
     let _ = stop.send(());
     support::within(run).await.expect("join").expect("consumer");
 
@@ -128,7 +215,12 @@ async fn the_consumer_recovers_from_a_broker_restart_unattended_losing_and_repea
         metrics.reconnects() >= 1,
         "the consumer noticed the restart"
     );
-    assert_eq!(stats.snapshot().dead_letters(), 0);
+    let s = stats.snapshot();
+    assert_eq!(s.dead_letters(), 0);
+    assert!(
+        s.retries >= u64::try_from(n).expect("n") * u64::from(fail_times),
+        "every job went through the delay queues {fail_times} time(s): {s:?}"
+    );
     let depths = metrics.depths().await.expect("depths after the restart");
-    assert_eq!(depths.work, 0);
+    assert_eq!((depths.work, depths.delayed), (0, 0));
 }
