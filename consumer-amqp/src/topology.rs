@@ -35,7 +35,10 @@
 //! keeps an expired copy in its delay queue until the work queue has
 //! confirmed it, so a node restart or an unavailable work queue delays the
 //! retry but cannot drop it (per-message TTL on quorum queues needs
-//! RabbitMQ 3.10 or later). Use quorum queues, or in-place retries, for
+//! RabbitMQ 3.10 or later). A copy that expired while the work queue was
+//! down waits for RabbitMQ's dead-letter worker to try again, after its
+//! publisher confirm timeout (`dead_letter_worker_publisher_confirm_timeout`,
+//! 2 minutes by default): retries come back late after a restart, not lost. Use quorum queues, or in-place retries, for
 //! messages that must not take the classic risk.
 //!
 //! **Quorum queues** (`QueueType::Quorum`), the rules relied on:
