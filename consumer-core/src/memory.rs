@@ -211,6 +211,7 @@ impl MemoryBroker {
             broker: self.clone(),
             topic: topic.to_owned(),
             id,
+            max_per_partition: DEFAULT_MAX_PER_PARTITION,
         }
     }
 
@@ -320,15 +321,37 @@ impl Faults {
     }
 }
 
+/// Unsettled deliveries one partition may have before a source skips it
+/// (see [`MemorySource::with_max_per_partition`]).
+pub const DEFAULT_MAX_PER_PARTITION: usize = 64;
+
 /// Consumes one topic of a [`MemoryBroker`].
+///
+/// The source takes from its partitions in turn, skipping a partition that
+/// has `max_per_partition` deliveries unsettled, as the Kafka backend holds
+/// off a full partition. Without that share, one partition whose messages
+/// all belong to one key (which runs them one at a time) would fill the
+/// runtime's in-flight window with a backlog while the keys of the other
+/// partitions wait for deliveries.
 #[derive(Debug)]
 pub struct MemorySource {
     broker: MemoryBroker,
     topic: String,
     id: u64,
+    max_per_partition: usize,
 }
 
 impl MemorySource {
+    /// Unsettled deliveries a partition may have before the source takes
+    /// from the others only (default [`DEFAULT_MAX_PER_PARTITION`]; at
+    /// least 1). Keep it at or below the runtime's `max_in_flight` divided
+    /// by the partitions with traffic.
+    #[must_use]
+    pub fn with_max_per_partition(mut self, n: usize) -> Self {
+        self.max_per_partition = n.max(1);
+        self
+    }
+
     fn try_take(&self) -> Result<(Envelope, MemoryAcker), Option<Instant>> {
         let mut state = self.broker.lock();
         let n = self.broker.inner.partitions;
@@ -344,6 +367,10 @@ impl MemorySource {
             p.promote_due(now);
             if let Some(due) = p.delayed.iter().map(|(d, _)| *d).min() {
                 next_due = Some(next_due.map_or(due, |n| n.min(due)));
+            }
+            if p.unacked.len() >= self.max_per_partition {
+                // Full: a settle wakes the source.
+                continue;
             }
             let Some(stored) = p.ready.pop_front() else {
                 continue;
@@ -566,6 +593,51 @@ mod tests {
         assert_eq!(a.origin, b.origin, "a lost ack redelivers the same offset");
         assert_ne!(b.origin, c.origin, "the duplicate is a second copy");
         assert_eq!(broker.depth("t"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_partition_is_skipped_until_a_delivery_of_it_settles() {
+        let broker = MemoryBroker::new(2);
+        // Partition of each key, as the broker hashes it.
+        let mut by_partition: [Vec<String>; 2] = Default::default();
+        for i in 0..40 {
+            let key = format!("k{i}");
+            let pos = broker
+                .publish("probe", msg(&key, "x"))
+                .await
+                .expect("publish");
+            by_partition[pos.partition].push(key);
+        }
+        let (crowded, other) = (&by_partition[0][0], &by_partition[1][0]);
+        for _ in 0..10 {
+            broker
+                .publish("t", msg(crowded, "c"))
+                .await
+                .expect("publish");
+        }
+        broker.publish("t", msg(other, "o")).await.expect("publish");
+        let mut s = broker.source("t").with_max_per_partition(2);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(s.recv().await.expect("recv").expect("some"));
+        }
+        let bodies: Vec<&[u8]> = held.iter().map(|(e, _)| &e.payload[..]).collect();
+        assert_eq!(
+            bodies.iter().filter(|b| **b == b"c").count(),
+            2,
+            "two of the crowded partition and the other's one: {bodies:?}"
+        );
+        // `timeout` polls `recv` once before looking at the clock: a
+        // delivery there to take is returned.
+        let next = tokio::time::timeout(Duration::ZERO, s.recv()).await;
+        assert!(
+            next.is_err(),
+            "the crowded partition is full and the other empty: nothing to take"
+        );
+        let (_, ack) = held.remove(0);
+        ack.ack().await.expect("ack");
+        let (e, _ack) = s.recv().await.expect("recv").expect("some");
+        assert_eq!(&e.payload[..], b"c", "a settle makes room");
     }
 
     #[tokio::test]
