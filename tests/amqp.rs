@@ -233,10 +233,7 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
     child.kill().expect("SIGKILL the child"); // Child::kill is SIGKILL on Unix
     let _ = child.wait();
     let after_kill = effects(&h).await;
-    assert!(
-        after_kill < i64::from(n),
-        "the kill came too late to be mid-batch"
-    );
+    assert!(after_kill < n, "the kill came too late to be mid-batch");
 
     let source = AmqpSource::new(amqp_url(), test_topology(&queue))
         .expect("topology")
@@ -250,11 +247,11 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
     let run = tokio::spawn(consumer.run_until(async move {
         let _ = stopped.await;
     }));
-    wait_effects(&h, i64::from(n)).await;
+    wait_effects(&h, n).await;
     let _ = stop.send(());
     support::within(run).await.expect("join").expect("consumer");
 
-    assert_eq!(effects(&h).await, i64::from(n), "zero lost");
+    assert_eq!(effects(&h).await, n, "zero lost");
     assert_eq!(duplicated_effects(&h).await, 0, "zero duplicate effects");
     assert!(
         metrics.redelivered() > 0,
@@ -266,7 +263,7 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
     // but had not acked come back and are skipped by dedup. (At most: a
     // COMMIT the child sent just before dying can land after the count.)
     assert!(
-        i64::try_from(s.processed).expect("fits") <= i64::from(n) - after_kill,
+        i64::try_from(s.processed).expect("fits") <= n - after_kill,
         "processed {} after the child had committed {after_kill}",
         s.processed
     );

@@ -286,10 +286,10 @@ fn current_trace_metadata() -> Option<String> {
     crate::trace::inject_current(&mut headers);
     let mut map = BTreeMap::new();
     for name in [names::TRACEPARENT, names::TRACESTATE] {
-        if let Ok(Some(v)) = headers.get(name) {
-            if !v.is_empty() {
-                map.insert(name, v.to_owned());
-            }
+        if let Ok(Some(v)) = headers.get(name)
+            && !v.is_empty()
+        {
+            map.insert(name, v.to_owned());
         }
     }
     if map.is_empty() {

@@ -317,11 +317,11 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// id as partition key, and the trace context restored from the row.
     fn outgoing(&self, row: &Row) -> Outgoing {
         let mut headers = Headers::new();
-        if let Some(extra) = &row.headers {
-            if let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(extra) {
-                for (k, v) in map {
-                    headers.insert(k, v);
-                }
+        if let Some(extra) = &row.headers
+            && let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(extra)
+        {
+            for (k, v) in map {
+                headers.insert(k, v);
             }
         }
         headers.insert(names::ID, row.id.as_str());

@@ -127,10 +127,10 @@ pub struct MemoryMark {
 
 impl Drop for MemoryMark {
     fn drop(&mut self) {
-        if !self.done {
-            if let Some(a) = self.store.lock().attempts.get_mut(&self.slot) {
-                a.dead_lettered = false;
-            }
+        if !self.done
+            && let Some(a) = self.store.lock().attempts.get_mut(&self.slot)
+        {
+            a.dead_lettered = false;
         }
     }
 }
