@@ -45,8 +45,82 @@ pub mod names {
 /// Cloning is a reference-count bump (copy on write): a delivery's headers
 /// are shared by the broker's redelivery copy, the envelope, the context and
 /// a dead letter without being copied.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Headers(std::sync::Arc<Vec<(String, Vec<u8>)>>);
+///
+/// Stored as one flat table (every name and value in a single byte buffer,
+/// plus one small entry per header), so headers built with
+/// [`Headers::with_capacity`] cost three allocations however many there are.
+#[derive(Clone, Default)]
+pub struct Headers(std::sync::Arc<Table>);
+
+/// The flat table behind [`Headers`]: `bytes` holds every name and value,
+/// `entries` where each one is.
+#[derive(Clone, Default)]
+struct Table {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+/// One header: its name is `bytes[name_start..value_start]` (UTF-8, as it
+/// was appended as a `str`), its value `bytes[value_start..value_end]`.
+#[derive(Clone, Copy)]
+struct Entry {
+    name_start: usize,
+    value_start: usize,
+    value_end: usize,
+}
+
+impl Table {
+    fn push(&mut self, name: &str, value: &[u8]) {
+        let name_start = self.bytes.len();
+        self.bytes.extend_from_slice(name.as_bytes());
+        let value_start = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.entries.push(Entry {
+            name_start,
+            value_start,
+            value_end: self.bytes.len(),
+        });
+    }
+
+    fn name(&self, e: &Entry) -> &[u8] {
+        self.bytes
+            .get(e.name_start..e.value_start)
+            .unwrap_or_default()
+    }
+
+    fn value(&self, e: &Entry) -> &[u8] {
+        self.bytes
+            .get(e.value_start..e.value_end)
+            .unwrap_or_default()
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], &[u8])> {
+        self.entries.iter().map(|e| (self.name(e), self.value(e)))
+    }
+
+    /// The table without the headers named `name` (case-insensitively).
+    fn without(&self, name: &str) -> Self {
+        let keep = || {
+            self.iter()
+                .filter(|(n, _)| !n.eq_ignore_ascii_case(name.as_bytes()))
+        };
+        let (count, bytes) = keep().fold((0, 0), |(c, b), (n, v)| (c + 1, b + n.len() + v.len()));
+        let mut table = Self {
+            bytes: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(count),
+        };
+        for (n, v) in keep() {
+            table.push(name_str(n), v);
+        }
+        table
+    }
+}
+
+/// A stored name as text; names are appended as `str`, so this never
+/// comes back empty for a non-empty name.
+fn name_str(name: &[u8]) -> &str {
+    std::str::from_utf8(name).unwrap_or_default()
+}
 
 impl Headers {
     /// No headers.
@@ -54,28 +128,40 @@ impl Headers {
         Self::default()
     }
 
-    fn entries(&mut self) -> &mut Vec<(String, Vec<u8>)> {
+    /// No headers yet, with room for `count` of them whose names and values
+    /// total `bytes` bytes: appending that much allocates nothing more.
+    pub fn with_capacity(count: usize, bytes: usize) -> Self {
+        Self(std::sync::Arc::new(Table {
+            bytes: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(count),
+        }))
+    }
+
+    fn table(&mut self) -> &mut Table {
         std::sync::Arc::make_mut(&mut self.0)
     }
 
     /// Appends a header, keeping any earlier one of the same name.
-    pub fn append(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
-        self.entries().push((name.into(), value.into()));
+    pub fn append(&mut self, name: impl AsRef<str>, value: impl AsRef<[u8]>) {
+        self.table().push(name.as_ref(), value.as_ref());
     }
 
     /// Sets a header, replacing every earlier one of the same name.
-    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
-        let name = name.into();
-        let entries = self.entries();
-        entries.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
-        entries.push((name, value.into()));
+    pub fn insert(&mut self, name: impl AsRef<str>, value: impl AsRef<[u8]>) {
+        let name = name.as_ref();
+        self.remove(name);
+        self.table().push(name, value.as_ref());
     }
 
     /// Removes every header of that name.
     pub fn remove(&mut self, name: &str) {
-        if self.0.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            self.entries()
-                .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if self
+            .0
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+        {
+            let table = self.0.without(name);
+            *self.table() = table;
         }
     }
 
@@ -84,52 +170,74 @@ impl Headers {
         self.0
             .iter()
             .rev()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
     }
 
     /// The last value of a header as text; `Err` when it is not UTF-8.
     pub fn get(&self, name: &str) -> Result<Option<&str>, HeaderError> {
         match self.get_bytes(name) {
             None => Ok(None),
-            Some(v) => std::str::from_utf8(v).map(Some).map_err(|_| HeaderError {
-                name: name.to_owned(),
-                reason: "is not valid UTF-8".to_owned(),
-            }),
+            Some(v) => std::str::from_utf8(v).map(Some).map_err(|_| not_utf8(name)),
         }
     }
 
     /// Iterates over all headers in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+        self.0.iter().map(|(n, v)| (name_str(n), v))
     }
 
     /// Number of headers.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.entries.len()
     }
 
     /// Whether there are no headers.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.entries.is_empty()
     }
 }
+
+fn not_utf8(name: &str) -> HeaderError {
+    HeaderError {
+        name: name.to_owned(),
+        reason: "is not valid UTF-8".to_owned(),
+    }
+}
+
+impl PartialEq for Headers {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+            || (self.len() == other.len() && self.0.iter().eq(other.0.iter()))
+    }
+}
+
+impl Eq for Headers {}
 
 impl fmt::Debug for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map()
-            .entries(self.0.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
+            .entries(self.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
             .finish()
     }
 }
 
-impl<N: Into<String>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Headers {
+impl<N: AsRef<str>, V: AsRef<[u8]>> Extend<(N, V)> for Headers {
+    fn extend<T: IntoIterator<Item = (N, V)>>(&mut self, iter: T) {
+        let iter = iter.into_iter();
+        let table = self.table();
+        table.entries.reserve(iter.size_hint().0);
+        for (n, v) in iter {
+            table.push(n.as_ref(), v.as_ref());
+        }
+    }
+}
+
+impl<N: AsRef<str>, V: AsRef<[u8]>> FromIterator<(N, V)> for Headers {
     fn from_iter<T: IntoIterator<Item = (N, V)>>(iter: T) -> Self {
-        let entries: Vec<(String, Vec<u8>)> = iter
-            .into_iter()
-            .map(|(n, v)| (n.into(), v.into()))
-            .collect();
-        Self(std::sync::Arc::new(entries))
+        let mut headers = Self::new();
+        headers.extend(iter);
+        headers
     }
 }
 
@@ -351,7 +459,7 @@ impl Message {
     }
 
     /// Sets any header.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+    pub fn with_header(mut self, name: impl AsRef<str>, value: impl AsRef<[u8]>) -> Self {
         self.headers.insert(name, value);
         self
     }

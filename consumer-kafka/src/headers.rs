@@ -39,12 +39,23 @@ pub fn to_kafka_headers(message: &Message) -> OwnedHeaders {
 
 /// Reads a consumed record into the framework's envelope.
 pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
-    let mut headers = Headers::new();
-    if let Some(h) = record.headers() {
-        for header in h.iter() {
-            headers.append(header.key, header.value.unwrap_or_default());
+    let headers = match record.headers() {
+        // One pass to size the table, one to fill it: three allocations
+        // however many headers the record has.
+        Some(h) => {
+            let (count, bytes) = h.iter().fold((0, 0), |(count, bytes), header| {
+                let value = header.value.map_or(0, <[u8]>::len);
+                (count + 1, bytes + header.key.len() + value)
+            });
+            let mut headers = Headers::with_capacity(count, bytes);
+            headers.extend(
+                h.iter()
+                    .map(|header| (header.key, header.value.unwrap_or_default())),
+            );
+            headers
         }
-    }
+        None => Headers::new(),
+    };
     let key = record
         .key()
         .map(|k| String::from_utf8_lossy(k).into_owned());
@@ -53,11 +64,28 @@ pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
     let (partition, offset) = (record.partition(), record.offset());
     let origin = Origin {
         destination: topic.to_owned(),
-        position: format!("{partition}/{offset}"),
+        position: position(None, partition, offset),
     };
     Envelope::from_parts(payload, headers, key, origin, || {
-        format!("{topic}/{partition}/{offset}")
+        position(Some(topic), partition, offset)
     })
+}
+
+/// `[<topic>/]<partition>/<offset>`, without the formatting machinery.
+fn position(topic: Option<&str>, partition: i32, offset: i64) -> String {
+    let mut p = itoa::Buffer::new();
+    let mut o = itoa::Buffer::new();
+    let (p, o) = (p.format(partition), o.format(offset));
+    let topic_len = topic.map_or(0, |t| t.len() + 1);
+    let mut out = String::with_capacity(topic_len + p.len() + 1 + o.len());
+    if let Some(topic) = topic {
+        out.push_str(topic);
+        out.push('/');
+    }
+    out.push_str(p);
+    out.push('/');
+    out.push_str(o);
+    out
 }
 
 /// The id a retry copy must keep: the one the consumer used, even when it
