@@ -187,6 +187,11 @@ impl Headers {
         self.0.iter().map(|(n, v)| (name_str(n), v))
     }
 
+    /// Iterates over all headers in order, names as bytes (no UTF-8 check).
+    fn iter_bytes(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.0.iter()
+    }
+
     /// Number of headers.
     pub fn len(&self) -> usize {
         self.0.entries.len()
@@ -311,22 +316,33 @@ impl Envelope {
         origin: Origin,
         fallback_id: impl FnOnce() -> String,
     ) -> Self {
+        // One pass over the headers, each name matched by its length
+        // first; the last value of an attribute wins, as with `Headers::get`.
+        let mut found: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
+        for (name, value) in headers.iter_bytes() {
+            if let Some(attr) = Attr::of(name) {
+                found[attr as usize] = Some(value);
+            }
+        }
         let mut defects = Vec::new();
-        let mut text = |name: &str| match headers.get(name) {
-            Ok(v) => v.map(str::to_owned),
-            Err(e) => {
-                defects.push(e);
-                None
+        let mut text = |attr: Attr| {
+            let value = found[attr as usize]?;
+            match std::str::from_utf8(value) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    defects.push(not_utf8(attr.name()));
+                    None
+                }
             }
         };
-        let id = text(names::ID);
-        let kind = text(names::TYPE);
-        let source = text(names::SOURCE);
-        let subject = text(names::SUBJECT);
-        let time_raw = text(names::TIME);
-        let attempt_raw = text(names::ATTEMPT);
-        let first_failure_raw = text(names::FIRST_FAILURE);
-        let header_key = text(names::PARTITION_KEY);
+        let id = text(Attr::Id);
+        let kind = text(Attr::Type).map(str::to_owned);
+        let source = text(Attr::Source).map(str::to_owned);
+        let subject = text(Attr::Subject).map(str::to_owned);
+        let time_raw = text(Attr::Time);
+        let attempt_raw = text(Attr::Attempt);
+        let first_failure_raw = text(Attr::FirstFailure);
+        let header_key = text(Attr::PartitionKey);
 
         let time = parse_time(names::TIME, time_raw, &mut defects);
         let first_failure = parse_time(names::FIRST_FAILURE, first_failure_raw, &mut defects);
@@ -344,7 +360,7 @@ impl Envelope {
             },
         };
         let id = match id {
-            Some(id) if !id.is_empty() => id,
+            Some(id) if !id.is_empty() => id.to_owned(),
             Some(_) => {
                 defects.push(HeaderError {
                     name: names::ID.to_owned(),
@@ -354,13 +370,14 @@ impl Envelope {
             }
             None => fallback_id(),
         };
+        let key = key.or_else(|| header_key.map(str::to_owned));
         Self {
             id,
             kind,
             source,
             subject,
             time,
-            key: key.or(header_key),
+            key,
             headers,
             payload,
             attempt,
@@ -371,13 +388,71 @@ impl Envelope {
     }
 }
 
+/// The attributes [`Envelope::from_parts`] reads, in the order it reports
+/// their defects.
+#[derive(Clone, Copy)]
+enum Attr {
+    Id,
+    Type,
+    Source,
+    Subject,
+    Time,
+    Attempt,
+    FirstFailure,
+    PartitionKey,
+}
+
+impl Attr {
+    const COUNT: usize = 8;
+
+    /// The attribute a header name stands for (case-insensitively): the
+    /// length rules out all but one or two candidates before any bytes are
+    /// compared.
+    fn of(name: &[u8]) -> Option<Self> {
+        let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
+        let len = name.len();
+        if len == names::ID.len() && is(names::ID) {
+            Some(Self::Id)
+        } else if len == names::TYPE.len() && is(names::TYPE) {
+            Some(Self::Type)
+        } else if len == names::TIME.len() && is(names::TIME) {
+            Some(Self::Time)
+        } else if len == names::SOURCE.len() && is(names::SOURCE) {
+            Some(Self::Source)
+        } else if len == names::SUBJECT.len() && is(names::SUBJECT) {
+            Some(Self::Subject)
+        } else if len == names::ATTEMPT.len() && is(names::ATTEMPT) {
+            Some(Self::Attempt)
+        } else if len == names::FIRST_FAILURE.len() && is(names::FIRST_FAILURE) {
+            Some(Self::FirstFailure)
+        } else if len == names::PARTITION_KEY.len() && is(names::PARTITION_KEY) {
+            Some(Self::PartitionKey)
+        } else {
+            None
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Id => names::ID,
+            Self::Type => names::TYPE,
+            Self::Source => names::SOURCE,
+            Self::Subject => names::SUBJECT,
+            Self::Time => names::TIME,
+            Self::Attempt => names::ATTEMPT,
+            Self::FirstFailure => names::FIRST_FAILURE,
+            Self::PartitionKey => names::PARTITION_KEY,
+        }
+    }
+}
+
 fn parse_time(
     name: &str,
-    raw: Option<String>,
+    raw: Option<&str>,
     defects: &mut Vec<HeaderError>,
 ) -> Option<OffsetDateTime> {
     let raw = raw?;
-    match OffsetDateTime::parse(&raw, &Rfc3339) {
+    match OffsetDateTime::parse(raw, &Rfc3339) {
         Ok(t) => Some(t),
         Err(_) => {
             defects.push(HeaderError {
@@ -518,6 +593,25 @@ mod tests {
         assert_eq!(names, [names::ID, names::TIME, names::ATTEMPT]);
         assert_eq!(e.attempt, 1);
         assert_eq!(e.id, "fallback");
+    }
+
+    #[test]
+    fn attributes_match_any_case_and_the_last_value_wins() {
+        let h: Headers = [
+            ("CE_ID", "first"),
+            ("Ce_Type", "T"),
+            (names::ID, "second"),
+            ("X-Consumer-Attempt", "2"),
+            ("ce_partitionKey", "k"),
+        ]
+        .into_iter()
+        .collect();
+        let e = env(h);
+        assert_eq!(e.id, "second");
+        assert_eq!(e.kind.as_deref(), Some("T"));
+        assert_eq!(e.attempt, 2);
+        assert_eq!(e.key.as_deref(), Some("k"));
+        assert!(e.defects.is_empty());
     }
 
     #[test]
