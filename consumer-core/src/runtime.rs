@@ -8,13 +8,19 @@
 //! * Each partition key has at most one lane task at a time, which runs the
 //!   key's deliveries strictly in arrival order; different keys run in
 //!   parallel. A delivery without a key gets a lane of its own (its id).
+//!   Lanes are found by a keyed hash of the key (SipHash with a random
+//!   key, so producers cannot aim at collisions): two keys whose 64-bit
+//!   hashes collide would share a lane, which costs parallelism, never
+//!   order.
 //! * Shutdown stops taking deliveries, lets running attempts finish (up to
 //!   the shutdown timeout), and releases everything else unsettled: queued
 //!   deliveries and in-place retries that are waiting. Released deliveries
 //!   are redelivered by the broker; nothing is lost.
 
+use std::collections::hash_map::{Entry, RandomState};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -164,7 +170,8 @@ where
             handler: self.handler,
             stats: self.stats,
             max_payload_bytes: self.max_payload_bytes,
-            lanes: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(Lanes::default()),
+            lane_keys: RandomState::new(),
             stop: stop_rx,
         });
         let permits = Arc::new(Semaphore::new(self.max_in_flight));
@@ -198,8 +205,8 @@ where
                         received: Instant::now(),
                         _permit: permit,
                     };
-                    if let Some(first) = shared.enqueue(job) {
-                        lanes.spawn(Arc::clone(&shared).run_lane(first));
+                    if let Some((lane, first)) = shared.enqueue(job) {
+                        lanes.spawn(Arc::clone(&shared).run_lane(lane, first));
                     }
                 }
                 Ok(None) => break Ok(()),
@@ -248,8 +255,34 @@ struct Shared<S, H, A> {
     handler: H,
     stats: Arc<Stats>,
     max_payload_bytes: usize,
-    lanes: Mutex<HashMap<String, VecDeque<Job<A>>>>,
+    lanes: Mutex<Lanes<A>>,
+    /// Hashes partition keys into lane ids.
+    lane_keys: RandomState,
     stop: watch::Receiver<bool>,
+}
+
+/// Queued jobs by lane id (the keyed hash of their partition key): one
+/// hash per delivery, and no copy of the key.
+type Lanes<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
+
+/// Hashes a lane id, already a keyed hash, as itself.
+#[derive(Default)]
+struct LaneIdHasher(u64);
+
+impl Hasher for LaneIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl<S, H, A> Shared<S, H, A>
@@ -258,25 +291,24 @@ where
     H: Handler<S>,
     A: Acker,
 {
-    /// Queues `job` behind its key's lane, or returns it when the key has
-    /// no lane and one must be started.
-    fn enqueue(&self, job: Job<A>) -> Option<Job<A>> {
-        let key = lane_key(&job.envelope);
+    /// Queues `job` behind its key's lane, or returns it with its lane id
+    /// when the key has no lane and one must be started.
+    fn enqueue(&self, job: Job<A>) -> Option<(u64, Job<A>)> {
+        let lane = self.lane_keys.hash_one(lane_key(&job.envelope));
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        match lanes.get_mut(key) {
-            Some(queue) => {
-                queue.push_back(job);
+        match lanes.entry(lane) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push_back(job);
                 None
             }
-            None => {
-                lanes.insert(key.to_owned(), VecDeque::new());
-                Some(job)
+            Entry::Vacant(slot) => {
+                slot.insert(VecDeque::new());
+                Some((lane, job))
             }
         }
     }
 
-    async fn run_lane(self: Arc<Self>, first: Job<A>) {
-        let key = lane_key(&first.envelope).to_owned();
+    async fn run_lane(self: Arc<Self>, lane: u64, first: Job<A>) {
         let mut job = first;
         loop {
             if *self.stop.borrow() {
@@ -289,11 +321,16 @@ where
             }
             let next = {
                 let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-                let next = lanes.get_mut(&key).and_then(VecDeque::pop_front);
-                if next.is_none() {
-                    lanes.remove(&key);
+                match lanes.entry(lane) {
+                    Entry::Occupied(mut queue) => {
+                        let next = queue.get_mut().pop_front();
+                        if next.is_none() {
+                            queue.remove();
+                        }
+                        next
+                    }
+                    Entry::Vacant(_) => None,
                 }
-                next
             };
             match next {
                 Some(j) => job = j,
