@@ -39,19 +39,40 @@ pub fn to_kafka_headers(message: &Message) -> OwnedHeaders {
 
 /// Reads a consumed record into the framework's envelope.
 pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
+    envelope_of(record, record.topic())
+}
+
+/// Headers read in one pass go through a stack buffer of this many.
+const INLINE_HEADERS: usize = 16;
+
+/// [`to_envelope`] with the record's topic already read (the source has
+/// it from interning).
+pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope {
     let headers = match record.headers() {
-        // One pass to size the table, one to fill it: three allocations
-        // however many headers the record has.
         Some(h) => {
-            let (count, bytes) = h.iter().fold((0, 0), |(count, bytes), header| {
-                let value = header.value.map_or(0, <[u8]>::len);
-                (count + 1, bytes + header.key.len() + value)
-            });
+            // librdkafka hands headers out one FFI call (and one UTF-8
+            // check of the name) at a time: read the first ones once into
+            // a stack buffer, sizing the table on the way, so it is built
+            // with three allocations however many headers the record has.
+            let mut first = [("", &[][..]); INLINE_HEADERS];
+            let (mut count, mut bytes) = (0, 0);
+            for header in h.iter() {
+                let value = header.value.unwrap_or_default();
+                if let Some(slot) = first.get_mut(count) {
+                    *slot = (header.key, value);
+                }
+                count += 1;
+                bytes += header.key.len() + value.len();
+            }
             let mut headers = Headers::with_capacity(count, bytes);
-            headers.extend(
-                h.iter()
-                    .map(|header| (header.key, header.value.unwrap_or_default())),
-            );
+            headers.extend(first.iter().take(count).copied());
+            if count > INLINE_HEADERS {
+                headers.extend(
+                    h.iter()
+                        .skip(INLINE_HEADERS)
+                        .map(|header| (header.key, header.value.unwrap_or_default())),
+                );
+            }
             headers
         }
         None => Headers::new(),
@@ -60,7 +81,6 @@ pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
         .key()
         .map(|k| String::from_utf8_lossy(k).into_owned());
     let payload = Bytes::copy_from_slice(record.payload().unwrap_or_default());
-    let topic = record.topic();
     let (partition, offset) = (record.partition(), record.offset());
     let origin = Origin {
         destination: topic.to_owned(),

@@ -796,7 +796,7 @@ impl Poller {
     /// Records one fetched record as pending and hands it out (or parks it).
     fn take(&self, tp: Tp, record: &rdkafka::message::BorrowedMessage<'_>) {
         let offset = record.offset();
-        let envelope = headers::to_envelope(record);
+        let envelope = headers::envelope_of(record, &tp.topic);
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope)
         } else {
