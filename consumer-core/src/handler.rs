@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use crate::envelope::{Envelope, Headers};
-use crate::error::BoxError;
+use crate::error::{BoxError, Error};
 use crate::retry::RetryPolicy;
 use crate::store::{Claim, DedupStore};
 
@@ -167,6 +167,15 @@ pub struct DecodeError {
     source: serde_json::Error,
 }
 
+/// What a claim means for the attempt.
+fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
+    match claim {
+        Ok(Claim::Fresh(tx)) => Ok(tx),
+        Ok(Claim::Duplicate) => Err(Outcome::Duplicate),
+        Err(e) => Err(Outcome::Failed(Failure::new(FailureKind::Transient, e))),
+    }
+}
+
 /// One attempt in progress: what `#[handler]`'s expansion drives.
 pub struct Invocation<'a, S> {
     pub(crate) envelope: &'a Arc<Envelope>,
@@ -214,11 +223,15 @@ impl<'a, S: DedupStore> Invocation<'a, S> {
             .claim(self.context.handler, &key, &self.envelope.id)
             .await;
         self.context.idempotency_key = Some(key);
-        match claim {
-            Ok(Claim::Fresh(tx)) => Ok(tx),
-            Ok(Claim::Duplicate) => Err(Outcome::Duplicate),
-            Err(e) => Err(Outcome::Failed(Failure::new(FailureKind::Transient, e))),
-        }
+        claimed(claim)
+    }
+
+    /// [`Invocation::begin`] on the message id, without copying it: the
+    /// context's idempotency key then falls back to the id.
+    pub async fn begin_on_message_id(&mut self) -> Result<S::Tx, Outcome> {
+        self.context.idempotency_key = None;
+        let id = &self.envelope.id;
+        claimed(self.store.claim(self.context.handler, id, id).await)
     }
 
     /// Commits; a failed commit is transient (nothing was written).

@@ -54,18 +54,24 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
         asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
     }
 
-    let key = match &m.key {
+    // Without a key expression the claim is on the message id, borrowed
+    // from the envelope rather than copied.
+    let begin = match &m.key {
         Some(expr) => {
             let span = expr.span();
-            quote_spanned! {span=>
+            let key = quote_spanned! {span=>
                 {
                     #[allow(unused_variables)]
                     let #binding = &__consumer_msg;
                     #krate::__private::IdempotencyKey::to_key(&(#expr))
                 }
+            };
+            quote! {
+                let __consumer_key: ::std::string::String = #key;
+                __consumer_inv.begin(__consumer_key).await
             }
         }
-        None => quote!(::std::clone::Clone::clone(&__consumer_inv.envelope().id)),
+        None => quote!(__consumer_inv.begin_on_message_id().await),
     };
 
     let args = m.params.iter().map(|p| match p {
@@ -157,9 +163,8 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                     ::std::result::Result::Ok(m) => m,
                     ::std::result::Result::Err(outcome) => return outcome,
                 };
-                let __consumer_key: ::std::string::String = #key;
                 #unused_tx
-                let mut __consumer_tx = match __consumer_inv.begin(__consumer_key).await {
+                let mut __consumer_tx = match { #begin } {
                     ::std::result::Result::Ok(tx) => tx,
                     ::std::result::Result::Err(outcome) => return outcome,
                 };
