@@ -47,55 +47,36 @@ pub mod names {
 /// a dead letter without being copied.
 ///
 /// Stored as one flat table (every name and value in a single byte buffer,
-/// plus one small entry per header), so headers built with
-/// [`Headers::with_capacity`] cost three allocations however many there are.
+/// each preceded by its two lengths), so headers built with
+/// [`Headers::with_capacity`] cost two allocations however many there are.
 #[derive(Clone, Default)]
 pub struct Headers(std::sync::Arc<Table>);
 
-/// The flat table behind [`Headers`]: `bytes` holds every name and value,
-/// `entries` where each one is.
+/// Bytes of each of the two lengths stored before a header.
+const LEN: usize = size_of::<usize>();
+
+/// The flat table behind [`Headers`].
 #[derive(Clone, Default)]
 struct Table {
+    /// How many headers `bytes` holds.
+    count: usize,
+    /// Each header in order: its name's length and its value's length
+    /// (native-endian `usize`s), the name (UTF-8: appended as a `str`),
+    /// the value.
     bytes: Vec<u8>,
-    entries: Vec<Entry>,
-}
-
-/// One header: its name is `bytes[name_start..value_start]` (UTF-8, as it
-/// was appended as a `str`), its value `bytes[value_start..value_end]`.
-#[derive(Clone, Copy)]
-struct Entry {
-    name_start: usize,
-    value_start: usize,
-    value_end: usize,
 }
 
 impl Table {
     fn push(&mut self, name: &str, value: &[u8]) {
-        let name_start = self.bytes.len();
+        self.bytes.extend_from_slice(&name.len().to_ne_bytes());
+        self.bytes.extend_from_slice(&value.len().to_ne_bytes());
         self.bytes.extend_from_slice(name.as_bytes());
-        let value_start = self.bytes.len();
         self.bytes.extend_from_slice(value);
-        self.entries.push(Entry {
-            name_start,
-            value_start,
-            value_end: self.bytes.len(),
-        });
+        self.count += 1;
     }
 
-    fn name(&self, e: &Entry) -> &[u8] {
-        self.bytes
-            .get(e.name_start..e.value_start)
-            .unwrap_or_default()
-    }
-
-    fn value(&self, e: &Entry) -> &[u8] {
-        self.bytes
-            .get(e.value_start..e.value_end)
-            .unwrap_or_default()
-    }
-
-    fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], &[u8])> {
-        self.entries.iter().map(|e| (self.name(e), self.value(e)))
+    fn iter(&self) -> TableIter<'_> {
+        TableIter { rest: &self.bytes }
     }
 
     /// The table without the headers named `name` (case-insensitively).
@@ -106,13 +87,31 @@ impl Table {
         };
         let (count, bytes) = keep().fold((0, 0), |(c, b), (n, v)| (c + 1, b + n.len() + v.len()));
         let mut table = Self {
-            bytes: Vec::with_capacity(bytes),
-            entries: Vec::with_capacity(count),
+            count: 0,
+            bytes: Vec::with_capacity(bytes + count * 2 * LEN),
         };
         for (n, v) in keep() {
             table.push(name_str(n), v);
         }
         table
+    }
+}
+
+/// The headers of a [`Table`] in order, as `(name, value)` bytes.
+struct TableIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for TableIter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (name_len, rest) = self.rest.split_first_chunk::<LEN>()?;
+        let (value_len, rest) = rest.split_first_chunk::<LEN>()?;
+        let (name, rest) = rest.split_at_checked(usize::from_ne_bytes(*name_len))?;
+        let (value, rest) = rest.split_at_checked(usize::from_ne_bytes(*value_len))?;
+        self.rest = rest;
+        Some((name, value))
     }
 }
 
@@ -132,8 +131,8 @@ impl Headers {
     /// total `bytes` bytes: appending that much allocates nothing more.
     pub fn with_capacity(count: usize, bytes: usize) -> Self {
         Self(std::sync::Arc::new(Table {
-            bytes: Vec::with_capacity(bytes),
-            entries: Vec::with_capacity(count),
+            count: 0,
+            bytes: Vec::with_capacity(bytes + count * 2 * LEN),
         }))
     }
 
@@ -169,8 +168,8 @@ impl Headers {
     pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
         self.0
             .iter()
-            .rev()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .last()
             .map(|(_, v)| v)
     }
 
@@ -194,12 +193,12 @@ impl Headers {
 
     /// Number of headers.
     pub fn len(&self) -> usize {
-        self.0.entries.len()
+        self.0.count
     }
 
     /// Whether there are no headers.
     pub fn is_empty(&self) -> bool {
-        self.0.entries.is_empty()
+        self.0.count == 0
     }
 }
 
@@ -229,9 +228,7 @@ impl fmt::Debug for Headers {
 
 impl<N: AsRef<str>, V: AsRef<[u8]>> Extend<(N, V)> for Headers {
     fn extend<T: IntoIterator<Item = (N, V)>>(&mut self, iter: T) {
-        let iter = iter.into_iter();
         let table = self.table();
-        table.entries.reserve(iter.size_hint().0);
         for (n, v) in iter {
             table.push(n.as_ref(), v.as_ref());
         }
@@ -612,6 +609,34 @@ mod tests {
         assert_eq!(e.attempt, 2);
         assert_eq!(e.key.as_deref(), Some("k"));
         assert!(e.defects.is_empty());
+    }
+
+    #[test]
+    fn headers_keep_order_duplicates_and_binary_values() {
+        let mut h = Headers::with_capacity(4, 32);
+        h.append("a", "1");
+        h.append("b", [0u8, 0xff]);
+        h.append("A", "");
+        h.append("c", "3");
+        let shared = h.clone();
+        h.remove("a");
+        let all: Vec<_> = shared.iter().collect();
+        assert_eq!(
+            all,
+            [
+                ("a", &b"1"[..]),
+                ("b", &[0u8, 0xff][..]),
+                ("A", &b""[..]),
+                ("c", &b"3"[..])
+            ]
+        );
+        assert_eq!(shared.get("a"), Ok(Some("")), "the last one wins");
+        assert!(shared.get("b").is_err());
+        assert_eq!(h.len(), 2);
+        assert_eq!(h.get_bytes("a"), None);
+        let rebuilt: Headers = [("b", &[0u8, 0xff][..]), ("c", b"3")].into_iter().collect();
+        assert_eq!(h, rebuilt);
+        assert_ne!(h, shared);
     }
 
     #[test]

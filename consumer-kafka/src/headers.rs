@@ -53,7 +53,7 @@ pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope
             // librdkafka hands headers out one FFI call (and one UTF-8
             // check of the name) at a time: read the first ones once into
             // a stack buffer, sizing the table on the way, so it is built
-            // with three allocations however many headers the record has.
+            // with two allocations however many headers the record has.
             let mut first = [("", &[][..]); INLINE_HEADERS];
             let (mut count, mut bytes) = (0, 0);
             for header in h.iter() {
