@@ -7,6 +7,7 @@
 //! reprocess messages. Memory grows with every key until [`MemoryStore::purge`].
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -145,18 +146,21 @@ impl DedupStore for MemoryStore {
         key: &str,
         _message_id: &str,
     ) -> Result<Claim<MemoryTx>, Error> {
-        let slot = slot(handler, key);
+        let mut slot = slot(handler, key);
         loop {
             let released = self.inner.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
             {
                 let mut state = self.lock();
-                match state.keys.get(&slot) {
-                    Some(Some(_)) => return Ok(Claim::Duplicate),
-                    Some(None) => {} // another transaction holds it: wait
-                    None => {
-                        state.keys.insert(slot.clone(), None);
+                // One lookup (one hash of the slot) whatever the outcome.
+                match state.keys.entry(slot) {
+                    Entry::Occupied(o) if o.get().is_some() => return Ok(Claim::Duplicate),
+                    // Another transaction holds it: wait.
+                    Entry::Occupied(o) => slot = o.key().clone(),
+                    Entry::Vacant(v) => {
+                        let slot = v.key().clone();
+                        v.insert(None);
                         return Ok(Claim::Fresh(MemoryTx {
                             store: self.clone(),
                             slot,
