@@ -352,10 +352,10 @@ where
             let failure = match outcome {
                 Outcome::Processed => {
                     self.stats.incr(Counter::Processed);
-                    if failed_here || envelope.attempt > 1 {
-                        if let Err(e) = self.store.clear_failures(name, &envelope.id).await {
-                            tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
-                        }
+                    if (failed_here || envelope.attempt > 1)
+                        && let Err(e) = self.store.clear_failures(name, &envelope.id).await
+                    {
+                        tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
                     }
                     return self.ack(acker).await;
                 }
