@@ -13,7 +13,9 @@
 //! * the record key is the partition key; a key that is not UTF-8 is read
 //!   lossily (two such keys may then share a lane, which costs parallelism,
 //!   never order); without a key, a `ce_partitionkey` header is used;
-//! * a header with a null value is kept with an empty value;
+//! * a header with a null value is kept with an empty value, and a header
+//!   name that is not UTF-8 is read lossily (`U+FFFD` for each bad byte
+//!   sequence): Kafka clients may write any bytes there;
 //! * the message id is `ce_id`, else `<topic>/<partition>/<offset>`, which
 //!   is stable across redeliveries.
 
@@ -21,7 +23,7 @@ use bytes::Bytes;
 use consumer_core::envelope::names;
 use consumer_core::{Envelope, Headers, Message, Origin};
 use rdkafka::Message as _;
-use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 
 /// Headers a record is produced with: every message header, in order.
 /// The key is not repeated as `ce_partitionkey`: the record key is the
@@ -45,38 +47,95 @@ pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
 /// Headers read in one pass go through a stack buffer of this many.
 const INLINE_HEADERS: usize = 16;
 
+/// A consumed record's headers, read from librdkafka directly: rdkafka's
+/// own reader panics on a header name that is not UTF-8, which any
+/// producer can send, and a panic on the poll thread would stop the
+/// consumer at that record on every restart. Names are taken as bytes
+/// here and read lossily (`U+FFFD` for what is not UTF-8).
+#[allow(unsafe_code)]
+struct RawHeaders<'a> {
+    hdrs: *const rdkafka::bindings::rd_kafka_headers_t,
+    count: usize,
+    record: std::marker::PhantomData<&'a BorrowedMessage<'a>>,
+}
+
+#[allow(unsafe_code)]
+impl<'a> RawHeaders<'a> {
+    fn of(record: &'a BorrowedMessage<'_>) -> Self {
+        use rdkafka::bindings as rdsys;
+        let mut hdrs: *mut rdsys::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: the record pointer is valid while `record` is borrowed;
+        // librdkafka parses the headers into storage the message owns and
+        // frees with it, so `hdrs` lives as long as the record.
+        let err = unsafe { rdsys::rd_kafka_message_headers(record.ptr(), &mut hdrs) };
+        let count =
+            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !hdrs.is_null() {
+                // SAFETY: `hdrs` is the record's valid header list.
+                unsafe { rdsys::rd_kafka_header_cnt(hdrs) }
+            } else {
+                // NOENT: the record has no headers.
+                0
+            };
+        Self {
+            hdrs,
+            count,
+            record: std::marker::PhantomData,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    /// `(name, value)` in record order; a null value reads as empty.
+    fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
+        use rdkafka::bindings as rdsys;
+        (0..self.count).map_while(|idx| {
+            let mut name: *const std::ffi::c_char = std::ptr::null();
+            let mut value: *const std::ffi::c_void = std::ptr::null();
+            let mut size = 0usize;
+            // SAFETY: `hdrs` is valid (see `of`) and `idx` below its count.
+            let err = unsafe {
+                rdsys::rd_kafka_header_get_all(self.hdrs, idx, &mut name, &mut value, &mut size)
+            };
+            if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+                return None;
+            }
+            // SAFETY: librdkafka keeps each name NUL-terminated and each
+            // value `size` bytes long, both owned by the record.
+            let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+            let value = if value.is_null() {
+                &[][..]
+            } else {
+                // SAFETY: as above.
+                unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }
+            };
+            Some((name, value))
+        })
+    }
+}
+
 /// [`to_envelope`] with the record's topic already read (the source has
 /// it from interning).
 pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope {
-    let headers = match record.headers() {
-        Some(h) => {
-            // librdkafka hands headers out one FFI call (and one UTF-8
-            // check of the name) at a time: read the first ones once into
-            // a stack buffer, sizing the table on the way, so it is built
-            // with two allocations however many headers the record has.
-            let mut first = [("", &[][..]); INLINE_HEADERS];
-            let (mut count, mut bytes) = (0, 0);
-            for header in h.iter() {
-                let value = header.value.unwrap_or_default();
-                if let Some(slot) = first.get_mut(count) {
-                    *slot = (header.key, value);
-                }
-                count += 1;
-                bytes += header.key.len() + value.len();
-            }
-            let mut headers = Headers::with_capacity(count, bytes);
-            headers.extend(first.iter().take(count).copied());
-            if count > INLINE_HEADERS {
-                headers.extend(
-                    h.iter()
-                        .skip(INLINE_HEADERS)
-                        .map(|header| (header.key, header.value.unwrap_or_default())),
-                );
-            }
-            headers
+    let raw = RawHeaders::of(record);
+    // Sized first (librdkafka counts them), so the table is built with
+    // two allocations however many headers the record has; the first ones
+    // are kept in a stack buffer on the way, to be read once.
+    let mut first = [(&[][..], &[][..]); INLINE_HEADERS];
+    let mut bytes = 0;
+    for (i, (name, value)) in raw.iter().enumerate() {
+        if let Some(slot) = first.get_mut(i) {
+            *slot = (name, value);
         }
-        None => Headers::new(),
-    };
+        bytes += name.len() + value.len();
+    }
+    let count = raw.len();
+    let mut headers = Headers::with_capacity(count, bytes);
+    headers.extend(first.iter().take(count).copied().map(named));
+    if count > INLINE_HEADERS {
+        headers.extend(raw.iter().skip(INLINE_HEADERS).map(named));
+    }
     let key = record
         .key()
         .map(|k| String::from_utf8_lossy(k).into_owned());
@@ -89,6 +148,11 @@ pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope
     Envelope::from_parts(payload, headers, key, origin, || {
         position(Some(topic), partition, offset)
     })
+}
+
+/// A header as read: its name lossily as text.
+fn named<'a>((name, value): (&'a [u8], &'a [u8])) -> (std::borrow::Cow<'a, str>, &'a [u8]) {
+    (String::from_utf8_lossy(name), value)
 }
 
 /// `[<topic>/]<partition>/<offset>`, without the formatting machinery.
@@ -112,4 +176,122 @@ fn position(topic: Option<&str>, partition: i32, offset: i64) -> String {
 /// came from the position (a copy has another position).
 pub(crate) fn pin_id(headers: &mut Headers, envelope: &Envelope) {
     headers.insert(names::ID, envelope.id.as_str());
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use std::ffi::CString;
+    use std::time::Duration;
+
+    use rdkafka::bindings as rdsys;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, Producer as _};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    use super::envelope_of;
+
+    /// Produces one record whose headers are `headers`, names as raw bytes
+    /// (rdkafka's safe API only takes `&str` names).
+    fn produce_raw(producer: &BaseProducer, topic: &str, headers: &[(&[u8], &[u8])]) {
+        let topic = CString::new(topic).expect("topic name");
+        let payload = b"{}";
+        // SAFETY: every pointer outlives the call; on success librdkafka
+        // takes ownership of `hdrs`, on failure we free it.
+        unsafe {
+            let hdrs = rdsys::rd_kafka_headers_new(headers.len());
+            for (name, value) in headers {
+                let err = rdsys::rd_kafka_header_add(
+                    hdrs,
+                    name.as_ptr().cast(),
+                    isize::try_from(name.len()).expect("name length"),
+                    value.as_ptr().cast(),
+                    isize::try_from(value.len()).expect("value length"),
+                );
+                assert_eq!(err, rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+            }
+            let vus = [
+                rdsys::rd_kafka_vu_t {
+                    vtype: rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_TOPIC,
+                    u: rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                        cstr: topic.as_ptr(),
+                    },
+                },
+                rdsys::rd_kafka_vu_t {
+                    vtype: rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE,
+                    u: rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                        mem: rdsys::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                            ptr: payload.as_ptr().cast_mut().cast(),
+                            size: payload.len(),
+                        },
+                    },
+                },
+                rdsys::rd_kafka_vu_t {
+                    vtype: rdsys::rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS,
+                    u: rdsys::rd_kafka_vu_s__bindgen_ty_1 { headers: hdrs },
+                },
+            ];
+            let error =
+                rdsys::rd_kafka_produceva(producer.client().native_ptr(), vus.as_ptr(), vus.len());
+            if !error.is_null() {
+                rdsys::rd_kafka_error_destroy(error);
+                rdsys::rd_kafka_headers_destroy(hdrs);
+                panic!("rd_kafka_produceva failed");
+            }
+        }
+        producer
+            .flush(Duration::from_secs(10))
+            .expect("delivery of the raw record");
+    }
+
+    #[test]
+    fn a_header_name_that_is_not_utf8_is_read_lossily_instead_of_panicking() {
+        let cluster = MockCluster::new(1).expect("librdkafka mock cluster");
+        cluster.create_topic("raw", 1, 1).expect("topic");
+        let bootstrap = cluster.bootstrap_servers();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .expect("producer");
+        produce_raw(
+            &producer,
+            "raw",
+            &[
+                (b"ce_type", b"order.placed"),
+                (b"\xff\xfeX", b"opaque"),
+                (b"after", b""),
+            ],
+        );
+
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", "raw-headers")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("raw", 0, Offset::Beginning)
+            .expect("partition");
+        consumer.assign(&tpl).expect("assign");
+        let record = match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(record)) => record,
+            Some(Err(e)) => panic!("consume: {e}"),
+            None => panic!("no record within 10 s from the mock cluster"),
+        };
+
+        let envelope = envelope_of(&record, "raw");
+        let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
+        assert_eq!(
+            headers,
+            vec![
+                ("ce_type", &b"order.placed"[..]),
+                ("\u{FFFD}\u{FFFD}X", &b"opaque"[..]),
+                ("after", &b""[..]),
+            ],
+            "every header kept, in order, the bad name read lossily"
+        );
+        assert_eq!(envelope.kind.as_deref(), Some("order.placed"));
+    }
 }
