@@ -402,31 +402,25 @@ enum Attr {
 impl Attr {
     const COUNT: usize = 8;
 
-    /// The attribute a header name stands for (case-insensitively): the
-    /// length rules out all but one or two candidates before any bytes are
-    /// compared.
+    /// Every attribute, in defect order.
+    const ALL: [Self; Self::COUNT] = [
+        Self::Id,
+        Self::Type,
+        Self::Source,
+        Self::Subject,
+        Self::Time,
+        Self::Attempt,
+        Self::FirstFailure,
+        Self::PartitionKey,
+    ];
+
+    /// The attribute a header name stands for (case-insensitively):
+    /// `eq_ignore_ascii_case` compares lengths first, so all but one or two
+    /// candidates are ruled out before any bytes are compared.
     fn of(name: &[u8]) -> Option<Self> {
-        let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
-        let len = name.len();
-        if len == names::ID.len() && is(names::ID) {
-            Some(Self::Id)
-        } else if len == names::TYPE.len() && is(names::TYPE) {
-            Some(Self::Type)
-        } else if len == names::TIME.len() && is(names::TIME) {
-            Some(Self::Time)
-        } else if len == names::SOURCE.len() && is(names::SOURCE) {
-            Some(Self::Source)
-        } else if len == names::SUBJECT.len() && is(names::SUBJECT) {
-            Some(Self::Subject)
-        } else if len == names::ATTEMPT.len() && is(names::ATTEMPT) {
-            Some(Self::Attempt)
-        } else if len == names::FIRST_FAILURE.len() && is(names::FIRST_FAILURE) {
-            Some(Self::FirstFailure)
-        } else if len == names::PARTITION_KEY.len() && is(names::PARTITION_KEY) {
-            Some(Self::PartitionKey)
-        } else {
-            None
-        }
+        Self::ALL
+            .into_iter()
+            .find(|a| name.eq_ignore_ascii_case(a.name().as_bytes()))
     }
 
     fn name(self) -> &'static str {
