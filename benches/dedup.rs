@@ -25,15 +25,14 @@
 //! ```
 
 use std::hint::black_box;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use consumer::testing::FreshSchema;
 use consumer::{Consumer, MemoryBroker, Message, PgStore, PgTx, handler};
 use cpu_time::ProcessTime;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::task::JoinSet;
 
 const TOPIC: &str = "payments";
@@ -80,34 +79,16 @@ struct Measurement {
     cpu: Duration,
 }
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
 /// A fresh schema with the store's tables and the business table.
 struct Schema {
-    admin: PgPool,
-    name: String,
+    fresh: FreshSchema,
     pool: PgPool,
 }
 
 impl Schema {
-    async fn create(url: &str, connections: u32) -> anyhow::Result<Self> {
-        let admin = PgPool::connect(url).await.with_context(|| {
-            format!("PostgreSQL is not reachable at {url}: start it or set DATABASE_URL")
-        })?;
-        let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
-            .execute(&admin)
-            .await?;
-        let options = PgConnectOptions::from_str(url)?.options([("search_path", name.as_str())]);
-        let pool = PgPoolOptions::new()
-            .max_connections(connections)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
-            .await?;
-        PgStore::new(pool.clone()).migrate().await?;
+    async fn create(connections: u32) -> anyhow::Result<Self> {
+        let fresh = FreshSchema::create("bench", connections).await?;
+        let pool = fresh.pool.clone();
         sqlx::query(
             "CREATE TABLE payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, \
              seq BIGINT NOT NULL, cents BIGINT NOT NULL)",
@@ -120,7 +101,7 @@ impl Schema {
             held.push(pool.acquire().await?);
         }
         drop(held);
-        Ok(Self { admin, name, pool })
+        Ok(Self { fresh, pool })
     }
 
     async fn check(&self, n: usize) -> anyhow::Result<()> {
@@ -136,15 +117,7 @@ impl Schema {
     }
 
     async fn drop_schema(self) -> anyhow::Result<()> {
-        self.pool.close().await;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA {} CASCADE",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await?;
-        self.admin.close().await;
-        Ok(())
+        Ok(self.fresh.drop_schema().await?)
     }
 }
 
@@ -164,8 +137,7 @@ fn messages(n: usize, keys: usize) -> anyhow::Result<Vec<Message>> {
 }
 
 async fn run(side: Side, n: usize, keys: usize, partitions: usize) -> anyhow::Result<Measurement> {
-    let url = database_url();
-    let schema = Schema::create(&url, u32::try_from(keys)?).await?;
+    let schema = Schema::create(u32::try_from(keys)?).await?;
     let msgs = messages(n, keys)?;
     let measured = match side {
         Side::Framework => framework(&schema, msgs, partitions).await?,
@@ -322,7 +294,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "dedup: {n} messages per run on PostgreSQL at {}; {rounds} rounds per side, in ABBA order; \
          {workers} tokio workers",
-        database_url()
+        consumer::testing::database_url()
     );
     println!("  load average at start: {}", load_average());
     println!(

@@ -45,14 +45,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use consumer::envelope::{Headers, Message, format_time, names};
-use consumer::{
-    Acker, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, Source, Store,
-};
+use consumer::testing::FreshSchema;
+use consumer::{Acker, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, Source};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row as _};
@@ -152,32 +152,18 @@ impl Config {
     }
 }
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
 /// A fresh schema with the store's migrations (the outbox tables) and a
 /// business table.
 struct Schema {
-    admin: PgPool,
-    name: String,
+    fresh: FreshSchema,
     options: PgConnectOptions,
     pool: PgPool,
 }
 
 impl Schema {
     async fn create(connections: u32) -> anyhow::Result<Self> {
-        let url = database_url();
-        let admin = PgPool::connect(&url).await.with_context(|| {
-            format!("PostgreSQL is not reachable at {url}: start it (scripts/services postgres) or set DATABASE_URL")
-        })?;
-        let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
-            .execute(&admin)
-            .await?;
-        let mut options =
-            PgConnectOptions::from_str(&url)?.options([("search_path", name.as_str())]);
+        let fresh = FreshSchema::create("bench", 1).await?;
+        let mut options = fresh.connect_options()?;
         // Diagnosis: the plans of statements slower than this many ms go to
         // the server log.
         if let Ok(ms) = std::env::var("BENCH_OUTBOX_AUTO_EXPLAIN") {
@@ -191,11 +177,9 @@ impl Schema {
         }
         let schema = Self {
             pool: Self::pool(&options, connections).await?,
-            admin,
-            name,
+            fresh,
             options,
         };
-        Store::new(schema.pool.clone()).migrate().await?;
         sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY, customer TEXT NOT NULL, cents BIGINT NOT NULL)")
             .execute(&schema.pool)
             .await?;
@@ -251,14 +235,7 @@ impl Schema {
 
     async fn drop_schema(self) -> anyhow::Result<()> {
         self.pool.close().await;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA {} CASCADE",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await?;
-        self.admin.close().await;
-        Ok(())
+        Ok(self.fresh.drop_schema().await?)
     }
 }
 
@@ -915,7 +892,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     println!(
         "outbox: PostgreSQL at {}, in-memory publisher; 2 tokio worker threads",
-        database_url()
+        consumer::testing::database_url()
     );
     println!();
     let started = Instant::now();

@@ -186,7 +186,7 @@ async fn child_consumer_process() {
         return;
     };
     let (queue, schema) = spec.split_once(' ').expect("queue and schema");
-    let pool = PgHarness::pool_for(&support::database_url(), schema, 8)
+    let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
     let source = AmqpSource::new(amqp_url(), test_topology(queue))
@@ -269,12 +269,13 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
     );
 }
 
-/// When publishing the dead letter keeps failing, the acker rejects the
-/// delivery into the work queue's dead-letter exchange: the message reaches
-/// the DLQ (without the structured context, with RabbitMQ's x-death), is
-/// not redelivered, and the consumer goes on.
+/// When publishing the dead letter keeps failing with errors that could
+/// heal, the settle loop gives up at the settle timeout: the letter, with
+/// its whole context, is kept in the store's dead-letter table (never in
+/// RabbitMQ's own dead-lettering, which would drop the context), the
+/// original is acked, and the consumer goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_that_cannot_be_published_falls_back_to_the_dead_letter_exchange() {
+async fn a_dead_letter_still_failing_at_the_settle_timeout_is_kept_in_the_dead_letter_table() {
     use crate::conformance::amqp::AmqpBroker;
     use crate::conformance::broker::BrokerHarness;
 
@@ -282,7 +283,7 @@ async fn a_dead_letter_that_cannot_be_published_falls_back_to_the_dead_letter_ex
     let broker = <AmqpBroker as BrokerHarness>::new(1).await;
     let poison = Message::raw(&b"not json"[..])
         .with_key("k")
-        .with_id("dlx-fallback");
+        .with_id("dlq-down");
     BrokerHarness::publish(&broker, "t", poison)
         .await
         .expect("publish");
@@ -290,9 +291,10 @@ async fn a_dead_letter_that_cannot_be_published_falls_back_to_the_dead_letter_ex
     BrokerHarness::publish(&broker, "t", after.message())
         .await
         .expect("publish");
-    broker.fail_next_dead_letters_in_acker(consumer::amqp::DLX_FALLBACK_AFTER + 10);
+    broker.fail_next_publishes(1_000);
 
-    let consumer = Consumer::new(BrokerHarness::source(&broker, "t").await, h.store(), record);
+    let consumer = Consumer::new(BrokerHarness::source(&broker, "t").await, h.store(), record)
+        .with_settle_timeout(Duration::from_millis(400));
     let stats = consumer.stats();
     let drained = broker.clone();
     support::within(
@@ -301,19 +303,42 @@ async fn a_dead_letter_that_cannot_be_published_falls_back_to_the_dead_letter_ex
     .await
     .expect("consumer");
 
-    let dlq = BrokerHarness::dead_letters(&broker, "t").await;
-    assert_eq!(dlq.len(), 1, "the original reached the DLQ through the DLX");
-    assert_eq!(&dlq[0].payload[..], b"not json");
-    assert_eq!(
-        dlq[0].headers.get("x-dlq-kind"),
-        Ok(None),
-        "dead-lettered by RabbitMQ itself, not by our publish"
+    assert!(BrokerHarness::dead_letters(&broker, "t").await.is_empty());
+    let stored = h.stored_dead_letters().await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].message_id, "dlq-down");
+    assert_eq!(stored[0].payload, b"not json");
+    assert!(
+        stored[0].refusal.contains("injected"),
+        "{}",
+        stored[0].refusal
     );
     let s = stats.snapshot();
-    assert_eq!(
-        s.settle_errors,
-        u64::from(consumer::amqp::DLX_FALLBACK_AFTER - 1)
-    );
-    assert_eq!(s.dead_poison, 1);
+    assert!(s.settle_errors >= 2, "{s:?}");
+    assert_eq!((s.dead_poison, s.dead_letters_stored), (1, 1));
     assert_eq!(effects(&h).await, 1, "the consumer went on");
+}
+
+#[handler(retry = exponential(base = "1s", max_delay = "1h", attempts = 20, mode = redeliver))]
+async fn slow_retries(job: Job, tx: &mut PgTx) -> Result<(), JobError> {
+    PgHarness::insert_effect(tx, "slow_retries", &job, &job.id).await?;
+    Ok(())
+}
+
+/// Delay queues that hold less than the handler's longest retry delay
+/// would send copies back early: the consumer refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_longer_than_the_longest_delay_queue_are_refused_at_start() {
+    let h = PgHarness::new().await;
+    let queue = unique_prefix("delays");
+    let source = AmqpSource::new(amqp_url(), test_topology(&queue)).expect("topology");
+    let err = Consumer::new(source, h.store(), slow_retries)
+        .run_until(std::future::pending())
+        .await
+        .expect_err("must refuse");
+    assert!(
+        matches!(err, consumer::Error::RetryUnsupported { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("with_max_retry_delay"), "{err}");
 }

@@ -3,9 +3,9 @@
 //! PostgreSQL: `DATABASE_URL`). Every test works on queues of its own.
 
 mod conformance;
+mod suite;
 
-crate::suite!(
-    crate::conformance::support::PgHarness,
-    consumer::PgTx,
-    crate::conformance::amqp::AmqpBroker
-);
+type SuiteHarness = crate::conformance::support::PgHarness;
+type SuiteTx = consumer::PgTx;
+
+crate::declare!(crate::conformance::amqp::AmqpBroker);

@@ -5,9 +5,9 @@
 //! and PostgreSQL (`DATABASE_URL`). Every test works on queues of its own.
 
 mod conformance;
+mod suite;
 
-crate::suite!(
-    crate::conformance::support::PgHarness,
-    consumer::PgTx,
-    crate::conformance::amqp::AmqpQuorumBroker
-);
+type SuiteHarness = crate::conformance::support::PgHarness;
+type SuiteTx = consumer::PgTx;
+
+crate::declare!(crate::conformance::amqp::AmqpQuorumBroker);

@@ -4,9 +4,9 @@
 //! test works on topics of its own.
 
 mod conformance;
+mod suite;
 
-crate::suite!(
-    crate::conformance::support::PgHarness,
-    consumer::PgTx,
-    crate::conformance::kafka::ExternalKafka
-);
+type SuiteHarness = crate::conformance::support::PgHarness;
+type SuiteTx = consumer::PgTx;
+
+crate::declare!(crate::conformance::kafka::ExternalKafka);

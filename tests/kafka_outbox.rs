@@ -8,12 +8,11 @@
 mod conformance;
 
 use std::collections::{BTreeMap, HashMap};
-use std::str::FromStr;
 use std::time::Duration;
 
 use conformance::kafka::{MockHost, check_external, external_brokers};
 use consumer::kafka::KafkaPublisher;
-use consumer::{Message, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, Store};
+use consumer::{Message, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher};
 use opentelemetry::trace::TraceContextExt;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -21,50 +20,17 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 const PARTITIONS: i32 = 3;
 
 async fn pg_pool() -> sqlx::PgPool {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let schema = format!("ct_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL")
-    });
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-        .execute(&admin)
+    consumer::testing::FreshSchema::create("ct", 4)
         .await
-        .expect("schema");
-    admin.close().await;
-    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
-        .expect("url")
-        .options([("search_path", schema.as_str())]);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .expect("pool");
-    Store::new(pool.clone())
-        .migrate()
-        .await
-        .expect("migrations");
-    pool
+        .unwrap_or_else(|e| panic!("{e}"))
+        .pool
 }
 
 fn tracing_on() {
-    use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt;
-    static ON: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    ON.get_or_init(|| {
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        let tracer = provider.tracer("kafka-outbox-tests");
-        std::mem::forget(provider);
-        let subscriber =
-            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
-        tracing::subscriber::set_global_default(subscriber).expect("one subscriber per binary");
-    });
+    consumer::testing::in_memory_spans();
 }
 
-fn trace_id(span: &tracing::Span) -> String {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    span.context().span().span_context().trace_id().to_string()
-}
+use consumer::testing::trace_id_of as trace_id;
 
 /// Every record of `topic`, per partition in offset order.
 fn read_all(brokers: &str, topic: &str, expected: usize) -> Vec<consumer::Envelope> {

@@ -2,12 +2,12 @@
 //! (needs PostgreSQL: `DATABASE_URL`, default postgres://postgres@127.0.0.1:5432/test).
 
 mod conformance;
+mod suite;
 
-crate::suite!(
-    crate::conformance::support::PgHarness,
-    consumer::PgTx,
-    consumer::MemoryBroker
-);
+type SuiteHarness = crate::conformance::support::PgHarness;
+type SuiteTx = consumer::PgTx;
+
+crate::declare!(crate::conformance::broker::MemoryHarness);
 
 mod outage {
     //! A database that goes away: the consumer treats it as transient,
@@ -25,7 +25,7 @@ mod outage {
     use tokio::task::AbortHandle;
 
     use crate::conformance::support::{self, Harness, Job, PgHarness};
-    use crate::patient;
+    use crate::suite::handlers::patient;
 
     struct Proxy {
         addr: SocketAddr,

@@ -1,9 +1,9 @@
 //! The conformance suite on the in-memory broker with the SQLite store.
 
 mod conformance;
+mod suite;
 
-crate::suite!(
-    crate::conformance::support::SqliteHarness,
-    consumer::SqliteTx,
-    consumer::MemoryBroker
-);
+type SuiteHarness = crate::conformance::support::SqliteHarness;
+type SuiteTx = consumer::SqliteTx;
+
+crate::declare!(crate::conformance::broker::MemoryHarness);

@@ -4,8 +4,7 @@
 //! tests/outbox_crash.rs.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::str::FromStr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consumer::outbox::WakeUp;
@@ -30,35 +29,11 @@ async fn within<F: std::future::Future>(f: F) -> F::Output {
         })
 }
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 async fn pg_pool() -> sqlx::PgPool {
-    let url = database_url();
-    let schema = format!("ct_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL")
-    });
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-        .execute(&admin)
+    consumer::testing::FreshSchema::create("ct", 12)
         .await
-        .expect("schema");
-    admin.close().await;
-    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
-        .expect("url")
-        .options([("search_path", schema.as_str())]);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(12)
-        .connect_with(options)
-        .await
-        .expect("pool");
-    Store::new(pool.clone())
-        .migrate()
-        .await
-        .expect("migrations");
-    pool
+        .unwrap_or_else(|e| panic!("{e}"))
+        .pool
 }
 
 async fn sqlite_pool() -> sqlx::SqlitePool {
@@ -83,23 +58,10 @@ async fn sqlite_pool() -> sqlx::SqlitePool {
 
 /// Installs an OpenTelemetry-backed subscriber once for this binary.
 fn tracing_on() {
-    use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt;
-    static ON: OnceLock<()> = OnceLock::new();
-    ON.get_or_init(|| {
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        let tracer = provider.tracer("outbox-tests");
-        std::mem::forget(provider);
-        let subscriber =
-            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
-        tracing::subscriber::set_global_default(subscriber).expect("one subscriber per binary");
-    });
+    consumer::testing::in_memory_spans();
 }
 
-fn trace_id(span: &tracing::Span) -> String {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    span.context().span().span_context().trace_id().to_string()
-}
+use consumer::testing::trace_id_of as trace_id;
 
 /// Drains `topic` from the broker: every delivery, acked, in arrival order.
 async fn drain(broker: &MemoryBroker, topic: &str) -> Vec<Envelope> {
@@ -282,12 +244,13 @@ macro_rules! outbox_suite {
                     }
                 }
                 let broker = MemoryBroker::new(2);
+                let faults = consumer::testing::Faults::new();
                 let refusing = Refusing {
-                    inner: broker.clone(),
+                    inner: consumer::testing::FaultyPublisher::new(broker.clone(), faults.clone()),
                     refused: Arc::new(Mutex::new(HashSet::from(["bad".to_owned()]))),
                 };
                 // Transient broker failures mid-batch, on top.
-                broker.faults().fail_next_publishes(2);
+                faults.fail_next_publishes(2);
                 let r = relay(pool.clone(), refusing.clone());
                 let stats = r.stats();
                 within(async {
@@ -482,7 +445,7 @@ outbox_suite!(sqlite, sqlite_pool(), sqlite_versions);
 /// refuses a message too large or without a route).
 #[derive(Clone)]
 struct Refusing {
-    inner: MemoryBroker,
+    inner: consumer::testing::FaultyPublisher<MemoryBroker>,
     refused: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -492,7 +455,11 @@ impl Publisher for Refusing {
         let mut out = Vec::new();
         for o in batch {
             if o.message.key.as_ref().is_some_and(|k| refused.contains(k)) {
-                out.push(Err(Error::broker("message too large", false, None)));
+                out.push(Err(Error::broker(
+                    consumer::BrokerErrorKind::TooLarge,
+                    "message too large",
+                    None,
+                )));
             } else {
                 out.extend(Publisher::publish(&self.inner, std::slice::from_ref(o)).await);
             }

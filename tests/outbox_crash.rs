@@ -10,30 +10,20 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
 use std::time::Duration;
 
 use consumer::outbox::WakeUp;
-use consumer::{Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, Store};
+use consumer::{BrokerErrorKind, Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher};
 use rand::RngExt;
 
 const SCHEMA_ENV: &str = "OUTBOX_CRASH_SCHEMA";
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+use consumer::testing::{FreshSchema, database_url};
 
 async fn pool_in(schema: &str, max: u32) -> sqlx::PgPool {
-    let url = database_url();
-    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
-        .expect("DATABASE_URL")
-        .options([("search_path", schema)]);
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(max)
-        .connect_with(options)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL"))
+    FreshSchema::pool_on(schema, max).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL is not reachable at {} ({e}): start it (scripts/services postgres does) or set DATABASE_URL", database_url())
+    })
 }
 
 /// A broker stand-in: a row in `sink`, committed on its own, per message.
@@ -57,7 +47,7 @@ impl Publisher for Sink {
                 .execute(&self.0)
                 .await
                 .map(|_| ())
-                .map_err(|e| Error::broker(e.to_string(), true, None));
+                .map_err(|e| Error::broker(BrokerErrorKind::Unavailable, e.to_string(), None));
             out.push(r);
         }
         out
@@ -100,21 +90,9 @@ fn spawn_relay(schema: &str) -> Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() {
-    let url = database_url();
-    let schema = format!("ct_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&url)
+    let FreshSchema { pool, schema } = FreshSchema::create("ct", 8)
         .await
-        .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL"));
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-        .execute(&admin)
-        .await
-        .expect("schema");
-    admin.close().await;
-    let pool = pool_in(&schema, 8).await;
-    Store::new(pool.clone())
-        .migrate()
-        .await
-        .expect("migrations");
+        .unwrap_or_else(|e| panic!("{e}"));
     sqlx::query("CREATE TABLE sink (seq BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL)")
         .execute(&pool)
         .await

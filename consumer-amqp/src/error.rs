@@ -1,4 +1,9 @@
-//! The crate's error type.
+//! The crate's error type, and the kinds of broker failure the
+//! framework's settle loop reads from it.
+
+use consumer_core::BrokerErrorKind;
+use lapin::ErrorKind;
+use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -68,6 +73,19 @@ pub enum Error {
     /// bytes, say).
     #[error("message cannot be sent over AMQP 0-9-1: {0}")]
     Unencodable(String),
+    /// The message is larger than the publisher's limit (which mirrors the
+    /// broker's `max_message_size`): RabbitMQ would close the channel on it.
+    #[error(
+        "message of {size} bytes for routing key `{routing_key}` is over the limit of {limit} bytes"
+    )]
+    TooLarge {
+        /// Its size: payload and headers.
+        size: usize,
+        /// The limit.
+        limit: usize,
+        /// Its routing key.
+        routing_key: String,
+    },
     /// The delivery's channel closed before it could be settled; RabbitMQ
     /// delivers it again.
     #[error("the channel of this delivery is closed; RabbitMQ redelivers it")]
@@ -75,18 +93,28 @@ pub enum Error {
 }
 
 impl Error {
+    /// What kind of failure this is: the settle loop retries only
+    /// [`BrokerErrorKind::Unavailable`] (the broker is down or restarting, a
+    /// channel closed, a `basic.nack`), and takes its fallback for the rest
+    /// (a message over the size limit, a route to nowhere, a refusal the
+    /// broker gave when it closed the channel).
+    pub fn kind(&self) -> BrokerErrorKind {
+        match self {
+            Self::Amqp { source, .. } => kind_of(source),
+            Self::Nacked { .. } | Self::ChannelClosed => BrokerErrorKind::Unavailable,
+            Self::TooLarge { .. } => BrokerErrorKind::TooLarge,
+            Self::Unroutable { .. } => BrokerErrorKind::NoDestination,
+            Self::Unencodable(_) => BrokerErrorKind::Rejected,
+            Self::InvalidName { .. } | Self::Topology { .. } => BrokerErrorKind::Fatal,
+        }
+    }
+
     /// Whether the same operation may succeed later: the broker is down or
     /// restarting, a channel closed, the broker refused the message for now.
-    /// Not retriable: bad names, topology conflicts, unroutable or
-    /// unencodable messages.
+    /// Not retriable: bad names, topology conflicts, unroutable, unencodable
+    /// or oversize messages, refusals the broker closed the channel with.
     pub fn is_retriable(&self) -> bool {
-        match self {
-            Self::Amqp { .. } | Self::Nacked { .. } | Self::ChannelClosed => true,
-            Self::InvalidName { .. }
-            | Self::Topology { .. }
-            | Self::Unroutable { .. }
-            | Self::Unencodable(_) => false,
-        }
+        self.kind().is_retriable()
     }
 
     pub(crate) fn amqp(context: &'static str) -> impl FnOnce(lapin::Error) -> Self {
@@ -94,12 +122,71 @@ impl Error {
     }
 }
 
+/// The kind of a lapin error: the channel-closing refusals RabbitMQ gives a
+/// publish (`406 PRECONDITION_FAILED` for a message over
+/// `max_message_size`, `404 NOT_FOUND` for a missing exchange,
+/// `403 ACCESS_REFUSED`) cannot heal; connection trouble can.
+fn kind_of(error: &lapin::Error) -> BrokerErrorKind {
+    let ErrorKind::ProtocolError(amqp) = error.kind() else {
+        return BrokerErrorKind::Unavailable;
+    };
+    match amqp.kind() {
+        AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
+            if amqp.get_message().as_str().contains("larger than") =>
+        {
+            BrokerErrorKind::TooLarge
+        }
+        AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => BrokerErrorKind::TooLarge,
+        AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND | AMQPSoftError::NOROUTE) => {
+            BrokerErrorKind::NoDestination
+        }
+        AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => BrokerErrorKind::NotAuthorized,
+        AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) => BrokerErrorKind::Rejected,
+        _ => BrokerErrorKind::Unavailable,
+    }
+}
+
 impl From<Error> for consumer_core::Error {
     fn from(e: Error) -> Self {
-        let retriable = e.is_retriable();
+        // The context is this error's message; its cause chain goes on
+        // from lapin's error, so nothing is said twice.
+        let source: Option<consumer_core::BoxError> = match &e {
+            Error::Amqp { source, .. } | Error::Topology { source, .. } => {
+                Some(Box::new(source.clone()))
+            }
+            _ => None,
+        };
         match e {
             Error::InvalidName { .. } => consumer_core::Error::Config(e.to_string()),
-            e => consumer_core::Error::broker(e.to_string(), retriable, Some(Box::new(e))),
+            e => consumer_core::Error::broker(e.kind(), e.to_string(), source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_do_not_heal_and_connection_trouble_does() {
+        let too_large = Error::TooLarge {
+            size: 10,
+            limit: 5,
+            routing_key: "q".into(),
+        };
+        let core: consumer_core::Error = too_large.into();
+        assert!(core.is_too_large(), "{core}");
+        let unroutable = Error::Unroutable {
+            exchange: "x".into(),
+            routing_key: "q".into(),
+            reply: "NO_ROUTE".into(),
+        };
+        assert_eq!(unroutable.kind(), BrokerErrorKind::NoDestination);
+        assert!(Error::ChannelClosed.is_retriable());
+        let nacked = Error::Nacked {
+            exchange: "x".into(),
+            routing_key: "q".into(),
+        };
+        assert!(nacked.is_retriable(), "a nack is a refusal for now");
     }
 }

@@ -76,7 +76,34 @@ pub(crate) fn to_properties(message: &Message) -> Result<BasicProperties> {
 /// Reads a delivery from `queue` into the framework's envelope, as the
 /// source does (usable on `basic.get` results too).
 pub fn to_envelope(queue: &str, delivery: &lapin::message::Delivery, payload: Bytes) -> Envelope {
-    let props = &delivery.properties;
+    let received = Received {
+        exchange: delivery.exchange.as_str(),
+        routing_key: delivery.routing_key.as_str(),
+        delivery_tag: delivery.delivery_tag,
+        properties: &delivery.properties,
+    };
+    envelope_of(queue, &received, payload)
+}
+
+/// What a delivery says about itself on the wire, besides its body.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// The exchange it was published to.
+    pub exchange: &'a str,
+    /// Its routing key.
+    pub routing_key: &'a str,
+    /// The channel's delivery tag.
+    pub delivery_tag: u64,
+    /// Its properties and headers table.
+    pub properties: &'a BasicProperties,
+}
+
+/// [`to_envelope`] from a delivery's parts. Never fails (this is what the
+/// fuzz target drives with arbitrary header tables): values that are not
+/// strings are read as text, tables and arrays are left out, malformed
+/// framework headers become the envelope's defects.
+pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Envelope {
+    let props = delivery.properties;
     let mut headers = Headers::new();
     if let Some(table) = props.headers() {
         for (name, value) in table {
@@ -91,7 +118,7 @@ pub fn to_envelope(queue: &str, delivery: &lapin::message::Delivery, payload: By
     {
         headers.append(names::CONTENT_TYPE, ct.as_str());
     }
-    let routing_key = delivery.routing_key.as_str();
+    let routing_key = delivery.routing_key;
     // Through the default exchange the routing key names the queue, not a
     // partition: such messages have no key (each gets a lane of its own).
     let key = if routing_key.is_empty() || routing_key == queue {
@@ -172,14 +199,21 @@ fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
 /// Two messages with the same body and headers and no id therefore count
 /// as one for dedup; producers that can send the same content twice on
 /// purpose must set an id (`ce_id` or `message-id`).
-fn content_id(delivery: &lapin::message::Delivery, payload: &[u8]) -> String {
+fn content_id(delivery: &Received<'_>, payload: &[u8]) -> String {
     let mut h = Fnv128::new();
-    h.field(delivery.exchange.as_str().as_bytes());
-    h.field(delivery.routing_key.as_str().as_bytes());
+    h.field(delivery.exchange.as_bytes());
+    h.field(delivery.routing_key.as_bytes());
     if let Some(table) = delivery.properties.headers() {
-        // Broker-added on dead-lettering; not part of the message itself.
+        // Added by the broker, not part of the message itself: on
+        // dead-lettering (`x-death`, `x-first-death-*`) and, on quorum
+        // queues, on every redelivery (`x-delivery-count`), which would
+        // otherwise give a redelivered message another id.
         for (name, value) in table {
-            if name.as_str() == "x-death" || name.as_str().starts_with("x-first-death") {
+            let name_str = name.as_str();
+            if name_str == "x-death"
+                || name_str == "x-delivery-count"
+                || name_str.starts_with("x-first-death")
+            {
                 continue;
             }
             h.field(name.as_str().as_bytes());
@@ -240,6 +274,17 @@ mod tests {
             Bytes::from_static(b"{}"),
         );
         assert_ne!(a.id, c.id, "other headers, other message");
+    }
+
+    #[test]
+    fn headers_the_broker_adds_on_redelivery_do_not_change_the_fallback_id() {
+        let mut t = FieldTable::default();
+        t.insert("x-tenant".into(), AMQPValue::LongString("acme".into()));
+        let first = to_envelope("q", &delivery(1, t.clone(), "q"), Bytes::from_static(b"{}"));
+        // A quorum queue counts redeliveries in a header of the message.
+        t.insert("x-delivery-count".into(), AMQPValue::LongLongInt(1));
+        let again = to_envelope("q", &delivery(2, t, "q"), Bytes::from_static(b"{}"));
+        assert_eq!(first.id, again.id);
     }
 
     #[test]

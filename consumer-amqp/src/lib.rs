@@ -24,8 +24,9 @@
 //! * [`AmqpSource`]: manual acks, `basic.qos` prefetch as the in-flight
 //!   bound, partition key from `ce_partitionkey` or the routing key,
 //!   reconnection with backoff.
-//! * [`AmqpAcker`]: ack, release (nack with requeue), delayed retry and dead
-//!   letter through publishes confirmed by the broker before the ack.
+//! * [`AmqpAcker`]: ack, release (nack with requeue), and the retry copies
+//!   and dead letters the runtime builds, published to the delay queues and
+//!   the dead-letter exchange with confirms before the ack.
 //! * [`AmqpPublisher`]: publisher confirms, persistent, `mandatory`,
 //!   CloudEvents attributes and trace context as headers ([`headers`]).
 //! * [`AmqpMetrics`]: in-flight, redelivery and reconnect counts; queue
@@ -38,6 +39,6 @@ pub mod source;
 pub mod topology;
 
 pub use error::{Error, Result};
-pub use publisher::AmqpPublisher;
-pub use source::{AmqpAcker, AmqpMetrics, AmqpSource, DLX_FALLBACK_AFTER};
+pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
+pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
 pub use topology::{Depths, QueueType, Topology, validate_name};

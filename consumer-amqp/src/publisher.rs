@@ -42,8 +42,12 @@ struct Inner {
     uri: String,
     name: String,
     max_unconfirmed: usize,
+    max_message_bytes: usize,
     state: Mutex<Option<(Connection, Channel)>>,
 }
+
+/// RabbitMQ's default `max_message_size` (since 3.8): 128 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
 impl AmqpPublisher {
     /// A publisher for the broker at `uri` (`amqp://user:pass@host:port/vhost`);
@@ -54,6 +58,7 @@ impl AmqpPublisher {
                 uri: uri.into(),
                 name: "consumer-publisher".to_owned(),
                 max_unconfirmed: 1024,
+                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 state: Mutex::new(None),
             }),
         }
@@ -63,6 +68,29 @@ impl AmqpPublisher {
     /// (default 1024).
     pub fn with_max_unconfirmed(self, n: usize) -> Self {
         self.map_inner(|i| i.max_unconfirmed = n.max(1))
+    }
+
+    /// The largest message (payload and headers) this publisher sends;
+    /// larger ones are refused as too large without being sent (RabbitMQ
+    /// would close the channel on them). Set it to the broker's
+    /// `max_message_size`; default [`DEFAULT_MAX_MESSAGE_BYTES`], RabbitMQ's
+    /// own default.
+    pub fn with_max_message_bytes(self, n: usize) -> Self {
+        self.map_inner(|i| i.max_message_bytes = n)
+    }
+
+    /// Refuses `message` when it is over the size limit.
+    fn check_size(&self, message: &Message, routing_key: &str) -> Result<()> {
+        let headers: usize = message.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let size = message.payload.len() + headers;
+        if size > self.inner.max_message_bytes {
+            return Err(Error::TooLarge {
+                size,
+                limit: self.inner.max_message_bytes,
+                routing_key: routing_key.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// The connection name RabbitMQ shows (default `consumer-publisher`).
@@ -76,6 +104,7 @@ impl AmqpPublisher {
             uri: shared.uri.clone(),
             name: shared.name.clone(),
             max_unconfirmed: shared.max_unconfirmed,
+            max_message_bytes: shared.max_message_bytes,
             state: Mutex::new(None),
         });
         f(&mut inner);
@@ -150,6 +179,7 @@ impl AmqpPublisher {
         message: &Message,
         expiration: Option<Duration>,
     ) -> Result<()> {
+        self.check_size(message, routing_key)?;
         let channel = self.channel().await?;
         let mut props = headers::to_properties(message)?;
         if let Some(ttl) = expiration {
@@ -195,6 +225,7 @@ impl AmqpPublisher {
                 }
                 let (exchange, routing_key) = route(out);
                 let sent = async {
+                    self.check_size(&out.message, &routing_key)?;
                     let props = headers::to_properties(&out.message)?;
                     channel
                         .basic_publish(

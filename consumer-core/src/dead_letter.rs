@@ -35,6 +35,31 @@ pub mod headers {
     pub const MESSAGE_ID: &str = "x-dlq-message-id";
     /// Partition key of the original message.
     pub const KEY: &str = "x-dlq-key";
+    /// `true` when the dead-letter destination refused the letter for its
+    /// size and it was sent again without the original payload.
+    pub const PAYLOAD_OMITTED: &str = "x-dlq-payload-omitted";
+    /// Size in bytes of the payload that was left out.
+    pub const PAYLOAD_SIZE: &str = "x-dlq-payload-size";
+    /// SHA-256 of the payload that was left out, lowercase hex.
+    pub const PAYLOAD_SHA256: &str = "x-dlq-payload-sha256";
+
+    /// Every context header, for stripping them from a letter read back.
+    pub const ALL: [&str; 14] = [
+        KIND,
+        ERROR,
+        CAUSES,
+        ATTEMPTS,
+        FIRST_FAILURE,
+        LAST_FAILURE,
+        HANDLER,
+        DESTINATION,
+        POSITION,
+        MESSAGE_ID,
+        KEY,
+        PAYLOAD_OMITTED,
+        PAYLOAD_SIZE,
+        PAYLOAD_SHA256,
+    ];
 }
 
 /// Why a message was dead-lettered.
@@ -100,8 +125,33 @@ pub struct DeadLetter {
     pub origin: Origin,
     /// Every original header, trace context included.
     pub original_headers: Headers,
-    /// The original body, unchanged.
+    /// The original body, unchanged; empty when it was left out (see
+    /// [`DeadLetter::payload_omitted`]).
     pub payload: bytes::Bytes,
+    /// Set when the letter was published without its payload, because the
+    /// dead-letter destination refused it for its size.
+    pub payload_omitted: Option<OmittedPayload>,
+}
+
+/// What is known of a payload a dead letter had to leave out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OmittedPayload {
+    /// Its size in bytes.
+    pub size: usize,
+    /// Its SHA-256, lowercase hex: matches the original record, which may
+    /// still be on the broker at the letter's origin.
+    pub sha256: String,
+}
+
+impl OmittedPayload {
+    /// Describes `payload`.
+    pub fn of(payload: &[u8]) -> Self {
+        use sha2::Digest;
+        Self {
+            size: payload.len(),
+            sha256: crate::hex::encode(&sha2::Sha256::digest(payload)),
+        }
+    }
 }
 
 impl DeadLetter {
@@ -135,13 +185,18 @@ impl DeadLetter {
             origin: envelope.origin.clone(),
             original_headers: envelope.headers.clone(),
             payload: envelope.payload.clone(),
+            payload_omitted: None,
         }
     }
 
     /// The context as headers, after every original header (an original
-    /// `x-dlq-*` header, from an earlier dead-lettering, is replaced).
+    /// `x-dlq-*` header, from an earlier dead-lettering, is dropped: the
+    /// letter's context is this one alone).
     pub fn headers(&self) -> Headers {
         let mut h = self.original_headers.clone();
+        for name in headers::ALL {
+            h.remove(name);
+        }
         h.insert(headers::KIND, self.kind.as_str());
         h.insert(headers::ERROR, sanitize(&self.error));
         h.insert(
@@ -162,6 +217,14 @@ impl DeadLetter {
         if let Some(key) = &self.key {
             h.insert(headers::KEY, key.as_str());
         }
+        if let Some(omitted) = &self.payload_omitted {
+            h.insert(headers::PAYLOAD_OMITTED, "true");
+            h.insert(
+                headers::PAYLOAD_SIZE,
+                itoa::Buffer::new().format(omitted.size),
+            );
+            h.insert(headers::PAYLOAD_SHA256, omitted.sha256.as_str());
+        }
         h
     }
 
@@ -171,6 +234,22 @@ impl DeadLetter {
             key: self.key.clone(),
             headers: self.headers(),
             payload: self.payload.clone(),
+        }
+    }
+
+    /// The letter without its payload, for a dead-letter destination that
+    /// refused the whole one for its size: every context header stays, and
+    /// `x-dlq-payload-omitted`, `x-dlq-payload-size` and
+    /// `x-dlq-payload-sha256` say what was left out.
+    pub fn without_payload(&self) -> Self {
+        Self {
+            payload_omitted: Some(
+                self.payload_omitted
+                    .clone()
+                    .unwrap_or_else(|| OmittedPayload::of(&self.payload)),
+            ),
+            payload: bytes::Bytes::new(),
+            ..self.clone()
         }
     }
 
@@ -184,21 +263,16 @@ impl DeadLetter {
             OffsetDateTime::parse(&raw, &time::format_description::well_known::Rfc3339).ok()
         };
         let mut original_headers = h.clone();
-        for name in [
-            headers::KIND,
-            headers::ERROR,
-            headers::CAUSES,
-            headers::ATTEMPTS,
-            headers::FIRST_FAILURE,
-            headers::LAST_FAILURE,
-            headers::HANDLER,
-            headers::DESTINATION,
-            headers::POSITION,
-            headers::MESSAGE_ID,
-            headers::KEY,
-        ] {
+        for name in headers::ALL {
             original_headers.remove(name);
         }
+        let payload_omitted = match text(headers::PAYLOAD_OMITTED).as_deref() {
+            Some("true") => Some(OmittedPayload {
+                size: text(headers::PAYLOAD_SIZE)?.parse().ok()?,
+                sha256: text(headers::PAYLOAD_SHA256)?,
+            }),
+            _ => None,
+        };
         let causes = text(headers::CAUSES).unwrap_or_default();
         Some(Self {
             kind: DeadLetterKind::parse(&text(headers::KIND)?)?,
@@ -220,11 +294,14 @@ impl DeadLetter {
             },
             original_headers,
             payload: message.payload.clone(),
+            payload_omitted,
         })
     }
 
     /// The original message, ready to publish again after the cause is fixed:
-    /// original headers with the attempt count reset.
+    /// original headers with the attempt count reset. A letter whose
+    /// payload was omitted replays with an empty payload: check
+    /// [`DeadLetter::payload_omitted`] first.
     pub fn replay(&self) -> Message {
         let mut headers = self.original_headers.clone();
         headers.remove(names::ATTEMPT);
@@ -301,6 +378,36 @@ mod tests {
         assert_eq!(
             back.replay().headers.get(names::TRACEPARENT),
             env.headers.get(names::TRACEPARENT)
+        );
+        assert_eq!(back.payload_omitted, None);
+    }
+
+    #[test]
+    fn a_letter_without_its_payload_keeps_the_context_and_says_what_was_left_out() {
+        let env = Envelope::from_parts(
+            bytes::Bytes::from_static(b"abc"),
+            Headers::new(),
+            Some("k".into()),
+            Origin::default(),
+            || "m-1".into(),
+        );
+        let dl = DeadLetter::new(DeadLetterKind::Poison, &Inner, &env, "h", 1, None);
+        let small = dl.without_payload().to_message();
+        assert!(small.payload.is_empty());
+        let back = DeadLetter::from_message(&small).expect("parses back");
+        let omitted = back.payload_omitted.expect("marked as omitted");
+        assert_eq!(omitted.size, 3);
+        assert_eq!(
+            omitted.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            "SHA-256 of `abc`"
+        );
+        assert_eq!(
+            (back.message_id.as_str(), back.kind),
+            ("m-1", DeadLetterKind::Poison)
+        );
+        assert!(
+            back.original_headers.is_empty(),
+            "context headers are not original ones"
         );
     }
 }

@@ -1,5 +1,7 @@
-//! The crate's error type.
+//! The crate's error type, and the kinds of broker failure the settle loop
+//! and the outbox relay read.
 
+use std::fmt;
 use std::time::Duration;
 
 /// A boxed error, as handlers and backends return them.
@@ -18,16 +20,17 @@ pub enum Error {
     /// The store's migrations failed.
     #[error("store migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// The broker failed or could not be reached.
-    #[error("broker error: {message}")]
-    Broker {
-        /// What the broker said.
-        message: String,
-        /// Whether trying again later may succeed.
-        retriable: bool,
-        /// The client library's error.
+    /// The broker failed, could not be reached, or refused a message.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// A value could not be serialised to JSON (an event payload, headers).
+    #[error("{what} cannot be serialised to JSON")]
+    Serialize {
+        /// What was being serialised.
+        what: &'static str,
+        /// serde's error.
         #[source]
-        source: Option<BoxError>,
+        source: serde_json::Error,
     },
     /// The dedup store would forget keys while retries may still arrive.
     #[error(
@@ -42,6 +45,18 @@ pub enum Error {
         /// The handler's longest retry window.
         window: Duration,
     },
+    /// A handler's retry policy asks for something its source cannot do
+    /// (retries through the broker on a source without a retry
+    /// destination, delays longer than the broker can hold).
+    #[error("handler `{handler}` cannot run on this {system} source: {reason}")]
+    RetryUnsupported {
+        /// The handler.
+        handler: String,
+        /// `messaging.system` of the source.
+        system: &'static str,
+        /// What does not fit, and how to fix it.
+        reason: String,
+    },
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -49,7 +64,8 @@ pub enum Error {
 
 impl Error {
     /// Whether the same operation may succeed later (a database or broker
-    /// that is down), as opposed to a mistake that will fail every time.
+    /// that is down), as opposed to a mistake or a refusal that will fail
+    /// every time. The settle loop retries only what this says can heal.
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Database(e) => !matches!(
@@ -60,17 +76,140 @@ impl Error {
                     | sqlx::Error::TypeNotFound { .. }
                     | sqlx::Error::Decode(_)
             ),
-            Self::Broker { retriable, .. } => *retriable,
-            Self::Migrate(_) | Self::RetentionTooShort { .. } | Self::Config(_) => false,
+            Self::Broker(e) => e.kind().is_retriable(),
+            Self::Migrate(_)
+            | Self::Serialize { .. }
+            | Self::RetentionTooShort { .. }
+            | Self::RetryUnsupported { .. }
+            | Self::Config(_) => false,
         }
     }
 
-    /// A broker error.
-    pub fn broker(message: impl Into<String>, retriable: bool, source: Option<BoxError>) -> Self {
-        Self::Broker {
-            message: message.into(),
-            retriable,
+    /// The kind of broker failure, for a broker error.
+    pub fn broker_kind(&self) -> Option<BrokerErrorKind> {
+        match self {
+            Self::Broker(e) => Some(e.kind()),
+            _ => None,
+        }
+    }
+
+    /// Whether the broker refused the message for its size: the same
+    /// message will never be taken, a smaller one may.
+    pub fn is_too_large(&self) -> bool {
+        self.broker_kind() == Some(BrokerErrorKind::TooLarge)
+    }
+
+    /// A broker error of `kind`; `context` says what was being done.
+    pub fn broker(
+        kind: BrokerErrorKind,
+        context: impl Into<String>,
+        source: Option<BoxError>,
+    ) -> Self {
+        Self::Broker(BrokerError::new(kind, context, source))
+    }
+}
+
+/// What kind of failure a broker reported: whether it can heal, and which
+/// fallback a refused settle step takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BrokerErrorKind {
+    /// Unreachable, timed out, a leader that moved, a closed channel, a
+    /// refusal for now (a full queue, a `basic.nack`): trying again later
+    /// may succeed.
+    Unavailable,
+    /// The message is over the destination's size limit: it will never be
+    /// taken as it is.
+    TooLarge,
+    /// The destination does not exist, or routes the message nowhere.
+    NoDestination,
+    /// The client may not write there (or read from there).
+    NotAuthorized,
+    /// Refused for another reason that will not change (an invalid record,
+    /// a policy violation, a header the protocol cannot carry).
+    Rejected,
+    /// The client is misconfigured or has failed for good.
+    Fatal,
+}
+
+impl BrokerErrorKind {
+    /// Whether an operation that failed this way may succeed later.
+    pub const fn is_retriable(self) -> bool {
+        matches!(self, Self::Unavailable)
+    }
+
+    /// A short name for logs and dead-letter records.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Unavailable => "unavailable",
+            Self::TooLarge => "too_large",
+            Self::NoDestination => "no_destination",
+            Self::NotAuthorized => "not_authorized",
+            Self::Rejected => "rejected",
+            Self::Fatal => "fatal",
+        }
+    }
+}
+
+impl fmt::Display for BrokerErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A broker failure: its kind, what was being done, and the client
+/// library's error.
+#[derive(Debug, thiserror::Error)]
+#[error("broker error ({kind}): {context}")]
+pub struct BrokerError {
+    kind: BrokerErrorKind,
+    context: String,
+    #[source]
+    source: Option<BoxError>,
+}
+
+impl BrokerError {
+    /// A failure of `kind` while doing `context`.
+    pub fn new(
+        kind: BrokerErrorKind,
+        context: impl Into<String>,
+        source: Option<BoxError>,
+    ) -> Self {
+        Self {
+            kind,
+            context: context.into(),
             source,
         }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> BrokerErrorKind {
+        self.kind
+    }
+
+    /// What was being done.
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unavailable_brokers_are_retried() {
+        let retriable = |k| Error::broker(k, "publish", None).is_retriable();
+        assert!(retriable(BrokerErrorKind::Unavailable));
+        for k in [
+            BrokerErrorKind::TooLarge,
+            BrokerErrorKind::NoDestination,
+            BrokerErrorKind::NotAuthorized,
+            BrokerErrorKind::Rejected,
+            BrokerErrorKind::Fatal,
+        ] {
+            assert!(!retriable(k), "{k}");
+        }
+        assert!(Error::broker(BrokerErrorKind::TooLarge, "dead letter", None).is_too_large());
     }
 }

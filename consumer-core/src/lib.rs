@@ -13,6 +13,8 @@
 //!   (PostgreSQL, SQLite);
 //! * [`trace`]: W3C trace context in and out of headers;
 //! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
+//! * [`settle`]: what the runtime hands back to the broker (the retry
+//!   copy, the dead letter) and the fallbacks when the broker refuses it;
 //! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
 //!   a DLQ and fault injection.
 //!
@@ -22,26 +24,32 @@ pub mod dead_letter;
 pub mod envelope;
 mod error;
 pub mod handler;
+mod hex;
 pub mod memory;
 pub mod outbox;
 pub mod publish;
 pub mod retry;
 mod runtime;
+pub mod settle;
 pub mod source;
 pub mod stats;
 pub mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod trace;
 
-pub use dead_letter::{DeadLetter, DeadLetterKind};
+pub use dead_letter::{DeadLetter, DeadLetterKind, OmittedPayload};
 pub use envelope::{Envelope, Headers, Message, Origin};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
 pub use handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
 pub use memory::{MemoryBroker, MemorySource};
 pub use outbox::{NewEvent, Outbox, OutboxDatabase, OutboxRelay};
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
-pub use source::{Acker, DeadLettered, Redelivery, Source};
+pub use settle::RetryCopy;
+pub use source::{Acker, Source};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{DedupStore, MemoryStore, MemoryTx, Store, StoreDatabase, Tx};
 #[cfg(feature = "postgres")]

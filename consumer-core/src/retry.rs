@@ -103,6 +103,18 @@ impl RetryPolicy {
         Duration::from_nanos(rng.random_range(0..=nanos))
     }
 
+    /// The longest single delay this policy can draw: the ceiling after
+    /// the last failed attempt that still gets a retry (zero when it never
+    /// retries). A broker that holds retries for the source must be able
+    /// to hold one this long.
+    pub fn longest_delay(&self) -> Duration {
+        if self.max_attempts <= 1 {
+            Duration::ZERO
+        } else {
+            self.ceiling(self.max_attempts - 1)
+        }
+    }
+
     /// The longest time between a message's first failure and its last
     /// attempt: the sum of every ceiling. The dedup store must remember a
     /// key for longer than this, or a late redelivery would run again.

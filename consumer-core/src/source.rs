@@ -1,20 +1,21 @@
 //! What a backend implements: a [`Source`] of deliveries and, for each
 //! delivery, an [`Acker`] that settles it.
 //!
-//! Settling is the only place backend glue lives. The runtime decides the
-//! outcome; the backend turns it into broker operations with these rules:
-//! nothing is acked before its replacement (retry copy, dead letter) is
-//! confirmed by the broker, and a delivery dropped without being settled
-//! goes back to the broker (it is redelivered, never lost).
+//! The runtime decides every outcome and builds what goes back to the
+//! broker (the retry copy, the dead letter: see [`crate::settle`]); a
+//! backend only routes and publishes what it is given, and says through
+//! [`Error::is_retriable`] and [`Error::broker_kind`] whether a failure can
+//! heal. Two rules hold for every backend: nothing is acked before its
+//! replacement (retry copy, dead letter) is confirmed by the broker, and a
+//! delivery dropped without being settled goes back to the broker (it is
+//! redelivered, never lost).
 
 use std::future::Future;
 use std::time::Duration;
 
-use time::OffsetDateTime;
-
-use crate::dead_letter::DeadLetter;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Message};
 use crate::error::Error;
+use crate::settle::RetryCopy;
 
 /// A stream of deliveries from one backend.
 ///
@@ -26,6 +27,22 @@ pub trait Source: Send + 'static {
 
     /// `messaging.system` for spans: `kafka`, `rabbitmq`, `memory`, ...
     fn system(&self) -> &'static str;
+
+    /// Whether this source can send retries back through the broker
+    /// ([`RetryMode::Redeliver`](crate::RetryMode::Redeliver)) with delays
+    /// up to `longest_delay`. `Err` says what is missing and how to fix it,
+    /// in one sentence; the consumer then refuses to start, before it takes
+    /// a delivery, instead of failing each retry at run time.
+    ///
+    /// The default refuses: a source that implements
+    /// [`Acker::publish_retry`] says so by overriding this.
+    fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
+        let _ = longest_delay;
+        Err(format!(
+            "the {} source cannot send retries back through the broker: use retry mode `in_place`",
+            self.system()
+        ))
+    }
 
     /// The next delivery; `Ok(None)` when the source is closed for good.
     fn recv(
@@ -42,32 +59,12 @@ pub trait Source: Send + 'static {
     }
 }
 
-/// A retry sent back through the broker.
-#[derive(Debug, Clone, Copy)]
-pub struct Redelivery {
-    /// The attempt number the copy carries (the failed one plus one).
-    pub attempt: u32,
-    /// How long the broker holds it before delivering it again.
-    pub delay: Duration,
-    /// When the first attempt failed.
-    pub first_failure: OffsetDateTime,
-}
-
-/// How a dead letter reached the dead-letter destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadLettered {
-    /// Published with its context and confirmed; the runtime acks the
-    /// original next.
-    Published,
-    /// Publishing kept failing, so the backend gave the original to the
-    /// broker's own dead-lettering (AMQP: `nack` without requeue into the
-    /// queue's dead-letter exchange). The delivery is settled: the runtime
-    /// must not ack it, and dropping the acker does nothing.
-    SettledByBroker,
-}
-
 /// Settles one delivery. Each method says what the broker must have
-/// confirmed when it returns `Ok`.
+/// confirmed when it returns `Ok`; an `Err` says through
+/// [`Error::is_retriable`] whether trying again may succeed, and through
+/// [`Error::broker_kind`] why the broker refused (the runtime sends a
+/// dead letter refused for its size again without its payload, and writes
+/// one refused for good to the store's dead-letter table).
 pub trait Acker: Send + 'static {
     /// The delivery is done: commit/ack it.
     fn ack(self) -> impl Future<Output = Result<(), Error>> + Send;
@@ -76,19 +73,17 @@ pub trait Acker: Send + 'static {
     /// or a settle step that could not complete).
     fn release(self) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Publish `dead_letter` to the dead-letter destination and wait for the
-    /// broker's confirmation. Does not ack: the runtime acks afterwards,
-    /// unless this returns [`DeadLettered::SettledByBroker`].
-    fn dead_letter(
+    /// Publishes `letter` (built by the runtime: see
+    /// [`DeadLetter`](crate::DeadLetter)) to this delivery's dead-letter
+    /// destination and waits for the broker's confirmation. Does not ack:
+    /// the runtime acks afterwards.
+    fn publish_dead_letter(
         &mut self,
-        dead_letter: &DeadLetter,
-    ) -> impl Future<Output = Result<DeadLettered, Error>> + Send;
-
-    /// Publish a copy of `envelope` for delayed redelivery and wait for the
-    /// broker's confirmation. Does not ack: the runtime acks afterwards.
-    fn schedule_retry(
-        &mut self,
-        envelope: &Envelope,
-        retry: &Redelivery,
+        letter: &Message,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Publishes `copy` for redelivery after `copy.delay` and waits for the
+    /// broker's confirmation. Does not ack: the runtime acks afterwards.
+    fn publish_retry(&mut self, copy: &RetryCopy)
+    -> impl Future<Output = Result<(), Error>> + Send;
 }

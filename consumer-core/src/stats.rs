@@ -24,6 +24,10 @@ pub struct Stats {
     dead_exhausted: AtomicU64,
     released: AtomicU64,
     settle_errors: AtomicU64,
+    payload_omitted: AtomicU64,
+    stored_dead_letters: AtomicU64,
+    retry_fallbacks: AtomicU64,
+    settle_failures: AtomicU64,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -50,8 +54,21 @@ pub struct StatsSnapshot {
     pub dead_exhausted: u64,
     /// Given back to the broker unsettled (shutdown).
     pub released: u64,
-    /// Settle operations (ack, dead letter, retry) that failed.
+    /// Settle operations (ack, dead letter, retry copy) that failed, each
+    /// try counted.
     pub settle_errors: u64,
+    /// Dead letters the dead-letter destination refused for their size,
+    /// sent again without their payload.
+    pub dead_letters_without_payload: u64,
+    /// Dead letters the broker refused for good, written to the store's
+    /// dead-letter table instead.
+    pub dead_letters_stored: u64,
+    /// Retry copies the broker refused, retried in place instead.
+    pub retry_fallbacks: u64,
+    /// Deliveries released for redelivery because every settle fallback
+    /// failed (the broker refused the dead letter and the store could not
+    /// take it): each one is logged at ERROR.
+    pub settle_failures: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
     /// Shutdown has begun: no new deliveries are taken (report not-ready).
@@ -82,6 +99,10 @@ pub(crate) enum Counter {
     DeadExhausted,
     Released,
     SettleErrors,
+    PayloadOmitted,
+    StoredDeadLetters,
+    RetryFallbacks,
+    SettleFailures,
 }
 
 impl Default for Stats {
@@ -96,6 +117,10 @@ impl Default for Stats {
             dead_exhausted: AtomicU64::new(0),
             released: AtomicU64::new(0),
             settle_errors: AtomicU64::new(0),
+            payload_omitted: AtomicU64::new(0),
+            stored_dead_letters: AtomicU64::new(0),
+            retry_fallbacks: AtomicU64::new(0),
+            settle_failures: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -117,6 +142,10 @@ impl Stats {
             Counter::DeadExhausted => &self.dead_exhausted,
             Counter::Released => &self.released,
             Counter::SettleErrors => &self.settle_errors,
+            Counter::PayloadOmitted => &self.payload_omitted,
+            Counter::StoredDeadLetters => &self.stored_dead_letters,
+            Counter::RetryFallbacks => &self.retry_fallbacks,
+            Counter::SettleFailures => &self.settle_failures,
         };
         a.fetch_add(1, Relaxed);
         self.changed();
@@ -206,6 +235,10 @@ impl Stats {
             dead_exhausted: self.dead_exhausted.load(Relaxed),
             released: self.released.load(Relaxed),
             settle_errors: self.settle_errors.load(Relaxed),
+            dead_letters_without_payload: self.payload_omitted.load(Relaxed),
+            dead_letters_stored: self.stored_dead_letters.load(Relaxed),
+            retry_fallbacks: self.retry_fallbacks.load(Relaxed),
+            settle_failures: self.settle_failures.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Relaxed),
             p50: pct(50),

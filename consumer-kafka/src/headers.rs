@@ -20,10 +20,11 @@
 //!   is stable across redeliveries.
 
 use bytes::Bytes;
-use consumer_core::envelope::names;
 use consumer_core::{Envelope, Headers, Message, Origin};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+
+use crate::raw_headers::RawHeaders;
 
 /// Headers a record is produced with: every message header, in order.
 /// The key is not repeated as `ce_partitionkey`: the record key is the
@@ -47,105 +48,62 @@ pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
 /// Headers read in one pass go through a stack buffer of this many.
 const INLINE_HEADERS: usize = 16;
 
-/// A consumed record's headers, read from librdkafka directly: rdkafka's
-/// own reader panics on a header name that is not UTF-8, which any
-/// producer can send, and a panic on the poll thread would stop the
-/// consumer at that record on every restart. Names are taken as bytes
-/// here and read lossily (`U+FFFD` for what is not UTF-8).
-#[allow(unsafe_code)]
-struct RawHeaders<'a> {
-    hdrs: *const rdkafka::bindings::rd_kafka_headers_t,
-    count: usize,
-    record: std::marker::PhantomData<&'a BorrowedMessage<'a>>,
-}
-
-#[allow(unsafe_code)]
-impl<'a> RawHeaders<'a> {
-    fn of(record: &'a BorrowedMessage<'_>) -> Self {
-        use rdkafka::bindings as rdsys;
-        let mut hdrs: *mut rdsys::rd_kafka_headers_t = std::ptr::null_mut();
-        // SAFETY: the record pointer is valid while `record` is borrowed;
-        // librdkafka parses the headers into storage the message owns and
-        // frees with it, so `hdrs` lives as long as the record.
-        let err = unsafe { rdsys::rd_kafka_message_headers(record.ptr(), &mut hdrs) };
-        let count =
-            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !hdrs.is_null() {
-                // SAFETY: `hdrs` is the record's valid header list.
-                unsafe { rdsys::rd_kafka_header_cnt(hdrs) }
-            } else {
-                // NOENT: the record has no headers.
-                0
-            };
-        Self {
-            hdrs,
-            count,
-            record: std::marker::PhantomData,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.count
-    }
-
-    /// `(name, value)` in record order; a null value reads as empty.
-    fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
-        use rdkafka::bindings as rdsys;
-        (0..self.count).map_while(|idx| {
-            let mut name: *const std::ffi::c_char = std::ptr::null();
-            let mut value: *const std::ffi::c_void = std::ptr::null();
-            let mut size = 0usize;
-            // SAFETY: `hdrs` is valid (see `of`) and `idx` below its count.
-            let err = unsafe {
-                rdsys::rd_kafka_header_get_all(self.hdrs, idx, &mut name, &mut value, &mut size)
-            };
-            if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
-                return None;
-            }
-            // SAFETY: librdkafka keeps each name NUL-terminated and each
-            // value `size` bytes long, both owned by the record.
-            let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
-            let value = if value.is_null() {
-                &[][..]
-            } else {
-                // SAFETY: as above.
-                unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }
-            };
-            Some((name, value))
-        })
-    }
-}
-
 /// [`to_envelope`] with the record's topic already read (the source has
 /// it from interning).
 pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope {
     let raw = RawHeaders::of(record);
-    // Sized first (librdkafka counts them), so the table is built with
-    // two allocations however many headers the record has; the first ones
-    // are kept in a stack buffer on the way, to be read once.
+    record_envelope(
+        topic,
+        record.partition(),
+        record.offset(),
+        record.key(),
+        record.payload().unwrap_or_default(),
+        raw.len(),
+        raw.iter(),
+    )
+}
+
+/// The envelope of a consumed record, from its parts as librdkafka hands
+/// them over: `headers` yields `count` raw `(name, value)` pairs in record
+/// order. Never fails (this is what the fuzz target drives with arbitrary
+/// bytes): names that are not UTF-8 are read lossily, malformed framework
+/// headers become the envelope's defects.
+pub fn record_envelope<'a, I>(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    count: usize,
+    headers: I,
+) -> Envelope
+where
+    I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
+    // Sized first, so the table is built with two allocations however many
+    // headers the record has; the first ones are kept in a stack buffer on
+    // the way, to be read once.
     let mut first = [(&[][..], &[][..]); INLINE_HEADERS];
     let mut bytes = 0;
-    for (i, (name, value)) in raw.iter().enumerate() {
+    let mut seen = 0;
+    for (i, (name, value)) in headers.clone().take(count).enumerate() {
         if let Some(slot) = first.get_mut(i) {
             *slot = (name, value);
         }
         bytes += name.len() + value.len();
+        seen += 1;
     }
-    let count = raw.len();
-    let mut headers = Headers::with_capacity(count, bytes);
-    headers.extend(first.iter().take(count).copied().map(named));
-    if count > INLINE_HEADERS {
-        headers.extend(raw.iter().skip(INLINE_HEADERS).map(named));
+    let mut table = Headers::with_capacity(seen, bytes);
+    table.extend(first.iter().take(seen).copied().map(named));
+    if seen > INLINE_HEADERS {
+        table.extend(headers.take(seen).skip(INLINE_HEADERS).map(named));
     }
-    let key = record
-        .key()
-        .map(|k| String::from_utf8_lossy(k).into_owned());
-    let payload = Bytes::copy_from_slice(record.payload().unwrap_or_default());
-    let (partition, offset) = (record.partition(), record.offset());
+    let key = key.map(|k| String::from_utf8_lossy(k).into_owned());
     let origin = Origin {
         destination: topic.to_owned(),
         position: position(None, partition, offset),
     };
-    Envelope::from_parts(payload, headers, key, origin, || {
+    Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
         position(Some(topic), partition, offset)
     })
 }
@@ -170,12 +128,6 @@ fn position(topic: Option<&str>, partition: i32, offset: i64) -> String {
     out.push('/');
     out.push_str(o);
     out
-}
-
-/// The id a retry copy must keep: the one the consumer used, even when it
-/// came from the position (a copy has another position).
-pub(crate) fn pin_id(headers: &mut Headers, envelope: &Envelope) {
-    headers.insert(names::ID, envelope.id.as_str());
 }
 
 #[cfg(test)]

@@ -32,9 +32,11 @@
 pub mod error;
 pub mod headers;
 pub mod publisher;
+mod raw_headers;
 pub mod source;
 pub mod topics;
 
+pub use error::{Error, Result};
 pub use publisher::{KafkaPublisher, KafkaPublisherBuilder, PUBLISHER_DEFAULTS};
 pub use source::{
     CONSUMER_DEFAULTS, DUE, KafkaAcker, KafkaMetrics, KafkaMetricsSnapshot, KafkaSource,

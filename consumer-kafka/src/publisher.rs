@@ -3,12 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use consumer_core::{Error, Outgoing, Publisher};
+use consumer_core::{Outgoing, Publisher};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
-use crate::error;
+use crate::error::Error;
 use crate::headers::to_kafka_headers;
 
 /// Properties set on the publisher's producer unless overridden.
@@ -33,7 +33,7 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 ///   once that record's delivery report succeeded.
 ///
 /// ```no_run
-/// # fn demo() -> Result<(), consumer_core::Error> {
+/// # fn demo() -> Result<(), consumer_kafka::Error> {
 /// let publisher = consumer_kafka::KafkaPublisher::builder("127.0.0.1:9092")
 ///     .with_property("compression.type", "lz4")
 ///     .build()?;
@@ -77,9 +77,10 @@ impl KafkaPublisherBuilder {
         for (k, v) in &self.properties {
             c.set(k, v);
         }
-        let producer = c
-            .create()
-            .map_err(|e| error::config("creating the producer", e))?;
+        let producer = c.create().map_err(|source| Error::Config {
+            context: "creating the producer",
+            source,
+        })?;
         Ok(KafkaPublisher { producer })
     }
 }
@@ -121,10 +122,7 @@ impl KafkaPublisher {
                     waited += step;
                 }
                 Err((e, _)) => {
-                    return Err(error::broker(
-                        &format!("producing to {}", out.destination),
-                        e,
-                    ));
+                    return Err(Error::kafka(format!("producing to {}", out.destination), e));
                 }
             }
         }
@@ -132,7 +130,7 @@ impl KafkaPublisher {
 }
 
 impl Publisher for KafkaPublisher {
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {
             pending.push(self.enqueue(out).await);
@@ -140,18 +138,16 @@ impl Publisher for KafkaPublisher {
         let mut results = Vec::with_capacity(batch.len());
         for (p, out) in pending.into_iter().zip(batch) {
             results.push(match p {
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
                 Ok(delivery) => match delivery.await {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(error::broker(
-                        &format!("producing to {}", out.destination),
-                        e,
-                    )),
-                    Err(_) => Err(Error::broker(
-                        "the producer went away before the delivery report",
-                        true,
-                        None,
-                    )),
+                    Ok(Err((e, _))) => {
+                        Err(Error::kafka(format!("producing to {}", out.destination), e).into())
+                    }
+                    Err(_) => Err(Error::NoDeliveryReport {
+                        topic: out.destination.clone(),
+                    }
+                    .into()),
                 },
             });
         }

@@ -4,13 +4,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use consumer_core::Error;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
-use crate::error;
+use crate::error::Error;
 
 /// Work, retry and dead-letter topic names, validated.
 ///
@@ -22,7 +21,7 @@ use crate::error;
 /// let topics = consumer_kafka::Topics::new("orders")?;
 /// assert_eq!(topics.dead_letter_topic(), "orders.dlq");
 /// assert_eq!(topics.retry_topic(), Some("orders.retry"));
-/// # Ok::<(), consumer_core::Error>(())
+/// # Ok::<(), consumer_kafka::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
@@ -104,7 +103,10 @@ impl Topics {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .create()
-            .map_err(|e| error::broker("creating the admin client", e))?;
+            .map_err(|source| Error::Config {
+                context: "creating the admin client",
+                source,
+            })?;
         let mut names = self.subscribed();
         names.push(&self.dead_letter);
         let new: Vec<NewTopic<'_>> = names
@@ -115,16 +117,12 @@ impl Topics {
         let results = admin
             .create_topics(&new, &opts)
             .await
-            .map_err(|e| error::broker("creating topics", e))?;
+            .map_err(|e| Error::kafka("creating topics", e))?;
         for r in results {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((name, code)) => {
-                    return Err(Error::broker(
-                        format!("creating topic {name}: {code}"),
-                        error::is_retriable(code),
-                        None,
-                    ));
+                    return Err(Error::TopicCreation { topic: name, code });
                 }
             }
         }
@@ -149,10 +147,9 @@ pub fn validate_topic(name: &str) -> Result<(), Error> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if name.is_empty() || name.len() > 249 || !ok_chars || name == "." || name == ".." {
-        return Err(error::config(
-            "invalid Kafka topic name",
-            format!("{name:?} (1 to 249 characters of [A-Za-z0-9._-], not . or ..)"),
-        ));
+        return Err(Error::InvalidTopic {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }

@@ -4,15 +4,15 @@
 //! their last use, so test runs leave nothing behind for long.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use consumer::amqp::{AmqpAcker, AmqpMetrics, AmqpPublisher, AmqpSource, QueueType, Topology};
-use consumer::{Acker, DeadLetter, Envelope, Message, Outgoing, Publisher, Redelivery, Source};
+use consumer::Message;
+use consumer::amqp::{AmqpMetrics, AmqpPublisher, AmqpSource, QueueType, Topology};
+use consumer::testing::{Faults, FaultyPublisher};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 
-use super::broker::BrokerHarness;
+use super::broker::{BrokerHarness, SettleSettingsByTopic};
 
 /// The RabbitMQ URL the tests use.
 pub fn amqp_url() -> String {
@@ -48,30 +48,16 @@ pub fn test_topology_of(queue: &str, queue_type: QueueType) -> Topology {
         .with_expires(Duration::from_secs(600))
 }
 
-#[derive(Default)]
-struct Faults {
-    duplicate_publishes: AtomicU32,
-    lost_acks: AtomicU32,
-    failed_publishes: AtomicU32,
-    /// Passed to the real acker, so its own fallback logic counts them.
-    failed_dead_letters: AtomicU32,
-}
-
-fn take(counter: &AtomicU32) -> bool {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
 /// RabbitMQ as a `BrokerHarness`, on classic queues or (`QUORUM`) on
 /// quorum queues.
 #[derive(Clone)]
 pub struct AmqpBroker<const QUORUM: bool = false> {
     prefix: String,
-    publisher: AmqpPublisher,
-    faults: Arc<Faults>,
+    publisher: FaultyPublisher<AmqpPublisher>,
+    faults: Faults,
     declared: Arc<Mutex<HashSet<String>>>,
     metrics: Arc<Mutex<HashMap<String, Vec<AmqpMetrics>>>>,
+    settle: SettleSettingsByTopic,
 }
 
 /// The suite's broker on quorum queues.
@@ -82,7 +68,9 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
         format!("{}.{topic}", self.prefix)
     }
 
-    /// The topology of `topic`'s queue.
+    /// The topology of `topic`'s queue: delay queues up to 256 ms, all
+    /// the suite's handlers need (every queue is a Raft cluster of its own
+    /// on quorum queues, so the suite declares no more than it uses).
     pub fn topology(&self, topic: &str) -> Topology {
         let queue_type = if QUORUM {
             QueueType::Quorum
@@ -90,6 +78,7 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
             QueueType::Classic
         };
         test_topology_of(&self.queue(topic), queue_type)
+            .with_max_retry_delay(Duration::from_millis(256))
     }
 
     /// Declares `topic`'s topology once, so publishes before the first
@@ -113,12 +102,32 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
 
     async fn depths(&self, topic: &str) -> usize {
         let conn = connect().await;
-        let channel = conn.create_channel().await.expect("channel");
-        let d = self
-            .topology(topic)
-            .depths(channel)
-            .await
-            .expect("passive declares of the test topology");
+        let topology = self.topology(topic);
+        let mut ready = 0;
+        let queues = std::iter::once(topology.queue().to_owned())
+            .chain(topology.delay_queues().into_iter().map(|(_, q)| q));
+        let mut channel = conn.create_channel().await.expect("channel");
+        for queue in queues {
+            // A passive declare of a queue a test deleted closes the
+            // channel (and the queue holds nothing): open another.
+            if !channel.status().connected() {
+                channel = conn.create_channel().await.expect("channel");
+            }
+            if let Ok(q) = channel
+                .queue_declare(
+                    queue.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        durable: true,
+                        ..Default::default()
+                    },
+                    lapin::types::FieldTable::default(),
+                )
+                .await
+            {
+                ready += u64::from(q.message_count());
+            }
+        }
         let _ = conn.close(200, "depth read".into()).await;
         let in_flight: u64 = self
             .metrics
@@ -126,67 +135,98 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
             .expect("metrics")
             .get(topic)
             .map_or(0, |ms| ms.iter().map(AmqpMetrics::in_flight).sum());
-        usize::try_from(d.work + d.delayed + in_flight).expect("fits")
+        usize::try_from(ready + in_flight).expect("fits")
+    }
+}
+
+impl<const QUORUM: bool> AmqpBroker<QUORUM> {
+    /// Deletes queues of the topology under the running consumer, so what
+    /// is published to them routes nowhere.
+    async fn delete_queues(&self, names: &[String]) {
+        let conn = connect().await;
+        let channel = conn.create_channel().await.expect("channel");
+        for name in names {
+            channel
+                .queue_delete(
+                    name.as_str().into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("deleting queue {name}: {e}"));
+        }
+        let _ = conn.close(200, "queues deleted".into()).await;
     }
 }
 
 impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
-    type Source = FaultySource;
+    type Inner = AmqpSource;
+    type Publisher = AmqpPublisher;
 
     async fn new(_partitions: usize) -> Self {
         drop(connect().await);
+        let faults = Faults::new();
         Self {
             prefix: unique_prefix(if QUORUM { "confq" } else { "conf" }),
-            publisher: AmqpPublisher::new(amqp_url()),
-            faults: Arc::default(),
+            publisher: FaultyPublisher::new(AmqpPublisher::new(amqp_url()), faults.clone()),
+            faults,
             declared: Arc::default(),
             metrics: Arc::default(),
+            settle: SettleSettingsByTopic::default(),
         }
     }
 
-    async fn publish(&self, topic: &str, message: Message) -> Result<(), consumer::Error> {
+    fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    fn publisher(&self) -> &FaultyPublisher<AmqpPublisher> {
+        &self.publisher
+    }
+
+    async fn prepare(&self, topic: &str) {
         self.declare(topic).await;
-        let copies = if take(&self.faults.duplicate_publishes) {
-            2
-        } else {
-            1
-        };
-        let out = Outgoing {
-            destination: format!("/{}", self.queue(topic)),
-            message,
-        };
-        let batch = vec![out; copies];
-        for r in Publisher::publish(&self.publisher, &batch).await {
-            r?;
-        }
-        Ok(())
+    }
+
+    fn publish_destination(&self, topic: &str) -> String {
+        format!("/{}", self.queue(topic))
     }
 
     fn destination(&self, topic: &str) -> String {
         self.queue(topic)
     }
 
-    async fn source(&self, topic: &str) -> FaultySource {
-        let source = AmqpSource::new(amqp_url(), self.topology(topic))
-            .expect("valid topology")
-            .with_prefetch(64)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("RabbitMQ source for {topic} failed to start: {e}"));
+    async fn connect(&self, topic: &str) -> Result<AmqpSource, consumer::Error> {
+        let settings = self.settle.get(topic);
+        let mut source = AmqpSource::new(amqp_url(), self.topology(topic))?.with_prefetch(64);
+        if let Some(bytes) = settings.max_dead_letter_bytes {
+            source = source.with_max_message_bytes(bytes);
+        }
+        let source = source.connect().await?;
         self.declared
             .lock()
             .expect("declared")
             .insert(topic.to_owned());
+        // Only the newest source of a topic holds deliveries: the one it
+        // replaces (closed, or crashed and restarted) held them on a
+        // connection RabbitMQ has requeued.
         self.metrics
             .lock()
             .expect("metrics")
-            .entry(topic.to_owned())
-            .or_default()
-            .push(source.metrics());
-        FaultySource {
-            inner: source,
-            faults: Arc::clone(&self.faults),
+            .insert(topic.to_owned(), vec![source.metrics()]);
+        let topology = self.topology(topic);
+        if settings.no_dead_letter_destination {
+            self.delete_queues(&[topology.dead_letter_queue().to_owned()])
+                .await;
         }
+        if settings.no_retry_destination {
+            let delays: Vec<String> = topology
+                .delay_queues()
+                .into_iter()
+                .map(|(_, q)| q)
+                .collect();
+            self.delete_queues(&delays).await;
+        }
+        Ok(source)
     }
 
     /// RabbitMQ has no "queue drained" event: this polls the ready counts
@@ -213,6 +253,10 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         let conn = connect().await;
         let channel = conn.create_channel().await.expect("channel");
         let mut out = Vec::new();
+        if self.settle.get(topic).no_dead_letter_destination {
+            // The test deleted it.
+            return out;
+        }
         while let Some(got) = channel
             .basic_get(
                 topology.dead_letter_queue().into(),
@@ -249,110 +293,17 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         self.depths(topic).await
     }
 
-    fn duplicate_next_publishes(&self, n: u32) {
-        self.faults
-            .duplicate_publishes
-            .fetch_add(n, Ordering::SeqCst);
+    fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
+        self.settle
+            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
     }
 
-    fn lose_next_acks(&self, n: u32) {
-        self.faults.lost_acks.fetch_add(n, Ordering::SeqCst);
+    fn remove_dead_letter_destination(&self, topic: &str) {
+        self.settle
+            .update(topic, |s| s.no_dead_letter_destination = true);
     }
 
-    fn fail_next_publishes(&self, n: u32) {
-        self.faults.failed_publishes.fetch_add(n, Ordering::SeqCst);
-    }
-}
-
-impl<const QUORUM: bool> AmqpBroker<QUORUM> {
-    /// The next `n` dead-letter publishes fail inside the real acker (not in
-    /// this wrapper), so its dead-letter-exchange fallback is exercised.
-    pub fn fail_next_dead_letters_in_acker(&self, n: u32) {
-        self.faults
-            .failed_dead_letters
-            .fetch_add(n, Ordering::SeqCst);
-    }
-}
-
-/// An `AmqpSource` with the harness's faults applied at settle time.
-pub struct FaultySource {
-    inner: AmqpSource,
-    faults: Arc<Faults>,
-}
-
-impl Source for FaultySource {
-    type Acker = FaultyAcker;
-
-    fn system(&self) -> &'static str {
-        self.inner.system()
-    }
-
-    async fn recv(&mut self) -> Result<Option<(Envelope, FaultyAcker)>, consumer::Error> {
-        Ok(self.inner.recv().await?.map(|(e, inner)| {
-            (
-                e,
-                FaultyAcker {
-                    inner,
-                    faults: Arc::clone(&self.faults),
-                },
-            )
-        }))
-    }
-
-    async fn close(self) {
-        self.inner.close().await;
-    }
-}
-
-pub struct FaultyAcker {
-    inner: AmqpAcker,
-    faults: Arc<Faults>,
-}
-
-impl FaultyAcker {
-    fn fail_publish(&self) -> Result<(), consumer::Error> {
-        if take(&self.faults.failed_publishes) {
-            return Err(consumer::Error::broker(
-                "injected publish failure",
-                true,
-                None,
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Acker for FaultyAcker {
-    async fn ack(self) -> Result<(), consumer::Error> {
-        if take(&self.faults.lost_acks) {
-            // The crash between commit and ack, for real: no basic.ack, the
-            // channel goes away, RabbitMQ requeues what it had handed out.
-            self.inner.crash_channel().await;
-            return Ok(());
-        }
-        self.inner.ack().await
-    }
-
-    async fn release(self) -> Result<(), consumer::Error> {
-        self.inner.release().await
-    }
-
-    async fn dead_letter(
-        &mut self,
-        dead_letter: &DeadLetter,
-    ) -> Result<consumer::DeadLettered, consumer::Error> {
-        self.fail_publish()?;
-        let n = self.faults.failed_dead_letters.swap(0, Ordering::SeqCst);
-        self.inner.fail_next_dead_letters(n);
-        self.inner.dead_letter(dead_letter).await
-    }
-
-    async fn schedule_retry(
-        &mut self,
-        envelope: &Envelope,
-        retry: &Redelivery,
-    ) -> Result<(), consumer::Error> {
-        self.fail_publish()?;
-        self.inner.schedule_retry(envelope, retry).await
+    fn remove_retry_destination(&self, topic: &str) {
+        self.settle.update(topic, |s| s.no_retry_destination = true);
     }
 }

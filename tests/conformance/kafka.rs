@@ -8,28 +8,25 @@
 //! and producers send one record per batch (`batch.num.messages=1`): tansu
 //! 0.6 mishandles a consumer resuming inside a multi-record batch.
 //!
-//! Faults:
-//! * `duplicate_next_publishes`: the record is produced twice;
-//! * `lose_next_acks`: the process "crashes" after its commit: the acker is
-//!   dropped unsettled and, once nothing else is held, the consumer is
-//!   closed and a new group member started, which resumes from the
-//!   committed offset (the record is delivered again, as after a real
-//!   crash; `tests/kafka_faults.rs` also kills a real process);
-//! * `fail_next_publishes`: injected at the acker, like on RabbitMQ.
+//! Faults come from `consumer::testing` (see `broker.rs`): after a lost
+//! ack the consumer is closed and a new group member started, which
+//! resumes from the committed offset (`tests/kafka_faults.rs` also kills a
+//! real process). A removed dead-letter or retry destination is a topic
+//! name that was never created; a dead-letter size limit is the settle
+//! producer's `message.max.bytes`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 use std::time::Duration;
 
-use consumer::kafka::{KafkaAcker, KafkaMetrics, KafkaPublisher, KafkaSource, Topics};
-use consumer::{Acker, DeadLetter, Envelope, Message, Outgoing, Publisher, Redelivery, Source};
+use consumer::Message;
+use consumer::kafka::{KafkaMetrics, KafkaPublisher, KafkaSource, Topics};
+use consumer::testing::{Faults, FaultyPublisher};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tokio::sync::Notify;
 
-use super::broker::BrokerHarness;
+use super::broker::{BrokerHarness, SettleSettingsByTopic};
 
 /// The external broker the end-to-end tests use.
 pub fn external_brokers() -> String {
@@ -178,19 +175,6 @@ impl MockHost {
     }
 }
 
-#[derive(Default)]
-struct Faults {
-    duplicate_publishes: AtomicU32,
-    lost_acks: AtomicU32,
-    failed_publishes: AtomicU32,
-}
-
-fn take(counter: &AtomicU32) -> bool {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
 /// Where the harness's broker is.
 #[derive(Clone)]
 pub enum Cluster {
@@ -222,10 +206,11 @@ pub struct KafkaBroker<const EXTERNAL: bool> {
     pub cluster: Cluster,
     prefix: String,
     partitions: i32,
-    publisher: KafkaPublisher,
-    faults: Arc<Faults>,
+    publisher: FaultyPublisher<KafkaPublisher>,
+    faults: Faults,
     created: Arc<Mutex<HashSet<String>>>,
     metrics: Arc<Mutex<HashMap<String, Vec<KafkaMetrics>>>>,
+    settle: SettleSettingsByTopic,
 }
 
 /// The mock cluster flavour.
@@ -247,19 +232,40 @@ impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
         for (k, v) in cluster.producer_properties() {
             publisher = publisher.with_property(k, v);
         }
+        let faults = Faults::new();
         Self {
-            publisher: publisher.build().expect("publisher"),
+            publisher: FaultyPublisher::new(publisher.build().expect("publisher"), faults.clone()),
             cluster,
             prefix,
             partitions,
-            faults: Arc::default(),
+            faults,
             created: Arc::default(),
             metrics: Arc::default(),
+            settle: SettleSettingsByTopic::default(),
         }
     }
 
+    /// The topics the harness creates for `topic`.
     pub fn topics(&self, topic: &str) -> Topics {
         Topics::new(self.topic_name(topic)).expect("valid test topic")
+    }
+
+    /// The topics a source of `topic` works with: the created ones, or
+    /// names never created where a destination was removed.
+    fn source_topics(&self, topic: &str) -> Topics {
+        let settings = self.settle.get(topic);
+        let mut topics = self.topics(topic);
+        if settings.no_dead_letter_destination {
+            topics = topics
+                .with_dead_letter_topic(format!("{}.never-created-dlq", self.topic_name(topic)))
+                .expect("valid name");
+        }
+        if settings.no_retry_destination {
+            topics = topics
+                .with_retry_topic(format!("{}.never-created-retry", self.topic_name(topic)))
+                .expect("valid name");
+        }
+        topics
     }
 
     pub fn topic_name(&self, topic: &str) -> String {
@@ -300,10 +306,11 @@ impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
 
     /// A source builder for `topic` in this harness's group.
     pub fn source_builder(&self, topic: &str) -> consumer::kafka::KafkaSourceBuilder {
+        let settings = self.settle.get(topic);
         let mut b = KafkaSource::builder(
             self.cluster.bootstrap(),
             self.group(topic),
-            self.topics(topic),
+            self.source_topics(topic),
         )
         .with_property("session.timeout.ms", "6000")
         .with_property("heartbeat.interval.ms", "500")
@@ -311,6 +318,16 @@ impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
         .with_revoke_timeout(Duration::from_secs(5));
         for (k, v) in self.cluster.producer_properties() {
             b = b.with_producer_property(k, v);
+        }
+        if let Some(bytes) = settings.max_dead_letter_bytes {
+            b = b.with_producer_property("message.max.bytes", bytes.to_string());
+        }
+        if settings.no_dead_letter_destination || settings.no_retry_destination {
+            // A topic that does not exist fails its records once librdkafka
+            // stops waiting for it to appear (30 s by default).
+            b = b
+                .with_producer_property("allow.auto.create.topics", "false")
+                .with_producer_property("topic.metadata.propagation.max.ms", "1000");
         }
         b
     }
@@ -437,7 +454,8 @@ fn r_pos(r: &rdkafka::message::BorrowedMessage<'_>) -> (i32, i64) {
 }
 
 impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
-    type Source = FaultySource;
+    type Inner = KafkaSource;
+    type Publisher = KafkaPublisher;
 
     async fn new(partitions: usize) -> Self {
         let partitions = i32::try_from(partitions.max(1)).expect("partitions");
@@ -454,50 +472,36 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         Self::on_cluster(cluster, prefix, partitions)
     }
 
-    async fn publish(&self, topic: &str, message: Message) -> Result<(), consumer::Error> {
+    fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    fn publisher(&self) -> &FaultyPublisher<KafkaPublisher> {
+        &self.publisher
+    }
+
+    async fn prepare(&self, topic: &str) {
         self.create(topic).await;
-        let copies = if take(&self.faults.duplicate_publishes) {
-            2
-        } else {
-            1
-        };
-        let out = Outgoing {
-            destination: self.topic_name(topic),
-            message,
-        };
-        let batch = vec![out; copies];
-        for r in Publisher::publish(&self.publisher, &batch).await {
-            r?;
-        }
-        Ok(())
+    }
+
+    fn publish_destination(&self, topic: &str) -> String {
+        self.topic_name(topic)
     }
 
     fn destination(&self, topic: &str) -> String {
         self.topic_name(topic)
     }
 
-    async fn source(&self, topic: &str) -> FaultySource {
+    async fn connect(&self, topic: &str) -> Result<KafkaSource, consumer::Error> {
         self.create(topic).await;
-        let builder = self.source_builder(topic);
-        let inner = builder
-            .clone()
-            .connect()
-            .unwrap_or_else(|e| panic!("Kafka source for {topic}: {e}"));
+        let source = self.source_builder(topic).connect()?;
         self.metrics
             .lock()
             .expect("metrics")
             .entry(topic.to_owned())
             .or_default()
-            .push(inner.metrics());
-        FaultySource {
-            inner: Some(inner),
-            builder,
-            faults: Arc::clone(&self.faults),
-            crash: Arc::new(Notify::new()),
-            crashed: Arc::new(AtomicU32::new(0)),
-            topic: topic.to_owned(),
-            metrics: Arc::clone(&self.metrics),
-        }
+            .push(source.metrics());
+        Ok(source)
     }
 
     async fn wait_drained(&self, topic: &str) {
@@ -520,154 +524,17 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         self.unsettled(topic).await
     }
 
-    fn duplicate_next_publishes(&self, n: u32) {
-        self.faults
-            .duplicate_publishes
-            .fetch_add(n, Ordering::SeqCst);
+    fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
+        self.settle
+            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
     }
 
-    fn lose_next_acks(&self, n: u32) {
-        self.faults.lost_acks.fetch_add(n, Ordering::SeqCst);
+    fn remove_dead_letter_destination(&self, topic: &str) {
+        self.settle
+            .update(topic, |s| s.no_dead_letter_destination = true);
     }
 
-    fn fail_next_publishes(&self, n: u32) {
-        self.faults.failed_publishes.fetch_add(n, Ordering::SeqCst);
-    }
-}
-
-/// A `KafkaSource` with the harness's faults applied at settle time, and a
-/// restart (new group member) after a simulated crash.
-pub struct FaultySource {
-    inner: Option<KafkaSource>,
-    builder: consumer::kafka::KafkaSourceBuilder,
-    faults: Arc<Faults>,
-    crash: Arc<Notify>,
-    crashed: Arc<AtomicU32>,
-    topic: String,
-    metrics: Arc<Mutex<HashMap<String, Vec<KafkaMetrics>>>>,
-}
-
-impl FaultySource {
-    async fn restart(&mut self) -> Result<(), consumer::Error> {
-        if let Some(old) = self.inner.take() {
-            old.close().await;
-        }
-        let fresh = self.builder.clone().connect()?;
-        self.metrics
-            .lock()
-            .expect("metrics")
-            .entry(self.topic.clone())
-            .or_default()
-            .push(fresh.metrics());
-        self.inner = Some(fresh);
-        Ok(())
-    }
-}
-
-impl Source for FaultySource {
-    type Acker = FaultyAcker;
-
-    fn system(&self) -> &'static str {
-        "kafka"
-    }
-
-    async fn recv(&mut self) -> Result<Option<(Envelope, FaultyAcker)>, consumer::Error> {
-        loop {
-            if self.crashed.load(Ordering::SeqCst) > 0
-                && self
-                    .inner
-                    .as_ref()
-                    .is_none_or(|s| s.metrics().snapshot().in_flight == 0)
-            {
-                self.crashed.store(0, Ordering::SeqCst);
-                self.restart().await?;
-            }
-            let inner = self.inner.as_mut().expect("a source");
-            let crash_pending = self.crashed.load(Ordering::SeqCst) > 0;
-            let got = tokio::select! {
-                biased;
-                r = inner.recv() => r?,
-                () = self.crash.notified() => continue,
-                // The last held record may settle normally: look again.
-                () = tokio::time::sleep(Duration::from_millis(20)), if crash_pending => continue,
-            };
-            return Ok(got.map(|(e, inner)| {
-                (
-                    e,
-                    FaultyAcker {
-                        inner: Some(inner),
-                        faults: Arc::clone(&self.faults),
-                        crash: Arc::clone(&self.crash),
-                        crashed: Arc::clone(&self.crashed),
-                    },
-                )
-            }));
-        }
-    }
-
-    async fn close(self) {
-        if let Some(inner) = self.inner {
-            inner.close().await;
-        }
-    }
-}
-
-pub struct FaultyAcker {
-    inner: Option<KafkaAcker>,
-    faults: Arc<Faults>,
-    crash: Arc<Notify>,
-    crashed: Arc<AtomicU32>,
-}
-
-impl FaultyAcker {
-    fn fail_publish(&self) -> Result<(), consumer::Error> {
-        if take(&self.faults.failed_publishes) {
-            return Err(consumer::Error::broker(
-                "injected publish failure",
-                true,
-                None,
-            ));
-        }
-        Ok(())
-    }
-
-    fn inner(&mut self) -> &mut KafkaAcker {
-        self.inner.as_mut().expect("acker present until settled")
-    }
-}
-
-impl Acker for FaultyAcker {
-    async fn ack(mut self) -> Result<(), consumer::Error> {
-        let inner = self.inner.take().expect("acker");
-        if take(&self.faults.lost_acks) {
-            // The crash after the commit: the record is never marked done,
-            // and the member goes away once nothing else is held.
-            drop(inner);
-            self.crashed.fetch_add(1, Ordering::SeqCst);
-            self.crash.notify_one();
-            return Ok(());
-        }
-        inner.ack().await
-    }
-
-    async fn release(mut self) -> Result<(), consumer::Error> {
-        self.inner.take().expect("acker").release().await
-    }
-
-    async fn dead_letter(
-        &mut self,
-        dead_letter: &DeadLetter,
-    ) -> Result<consumer::DeadLettered, consumer::Error> {
-        self.fail_publish()?;
-        self.inner().dead_letter(dead_letter).await
-    }
-
-    async fn schedule_retry(
-        &mut self,
-        envelope: &Envelope,
-        retry: &Redelivery,
-    ) -> Result<(), consumer::Error> {
-        self.fail_publish()?;
-        self.inner().schedule_retry(envelope, retry).await
+    fn remove_retry_destination(&self, topic: &str) {
+        self.settle.update(topic, |s| s.no_retry_destination = true);
     }
 }

@@ -4,13 +4,11 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use consumer::{Message, MessageContext, Store, Tx};
-use opentelemetry::trace::TraceContextExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
@@ -261,35 +259,13 @@ impl Gate {
     }
 }
 
-/// Installs (once per test binary) a tracing subscriber that exports spans
-/// to memory through tracing-opentelemetry, and returns the exporter.
+/// The in-memory span exporter, installed once per test binary.
 pub fn tracing_exporter() -> opentelemetry_sdk::trace::InMemorySpanExporter {
-    use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt;
-
-    static EXPORTER: OnceLock<opentelemetry_sdk::trace::InMemorySpanExporter> = OnceLock::new();
-    EXPORTER
-        .get_or_init(|| {
-            let exporter = opentelemetry_sdk::trace::InMemorySpanExporterBuilder::new().build();
-            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                .with_simple_exporter(exporter.clone())
-                .build();
-            let tracer = provider.tracer("conformance");
-            // The provider must outlive every span: keep it for the process.
-            std::mem::forget(provider);
-            let subscriber = tracing_subscriber::registry()
-                .with(tracing_opentelemetry::layer().with_tracer(tracer));
-            tracing::subscriber::set_global_default(subscriber)
-                .expect("no other global subscriber in this test binary");
-            exporter
-        })
-        .clone()
+    consumer::testing::in_memory_spans()
 }
 
-pub fn trace_id_of(span: &tracing::Span) -> String {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    span.context().span().span_context().trace_id().to_string()
-}
+#[allow(unused_imports)]
+pub use consumer::testing::trace_id_of;
 
 /// The exported `process` span of the message whose job id is `job_id`.
 pub fn process_span(
@@ -353,6 +329,20 @@ pub trait Harness: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Vec<(String, i64)>> + Send;
     fn insert_old_dedup_rows(&self, n: i64, age: Duration) -> impl Future<Output = ()> + Send;
     fn dedup_rows(&self) -> impl Future<Output = i64> + Send;
+    /// The store's dead-letter table: `(message_id, kind, refusal, payload)`
+    /// per row, oldest first.
+    fn stored_dead_letters(&self) -> impl Future<Output = Vec<StoredLetter>> + Send;
+}
+
+/// One row of the store's dead-letter table.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredLetter {
+    pub handler: String,
+    pub message_id: String,
+    pub kind: String,
+    pub error: String,
+    pub refusal: String,
+    pub payload: Vec<u8>,
 }
 
 /// SQLite on a fresh file per test (WAL, like a real deployment).
@@ -452,13 +442,19 @@ impl Harness for SqliteHarness {
             .await
             .expect("count")
     }
+
+    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
+        sqlx::query_as(
+            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .expect("dead-letter table")
+    }
 }
 
-/// The PostgreSQL URL the tests use.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
+#[allow(unused_imports)]
+pub use consumer::testing::database_url;
 
 /// PostgreSQL with a fresh schema per test.
 pub struct PgHarness {
@@ -467,17 +463,6 @@ pub struct PgHarness {
 }
 
 impl PgHarness {
-    /// A pool on `url` whose connections use `schema`.
-    pub async fn pool_for(url: &str, schema: &str, max: u32) -> Result<sqlx::PgPool, sqlx::Error> {
-        let options =
-            sqlx::postgres::PgConnectOptions::from_str(url)?.options([("search_path", schema)]);
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(Duration::from_secs(2))
-            .connect_with(options)
-            .await
-    }
-
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.pool
     }
@@ -488,19 +473,10 @@ impl Harness for PgHarness {
     const CONCURRENT_WRITERS: usize = usize::MAX;
 
     async fn new() -> Self {
-        let url = database_url();
-        let schema = format!("ct_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL is not reachable at {url} ({e}): start it (scripts/test does) or set DATABASE_URL"
-            )
-        });
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&admin)
+        let fresh = consumer::testing::FreshSchema::create("ct", 8)
             .await
-            .expect("create schema");
-        admin.close().await;
-        let pool = Self::pool_for(&url, &schema, 8).await.expect("pool");
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (pool, schema) = (fresh.pool, fresh.schema);
         sqlx::query(
             "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, handler TEXT NOT NULL, \
              job_id TEXT NOT NULL, key TEXT NOT NULL, seq BIGINT NOT NULL, message_id TEXT NOT NULL)",
@@ -508,9 +484,7 @@ impl Harness for PgHarness {
         .execute(&pool)
         .await
         .expect("effects table");
-        let h = Self { pool, schema };
-        h.store().migrate().await.expect("migrations");
-        h
+        Self { pool, schema }
     }
 
     fn store(&self) -> Store<sqlx::Postgres> {
@@ -572,5 +546,14 @@ impl Harness for PgHarness {
             .fetch_one(&self.pool)
             .await
             .expect("count")
+    }
+
+    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
+        sqlx::query_as(
+            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .expect("dead-letter table")
     }
 }

@@ -20,94 +20,29 @@
 //!   SQLite one relay at a time holds a lease.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::envelope::{Headers, names};
 use crate::error::Error;
 
+mod database;
+mod event;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod relay;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use database::{InTransaction, OutboxDatabase, Row, RowOutcome};
+pub use event::NewEvent;
 #[cfg(feature = "postgres")]
 pub use postgres::listen;
 pub use relay::{OutboxRelay, RelayStats, RelayStatsSnapshot, WakeUp};
 
 /// The default table name (the standard's `outbox_events`).
 pub const DEFAULT_TABLE: &str = "outbox_events";
-
-/// An event to enqueue.
-#[derive(Debug, Clone)]
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-pub struct NewEvent {
-    pub(crate) aggregate_type: String,
-    pub(crate) aggregate_id: String,
-    pub(crate) event_type: String,
-    pub(crate) payload: String,
-    pub(crate) destination: Option<String>,
-    pub(crate) headers: BTreeMap<String, String>,
-}
-
-impl NewEvent {
-    /// An event of `event_type` about one aggregate, its payload serialised
-    /// to JSON now: a payload that cannot be serialised is an error here,
-    /// before anything is written.
-    pub fn new<T: Serialize + ?Sized>(
-        aggregate_type: impl Into<String>,
-        aggregate_id: impl Into<String>,
-        event_type: impl Into<String>,
-        payload: &T,
-    ) -> Result<Self, Error> {
-        let payload = serde_json::to_string(payload)
-            .map_err(|e| Error::Config(format!("event payload cannot be serialised: {e}")))?;
-        Ok(Self {
-            aggregate_type: aggregate_type.into(),
-            aggregate_id: aggregate_id.into(),
-            event_type: event_type.into(),
-            payload,
-            destination: None,
-            headers: BTreeMap::new(),
-        })
-    }
-
-    /// Publishes to this destination instead of the outbox's default.
-    pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
-        self.destination = Some(destination.into());
-        self
-    }
-
-    /// Adds a header to the published message.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.insert(name.into(), value.into());
-        self
-    }
-}
-
-/// A row claimed by a relay.
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub struct Row {
-    pub id: String,
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub version: i64,
-    pub event_type: String,
-    pub destination: String,
-    pub payload: String,
-    pub headers: Option<String>,
-    pub trace_metadata: Option<String>,
-    pub created_at_ms: i64,
-    pub attempts: i32,
-    /// Waiting for a retry, failed, or (PostgreSQL) its predecessor version
-    /// is unpublished and not in this batch: this aggregate stops here.
-    pub held: bool,
-}
 
 /// Checks a configured table name: an unquoted SQL identifier, so it can
 /// be spliced into SQL without any risk of injection.
@@ -210,7 +145,12 @@ impl Outbox {
         let headers = if event.headers.is_empty() {
             None
         } else {
-            Some(serde_json::to_string(&event.headers).map_err(|e| Error::Config(e.to_string()))?)
+            Some(
+                serde_json::to_string(&event.headers).map_err(|source| Error::Serialize {
+                    what: "event headers",
+                    source,
+                })?,
+            )
         };
         let trace = current_trace_metadata();
         C::Database::enqueue(
@@ -297,119 +237,6 @@ fn current_trace_metadata() -> Option<String> {
     } else {
         serde_json::to_string(&map).ok()
     }
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// An open transaction the outbox can write into: a sqlx
-/// `Transaction`, or the `Tx` a `#[handler]` receives.
-pub trait InTransaction: Send {
-    /// Its database.
-    type Database: OutboxDatabase;
-    /// The connection the transaction runs on.
-    fn connection(&mut self) -> &mut <Self::Database as sqlx::Database>::Connection;
-}
-
-impl<DB: OutboxDatabase> InTransaction for sqlx::Transaction<'_, DB> {
-    type Database = DB;
-    fn connection(&mut self) -> &mut DB::Connection {
-        self
-    }
-}
-
-impl<DB: OutboxDatabase> InTransaction for crate::store::Tx<DB> {
-    type Database = DB;
-    fn connection(&mut self) -> &mut DB::Connection {
-        self
-    }
-}
-
-/// A database the outbox supports; sealed, like
-/// [`StoreDatabase`](crate::StoreDatabase).
-pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    fn enqueue(
-        outbox: &Outbox,
-        conn: &mut Self::Connection,
-        id: uuid::Uuid,
-        event: &NewEvent,
-        destination: &str,
-        headers: Option<&str>,
-        trace: Option<&str>,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
-
-    #[doc(hidden)]
-    fn ddl(table: &str) -> String;
-
-    #[doc(hidden)]
-    fn create_tables(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
-
-    #[doc(hidden)]
-    fn retry_failed(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> impl Future<Output = Result<u64, Error>> + Send;
-
-    #[doc(hidden)]
-    fn purge_batch(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        cutoff_ms: i64,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64, Error>> + Send;
-
-    #[doc(hidden)]
-    fn pending(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-    ) -> impl Future<Output = Result<i64, Error>> + Send;
-
-    /// What a relay holds between claim and finish (PostgreSQL: the open
-    /// transaction with its aggregate locks).
-    #[doc(hidden)]
-    type ClaimGuard: Send;
-
-    /// Claims up to `batch` rows, ordered by aggregate then version.
-    #[doc(hidden)]
-    fn claim(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        holder: &str,
-        batch: i64,
-    ) -> impl Future<Output = Result<(Self::ClaimGuard, Vec<Row>), Error>> + Send;
-
-    /// Records what happened to the claimed rows and releases the claim.
-    #[doc(hidden)]
-    fn finish(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        guard: Self::ClaimGuard,
-        outcomes: &[(Row, RowOutcome)],
-    ) -> impl Future<Output = Result<(), Error>> + Send;
-}
-
-/// What happened to one claimed row.
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub enum RowOutcome {
-    /// Confirmed by the broker.
-    Published,
-    /// Refused or not sent; retry after the delay, or mark failed.
-    Failed {
-        error: String,
-        retry_after: Duration,
-        give_up: bool,
-    },
-    /// Not attempted (an earlier event of its aggregate did not go out).
-    Skipped,
 }
 
 #[cfg(test)]

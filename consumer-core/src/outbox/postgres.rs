@@ -1,6 +1,7 @@
 use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
 
-use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, sealed};
+use super::database::sealed;
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
 impl sealed::Sealed for Postgres {}

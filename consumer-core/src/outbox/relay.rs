@@ -14,7 +14,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::envelope::{Headers, Message, format_time, names};
-use crate::error::Error;
+use crate::error::{BrokerErrorKind, Error};
 use crate::publish::{Outgoing, Publisher};
 use crate::retry::RetryPolicy;
 
@@ -257,8 +257,8 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             for row in wave {
                 let result = results.next().unwrap_or_else(|| {
                     Err(Error::broker(
-                        "publisher returned too few results",
-                        true,
+                        BrokerErrorKind::Unavailable,
+                        "the publisher returned too few results",
                         None,
                     ))
                 });

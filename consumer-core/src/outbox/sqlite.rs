@@ -1,6 +1,7 @@
 use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
 
-use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, sealed};
+use super::database::sealed;
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
 impl sealed::Sealed for Sqlite {}

@@ -15,6 +15,7 @@ use time::OffsetDateTime;
 use tokio::sync::Notify;
 
 use super::{Claim, DedupStore, FailureRecord};
+use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
 /// An in-memory [`DedupStore`]; clones share the same keys.
@@ -35,6 +36,8 @@ struct State {
     /// committed at that instant.
     keys: HashMap<String, Option<Instant>>,
     attempts: HashMap<String, Attempts>,
+    /// The dead-letter table: letters the broker refused, and why.
+    dead_letters: Vec<(DeadLetter, String)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +82,12 @@ impl MemoryStore {
     /// Committed keys held.
     pub fn len(&self) -> usize {
         self.lock().keys.values().filter(|v| v.is_some()).count()
+    }
+
+    /// The dead-letter table: letters the broker refused for good, with
+    /// why, oldest first.
+    pub fn dead_letters(&self) -> Vec<(DeadLetter, String)> {
+        self.lock().dead_letters.clone()
     }
 
     /// Whether no key is committed.
@@ -239,6 +248,32 @@ impl DedupStore for MemoryStore {
     async fn commit_dead_letter(&self, mut mark: MemoryMark) -> Result<(), Error> {
         mark.done = true;
         Ok(())
+    }
+
+    async fn abandon_dead_letter(&self, mark: MemoryMark) -> Result<(), Error> {
+        // Dropping it unmarks.
+        drop(mark);
+        Ok(())
+    }
+
+    async fn store_dead_letter(&self, letter: &DeadLetter, refusal: &str) -> Result<bool, Error> {
+        let mut state = self.lock();
+        let a = state
+            .attempts
+            .entry(slot(&letter.handler, &letter.message_id))
+            .or_insert(Attempts {
+                count: 1,
+                first_failure: letter.first_failure,
+                dead_lettered: false,
+            });
+        if a.dead_lettered {
+            return Ok(false);
+        }
+        a.dead_lettered = true;
+        state
+            .dead_letters
+            .push((letter.clone(), refusal.to_owned()));
+        Ok(true)
     }
 
     fn retention(&self) -> Duration {

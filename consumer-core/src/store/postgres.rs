@@ -1,6 +1,7 @@
 use sqlx::{PgConnection, Pool, Postgres, Row};
 
-use super::{FailureRecord, MIGRATIONS_TABLE, StoreDatabase, from_ms, sealed};
+use super::database::sealed;
+use super::{FailureRecord, LetterRow, MIGRATIONS_TABLE, StoreDatabase, from_ms};
 use crate::error::Error;
 
 impl sealed::Sealed for Postgres {}
@@ -78,6 +79,22 @@ impl StoreDatabase for Postgres {
         .execute(conn)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn insert_dead_letter(
+        conn: &mut PgConnection,
+        row: &LetterRow<'_>,
+    ) -> Result<(), sqlx::Error> {
+        row.bind(sqlx::query(
+            "INSERT INTO consumer_dead_letters \
+               (handler, message_id, kind, error, causes, attempts, first_failure_at, \
+                last_failure_at, destination, position, partition_key, headers, payload, refusal) \
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6, to_timestamp($7::double precision / 1000), \
+                     to_timestamp($8::double precision / 1000), $9, $10, $11, $12::jsonb, $13, $14)",
+        ))
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 
     async fn clear_failures(

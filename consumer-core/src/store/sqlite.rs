@@ -1,6 +1,7 @@
 use sqlx::{Pool, Row, Sqlite, SqliteConnection};
 
-use super::{FailureRecord, MIGRATIONS_TABLE, StoreDatabase, from_ms, now_ms, sealed};
+use super::database::sealed;
+use super::{FailureRecord, LetterRow, MIGRATIONS_TABLE, StoreDatabase, from_ms, now_ms};
 use crate::error::Error;
 
 impl sealed::Sealed for Sqlite {}
@@ -81,6 +82,23 @@ impl StoreDatabase for Sqlite {
         .execute(conn)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn insert_dead_letter(
+        conn: &mut SqliteConnection,
+        row: &LetterRow<'_>,
+    ) -> Result<(), sqlx::Error> {
+        row.bind(sqlx::query(
+            "INSERT INTO consumer_dead_letters \
+               (handler, message_id, kind, error, causes, attempts, first_failure_at, \
+                last_failure_at, destination, position, partition_key, headers, payload, \
+                refusal, stored_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        ))
+        .bind(now_ms())
+        .execute(conn)
+        .await?;
+        Ok(())
     }
 
     async fn clear_failures(

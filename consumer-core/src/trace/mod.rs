@@ -12,7 +12,13 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::envelope::{Envelope, Headers, names};
+mod span;
+mod traceparent;
+
+pub use span::consume_span;
+use traceparent::is_w3c_traceparent;
+
+use crate::envelope::{Headers, names};
 
 /// Longest `traceparent` accepted. Version 00 is exactly 55 bytes; later
 /// versions may append fields, so allow some room but not unbounded input.
@@ -87,6 +93,10 @@ pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> 
             max: MAX_TRACEPARENT_LEN,
         });
     }
+    if !is_w3c_traceparent(traceparent) {
+        let shown: String = traceparent.chars().take(64).collect();
+        return Err(TraceContextError::Malformed(shown));
+    }
     // A bad tracestate never invalidates a good traceparent: drop it alone.
     let tracestate = headers
         .get(names::TRACESTATE)
@@ -146,44 +156,6 @@ pub fn inject_current(headers: &mut Headers) {
     inject(&tracing::Span::current().context(), headers);
 }
 
-/// The span a handler runs in: a child of the producer's context when the
-/// headers carry a valid one, else a root span. Attributes follow the OTel
-/// messaging semantic conventions.
-pub fn consume_span(envelope: &Envelope, handler: &str, system: &'static str) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: "consumer",
-        "process",
-        otel.name = %format_args!("process {}", envelope.origin.destination),
-        otel.kind = "consumer",
-        messaging.system = system,
-        messaging.operation.type = "process",
-        messaging.destination.name = %envelope.origin.destination,
-        messaging.consumer.group.name = handler,
-        messaging.message.id = %envelope.id,
-        messaging.message.body.size = envelope.payload.len(),
-        messaging.delivery.attempt = envelope.attempt,
-        messaging.partition.key = envelope.key.as_deref().unwrap_or(""),
-    );
-    if span.is_disabled() {
-        return span;
-    }
-    match extract(&envelope.headers) {
-        Ok(Some(cx)) => {
-            let _ = span.set_parent(cx);
-        }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::warn!(
-                target: "consumer",
-                message_id = %envelope.id,
-                error = %e,
-                "ignoring the message's trace context; the handler runs in a new root span"
-            );
-        }
-    }
-    span
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +185,16 @@ mod tests {
             "garbage",
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",
             "",
+            // W3C test vectors: a trace id one digit short, one-digit
+            // version and flags, upper case, version ff, a zero parent,
+            // trailing data after version 00.
+            "00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01",
+            "0-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",
+            "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
         ] {
             let mut h = Headers::new();
             h.insert(names::TRACEPARENT, bad);
@@ -231,6 +213,21 @@ mod tests {
         h.insert(names::TRACEPARENT, vec![0xff]);
         assert!(matches!(extract(&h), Err(TraceContextError::NotUtf8(_))));
         assert!(matches!(extract(&Headers::new()), Ok(None)));
+    }
+
+    #[test]
+    fn a_later_version_may_append_fields() {
+        let mut h = Headers::new();
+        h.insert(
+            names::TRACEPARENT,
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-the-future-holds",
+        );
+        assert!(matches!(extract(&h), Ok(Some(_))));
+        h.insert(
+            names::TRACEPARENT,
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01x",
+        );
+        assert!(matches!(extract(&h), Err(TraceContextError::Malformed(_))));
     }
 
     #[test]

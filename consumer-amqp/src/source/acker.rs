@@ -1,0 +1,153 @@
+//! [`AmqpAcker`]: settles one delivery of an [`AmqpSource`](super::AmqpSource).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use consumer_core::{Acker, Message, RetryCopy};
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+
+use super::metrics::MetricsInner;
+use crate::error::Error;
+use crate::publisher::AmqpPublisher;
+use crate::topology::Topology;
+
+/// Settles one delivery of an [`AmqpSource`](super::AmqpSource).
+///
+/// * `ack`: `basic.ack`.
+/// * `release`: `basic.nack` with `requeue = true`.
+/// * `publish_retry`: publishes the retry copy the runtime built (same id,
+///   `x-consumer-attempt` and `x-consumer-first-failure` set, the key as
+///   `ce_partitionkey`) to the delay queue of its delay with a per-message
+///   expiration, and returns once RabbitMQ confirms it; the runtime acks
+///   afterwards.
+/// * `publish_dead_letter`: publishes the dead letter to the dead-letter
+///   exchange (`mandatory`, routed by the work queue's name) and returns
+///   once RabbitMQ confirms it. A letter that routes nowhere (the
+///   dead-letter queue was deleted) is refused as having no destination,
+///   one over the publisher's size limit as too large: the runtime takes
+///   its fallback. It never `nack(requeue = false)`s into the queue's own
+///   dead-letter exchange instead: that would drop the context.
+/// * Dropped unsettled: `basic.nack` with `requeue = true` is sent from a
+///   spawned task (when a Tokio runtime is there); whatever happens,
+///   RabbitMQ requeues every delivery still unacked when its channel closes.
+///
+/// Publishes go through a connection of their own, which reconnects by
+/// itself, so a settle step can succeed even while the consuming channel is
+/// being re-established; an ack on a channel that was lost fails, and
+/// RabbitMQ redelivers the message, which dedup then skips.
+pub struct AmqpAcker {
+    delivery: lapin::Acker,
+    publisher: AmqpPublisher,
+    topology: Arc<Topology>,
+    metrics: Arc<MetricsInner>,
+    settled: bool,
+}
+
+impl std::fmt::Debug for AmqpAcker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpAcker")
+            .field("queue", &self.topology.queue())
+            .field("settled", &self.settled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpAcker {
+    pub(super) fn new(
+        delivery: lapin::Acker,
+        publisher: AmqpPublisher,
+        topology: Arc<Topology>,
+        metrics: Arc<MetricsInner>,
+    ) -> Self {
+        Self {
+            delivery,
+            publisher,
+            topology,
+            metrics,
+            settled: false,
+        }
+    }
+
+    fn done(&mut self) {
+        if !self.settled {
+            self.settled = true;
+            self.metrics.settled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Acker for AmqpAcker {
+    async fn ack(mut self) -> Result<(), consumer_core::Error> {
+        self.done();
+        match self.delivery.ack(BasicAckOptions::default()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::ChannelClosed.into()),
+            Err(e) => Err(Error::Amqp {
+                context: "basic.ack",
+                source: e,
+            }
+            .into()),
+        }
+    }
+
+    async fn release(mut self) -> Result<(), consumer_core::Error> {
+        self.done();
+        let requeue = BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        };
+        match self.delivery.nack(requeue).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::ChannelClosed.into()),
+            Err(e) => Err(Error::Amqp {
+                context: "basic.nack",
+                source: e,
+            }
+            .into()),
+        }
+    }
+
+    async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), consumer_core::Error> {
+        self.publisher
+            .publish_to(
+                self.topology.dead_letter_exchange(),
+                self.topology.queue(),
+                letter,
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_core::Error> {
+        let queue = self.topology.delay_queue_for(copy.delay);
+        self.publisher
+            .publish_to("", &queue, &copy.message, Some(copy.delay))
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for AmqpAcker {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.done();
+        if !self.delivery.usable() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let delivery = self.delivery.clone();
+            handle.spawn(async move {
+                let requeue = BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                };
+                if let Err(e) = delivery.nack(requeue).await {
+                    tracing::debug!(target: "consumer_amqp", error = %e, "nack of a dropped delivery failed; its channel closing requeues it");
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! [`AmqpMetrics`]: counters of a source and the depths of its queues.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::Result;
+use crate::publisher::AmqpPublisher;
+use crate::topology::{Depths, Topology};
+
+/// Live counters of an [`AmqpSource`] and the depths of its queues.
+#[derive(Clone, Debug)]
+pub struct AmqpMetrics {
+    pub(super) inner: Arc<MetricsInner>,
+}
+
+#[derive(Debug)]
+pub(super) struct MetricsInner {
+    topology: Arc<Topology>,
+    publisher: AmqpPublisher,
+    pub(super) delivered: AtomicU64,
+    pub(super) redelivered: AtomicU64,
+    pub(super) settled: AtomicU64,
+    pub(super) reconnects: AtomicU64,
+}
+
+impl AmqpMetrics {
+    pub(super) fn new(topology: Arc<Topology>, publisher: AmqpPublisher) -> Self {
+        Self {
+            inner: Arc::new(MetricsInner {
+                topology,
+                publisher,
+                delivered: AtomicU64::new(0),
+                redelivered: AtomicU64::new(0),
+                settled: AtomicU64::new(0),
+                reconnects: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Deliveries received from RabbitMQ.
+    pub fn delivered(&self) -> u64 {
+        self.inner.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries RabbitMQ flagged `redelivered` (handed out before and not
+    /// acked: a crash, a lost channel, a release).
+    pub fn redelivered(&self) -> u64 {
+        self.inner.redelivered.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries received and not yet settled (acked, released or dropped).
+    pub fn in_flight(&self) -> u64 {
+        self.delivered()
+            .saturating_sub(self.inner.settled.load(Ordering::Relaxed))
+    }
+
+    /// How many times the consuming channel was lost and re-opened.
+    pub fn reconnects(&self) -> u64 {
+        self.inner.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Ready messages in the work, dead-letter and delay queues (passive
+    /// declares on the settle connection).
+    pub async fn depths(&self) -> Result<Depths> {
+        let channel = self.inner.publisher.side_channel().await?;
+        self.inner.topology.depths(channel).await
+    }
+}

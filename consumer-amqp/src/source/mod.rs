@@ -1,0 +1,243 @@
+//! Consuming a RabbitMQ queue ([`AmqpSource`]), settling each delivery
+//! ([`AmqpAcker`]), and the counters of both ([`AmqpMetrics`]).
+
+mod acker;
+mod metrics;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use consumer_core::{Envelope, Source};
+use futures_lite::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+
+pub use acker::AmqpAcker;
+pub use metrics::AmqpMetrics;
+
+use crate::error::{Error, Result};
+use crate::headers;
+use crate::publisher::AmqpPublisher;
+use crate::topology::{Topology, short};
+
+/// Consumes the work queue of a [`Topology`] with manual acks.
+///
+/// * **In-flight bound**: `basic.qos` with [`with_prefetch`](Self::with_prefetch)
+///   (default 256): RabbitMQ sends no more unacked deliveries than that to
+///   this consumer, which bounds memory together with the runtime's
+///   `with_max_in_flight` (the smaller of the two wins).
+/// * **Partition key**: the `ce_partitionkey` header when present, else the
+///   routing key, except when the routing key is the queue's own name (a
+///   publish through the default exchange), where the message has no key
+///   and runs in a lane of its own.
+/// * **Message id**: `ce_id`; else the AMQP `message-id` property; else a
+///   hash of exchange, routing key, headers and payload, which, unlike the
+///   delivery tag, is the same on every redelivery (see
+///   [`headers`](crate::headers)).
+/// * **Reconnects**: when the connection or channel drops, `recv` returns a
+///   retriable error (the runtime backs off and calls again), and the next
+///   call reconnects, declares the topology again and resumes consuming.
+///   RabbitMQ redelivers every delivery that was not acked on the lost
+///   channel; dedup makes that harmless.
+pub struct AmqpSource {
+    uri: String,
+    topology: Arc<Topology>,
+    prefetch: u16,
+    session: Option<Session>,
+    publisher: AmqpPublisher,
+    metrics: AmqpMetrics,
+}
+
+struct Session {
+    connection: Connection,
+    channel: Channel,
+    consumer: Consumer,
+}
+
+impl std::fmt::Debug for AmqpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpSource")
+            .field("queue", &self.topology.queue())
+            .field("prefetch", &self.prefetch)
+            .field("connected", &self.session.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpSource {
+    /// A source for `topology` on the broker at `uri`. Nothing is contacted
+    /// until [`connect`](Self::connect) or the first `recv`; the names are
+    /// checked now.
+    pub fn new(uri: impl Into<String>, topology: Topology) -> Result<Self> {
+        topology.validate()?;
+        let uri = uri.into();
+        let publisher = AmqpPublisher::new(uri.clone())
+            .with_connection_name(format!("consumer-settle {}", topology.queue()));
+        let topology = Arc::new(topology);
+        Ok(Self {
+            metrics: AmqpMetrics::new(Arc::clone(&topology), publisher.clone()),
+            uri,
+            topology,
+            prefetch: 256,
+            session: None,
+            publisher,
+        })
+    }
+
+    /// Most unacked deliveries RabbitMQ sends this consumer (`basic.qos`).
+    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch.max(1);
+        self
+    }
+
+    /// The largest dead letter or retry copy the settle publisher sends
+    /// (see [`AmqpPublisher::with_max_message_bytes`]); a dead letter over
+    /// it is sent again without its payload. Set it to the broker's
+    /// `max_message_size` when that is lower than RabbitMQ's default.
+    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
+        self.publisher = self.publisher.with_max_message_bytes(n);
+        self.metrics = AmqpMetrics::new(Arc::clone(&self.topology), self.publisher.clone());
+        self
+    }
+
+    /// Connects, declares the topology and starts consuming now, so that
+    /// a broker that cannot be reached or a topology conflict shows at
+    /// start rather than in the consumer's retry loop.
+    pub async fn connect(mut self) -> Result<Self> {
+        if self.session.is_none() {
+            self.session = Some(self.open().await?);
+        }
+        Ok(self)
+    }
+
+    /// The topology this source consumes.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Counters and queue depths; clone it before handing the source to the
+    /// consumer.
+    pub fn metrics(&self) -> AmqpMetrics {
+        self.metrics.clone()
+    }
+
+    async fn open(&self) -> Result<Session> {
+        let props = ConnectionProperties::default()
+            .with_connection_name(format!("consumer {}", self.topology.queue()).into());
+        let connection = Connection::connect(&self.uri, props)
+            .await
+            .map_err(Error::amqp("connection"))?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(Error::amqp("channel open"))?;
+        self.topology.declare(&channel).await?;
+        channel
+            .basic_qos(self.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(Error::amqp("basic.qos"))?;
+        let consumer = channel
+            .basic_consume(
+                short(self.topology.queue())?,
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(Error::amqp("basic.consume"))?;
+        tracing::info!(target: "consumer_amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
+        Ok(Session {
+            connection,
+            channel,
+            consumer,
+        })
+    }
+
+    async fn drop_session(&mut self, reason: &str) {
+        if let Some(s) = self.session.take() {
+            self.metrics
+                .inner
+                .reconnects
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "consumer_amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
+            let _ = s.connection.close(200, "reconnecting".into()).await;
+        }
+    }
+}
+
+impl Source for AmqpSource {
+    type Acker = AmqpAcker;
+
+    fn system(&self) -> &'static str {
+        "rabbitmq"
+    }
+
+    fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
+        let longest_bucket = self
+            .topology
+            .delay_queues()
+            .last()
+            .map_or(Duration::ZERO, |(bucket, _)| *bucket);
+        if longest_delay > longest_bucket {
+            return Err(format!(
+                "retries may wait up to {longest_delay:?}, but the longest delay queue of `{}` holds \
+                 {longest_bucket:?} (a copy would come back early): raise \
+                 Topology::with_max_retry_delay to at least {longest_delay:?}, or lower the handler's \
+                 max_delay",
+                self.topology.queue()
+            ));
+        }
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
+        if self.session.is_none() {
+            self.session = Some(self.open().await?);
+        }
+        let Some(session) = self.session.as_mut() else {
+            return Err(Error::ChannelClosed.into());
+        };
+        match session.consumer.next().await {
+            Some(Ok(delivery)) => {
+                let m = &self.metrics.inner;
+                m.delivered.fetch_add(1, Ordering::Relaxed);
+                if delivery.redelivered {
+                    m.redelivered.fetch_add(1, Ordering::Relaxed);
+                }
+                let lapin::message::Delivery { data, .. } = &delivery;
+                let payload = Bytes::copy_from_slice(data);
+                let envelope = headers::to_envelope(self.topology.queue(), &delivery, payload);
+                let acker = AmqpAcker::new(
+                    delivery.acker,
+                    self.publisher.clone(),
+                    Arc::clone(&self.topology),
+                    Arc::clone(&self.metrics.inner),
+                );
+                Ok(Some((envelope, acker)))
+            }
+            Some(Err(e)) => {
+                let err = Error::Amqp {
+                    context: "consume",
+                    source: e,
+                };
+                self.drop_session(&err.to_string()).await;
+                Err(err.into())
+            }
+            None => {
+                self.drop_session("the broker cancelled the consumer").await;
+                Err(Error::ChannelClosed.into())
+            }
+        }
+    }
+
+    async fn close(mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.channel.close(200, "consumer stopped".into()).await;
+            let _ = s.connection.close(200, "consumer stopped".into()).await;
+        }
+        self.publisher.close().await;
+    }
+}

@@ -1,0 +1,264 @@
+//! [`Envelope`]: one delivery as the runtime sees it, read once from the
+//! backend's headers, never failing on bad input.
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::headers::not_utf8;
+use super::{HeaderError, Headers, Origin, names};
+
+/// One delivered message, as the runtime sees it whatever the backend.
+///
+/// Built with [`Envelope::from_parts`], which never fails: headers that are
+/// present but malformed are recorded in [`Envelope::defects`], and the
+/// runtime dead-letters such a message on its first attempt instead of
+/// guessing.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    /// CloudEvents `id`; the position on the broker when the producer set none.
+    pub id: String,
+    /// CloudEvents `type`.
+    pub kind: Option<String>,
+    /// CloudEvents `source`.
+    pub source: Option<String>,
+    /// CloudEvents `subject`.
+    pub subject: Option<String>,
+    /// CloudEvents `time`.
+    pub time: Option<OffsetDateTime>,
+    /// Partition key: messages with the same key are processed in order.
+    pub key: Option<String>,
+    /// Every header as received, framework headers included.
+    pub headers: Headers,
+    /// The body, undecoded.
+    pub payload: Bytes,
+    /// Which delivery attempt this is (1 for the first).
+    pub attempt: u32,
+    /// When an earlier attempt first failed, if one did.
+    pub first_failure: Option<OffsetDateTime>,
+    /// Where it came from.
+    pub origin: Origin,
+    /// Headers present but malformed; non-empty means poison.
+    pub defects: Vec<HeaderError>,
+}
+
+impl Envelope {
+    /// Reads the CloudEvents attributes and framework headers out of a
+    /// received message. `fallback_id` is used when the producer set no
+    /// `ce_id`: it must be stable across redeliveries (the broker position).
+    pub fn from_parts(
+        payload: Bytes,
+        headers: Headers,
+        key: Option<String>,
+        origin: Origin,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Self {
+        // One pass over the headers, each name matched by its length
+        // first; the last value of an attribute wins, as with `Headers::get`.
+        let mut found: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
+        for (name, value) in headers.iter_bytes() {
+            if let Some(attr) = Attr::of(name) {
+                found[attr as usize] = Some(value);
+            }
+        }
+        let mut defects = Vec::new();
+        let mut text = |attr: Attr| {
+            let value = found[attr as usize]?;
+            match std::str::from_utf8(value) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    defects.push(not_utf8(attr.name()));
+                    None
+                }
+            }
+        };
+        let id = text(Attr::Id);
+        let kind = text(Attr::Type).map(str::to_owned);
+        let source = text(Attr::Source).map(str::to_owned);
+        let subject = text(Attr::Subject).map(str::to_owned);
+        let time_raw = text(Attr::Time);
+        let attempt_raw = text(Attr::Attempt);
+        let first_failure_raw = text(Attr::FirstFailure);
+        let header_key = text(Attr::PartitionKey);
+
+        let time = parse_time(names::TIME, time_raw, &mut defects);
+        let first_failure = parse_time(names::FIRST_FAILURE, first_failure_raw, &mut defects);
+        let attempt = match attempt_raw {
+            None => 1,
+            Some(raw) => match raw.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    defects.push(HeaderError {
+                        name: names::ATTEMPT.to_owned(),
+                        reason: format!("is not a positive attempt number: {raw:?}"),
+                    });
+                    1
+                }
+            },
+        };
+        let id = match id {
+            Some(id) if !id.is_empty() => id.to_owned(),
+            Some(_) => {
+                defects.push(HeaderError {
+                    name: names::ID.to_owned(),
+                    reason: "is empty".to_owned(),
+                });
+                fallback_id()
+            }
+            None => fallback_id(),
+        };
+        let key = key.or_else(|| header_key.map(str::to_owned));
+        Self {
+            id,
+            kind,
+            source,
+            subject,
+            time,
+            key,
+            headers,
+            payload,
+            attempt,
+            first_failure,
+            origin,
+            defects,
+        }
+    }
+}
+
+/// The attributes [`Envelope::from_parts`] reads, in the order it reports
+/// their defects.
+#[derive(Clone, Copy)]
+enum Attr {
+    Id,
+    Type,
+    Source,
+    Subject,
+    Time,
+    Attempt,
+    FirstFailure,
+    PartitionKey,
+}
+
+impl Attr {
+    const COUNT: usize = 8;
+
+    /// Every attribute, in defect order.
+    const ALL: [Self; Self::COUNT] = [
+        Self::Id,
+        Self::Type,
+        Self::Source,
+        Self::Subject,
+        Self::Time,
+        Self::Attempt,
+        Self::FirstFailure,
+        Self::PartitionKey,
+    ];
+
+    /// The attribute a header name stands for (case-insensitively):
+    /// `eq_ignore_ascii_case` compares lengths first, so all but one or two
+    /// candidates are ruled out before any bytes are compared.
+    fn of(name: &[u8]) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|a| name.eq_ignore_ascii_case(a.name().as_bytes()))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Id => names::ID,
+            Self::Type => names::TYPE,
+            Self::Source => names::SOURCE,
+            Self::Subject => names::SUBJECT,
+            Self::Time => names::TIME,
+            Self::Attempt => names::ATTEMPT,
+            Self::FirstFailure => names::FIRST_FAILURE,
+            Self::PartitionKey => names::PARTITION_KEY,
+        }
+    }
+}
+
+fn parse_time(
+    name: &str,
+    raw: Option<&str>,
+    defects: &mut Vec<HeaderError>,
+) -> Option<OffsetDateTime> {
+    let raw = raw?;
+    match OffsetDateTime::parse(raw, &Rfc3339) {
+        Ok(t) => Some(t),
+        Err(_) => {
+            defects.push(HeaderError {
+                name: name.to_owned(),
+                reason: format!("is not an RFC 3339 time: {raw:?}"),
+            });
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(headers: Headers) -> Envelope {
+        Envelope::from_parts(Bytes::new(), headers, None, Origin::default(), || {
+            "fallback".into()
+        })
+    }
+
+    #[test]
+    fn reads_cloudevents_attributes_and_attempt() {
+        let h: Headers = [
+            (names::ID, "m-1"),
+            (names::TYPE, "OrderPlaced"),
+            (names::TIME, "2026-01-02T03:04:05Z"),
+            (names::ATTEMPT, "3"),
+            (names::PARTITION_KEY, "k"),
+        ]
+        .into_iter()
+        .collect();
+        let e = env(h);
+        assert_eq!(e.id, "m-1");
+        assert_eq!(e.kind.as_deref(), Some("OrderPlaced"));
+        assert_eq!(e.attempt, 3);
+        assert_eq!(e.key.as_deref(), Some("k"));
+        assert!(e.time.is_some());
+        assert!(e.defects.is_empty());
+    }
+
+    #[test]
+    fn missing_id_uses_the_stable_fallback() {
+        assert_eq!(env(Headers::new()).id, "fallback");
+    }
+
+    #[test]
+    fn malformed_headers_are_defects_not_panics() {
+        let mut h = Headers::new();
+        h.append(names::ID, vec![0xff, 0xfe]);
+        h.append(names::ATTEMPT, "zero");
+        h.append(names::TIME, "yesterday");
+        let e = env(h);
+        let names: Vec<_> = e.defects.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, [names::ID, names::TIME, names::ATTEMPT]);
+        assert_eq!(e.attempt, 1);
+        assert_eq!(e.id, "fallback");
+    }
+
+    #[test]
+    fn attributes_match_any_case_and_the_last_value_wins() {
+        let h: Headers = [
+            ("CE_ID", "first"),
+            ("Ce_Type", "T"),
+            (names::ID, "second"),
+            ("X-Consumer-Attempt", "2"),
+            ("ce_partitionKey", "k"),
+        ]
+        .into_iter()
+        .collect();
+        let e = env(h);
+        assert_eq!(e.id, "second");
+        assert_eq!(e.kind.as_deref(), Some("T"));
+        assert_eq!(e.attempt, 2);
+        assert_eq!(e.key.as_deref(), Some("k"));
+        assert!(e.defects.is_empty());
+    }
+}

@@ -1,0 +1,100 @@
+//! [`Invocation`]: one attempt in progress, as `#[handler]` drives it.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::{DecodeError, Failure, FailureKind, MessageContext, Outcome};
+use crate::envelope::Envelope;
+use crate::error::{BoxError, Error};
+use crate::store::{Claim, DedupStore};
+
+/// What a claim means for the attempt.
+fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
+    match claim {
+        Ok(Claim::Fresh(tx)) => Ok(tx),
+        Ok(Claim::Duplicate) => Err(Outcome::Duplicate),
+        Err(e) => Err(Outcome::Failed(Failure::new(FailureKind::Transient, e))),
+    }
+}
+
+/// One attempt in progress: what `#[handler]`'s expansion drives.
+pub struct Invocation<'a, S> {
+    pub(crate) envelope: &'a Arc<Envelope>,
+    pub(crate) store: &'a S,
+    pub(crate) context: MessageContext,
+}
+
+impl<'a, S: DedupStore> Invocation<'a, S> {
+    pub(crate) fn new(envelope: &'a Arc<Envelope>, store: &'a S, handler: &'static str) -> Self {
+        Self {
+            envelope,
+            store,
+            context: MessageContext::new(Arc::clone(envelope), handler),
+        }
+    }
+
+    /// The delivery.
+    pub fn envelope(&self) -> &Envelope {
+        self.envelope
+    }
+
+    /// The context handed to the handler.
+    pub fn context(&self) -> &MessageContext {
+        &self.context
+    }
+
+    /// Decodes the payload as JSON; a failure is a poison pill.
+    pub fn decode<M: DeserializeOwned>(&self) -> Result<M, Outcome> {
+        serde_json::from_slice(&self.envelope.payload).map_err(|source| {
+            Outcome::Failed(Failure::new(
+                FailureKind::Poison,
+                DecodeError {
+                    type_name: std::any::type_name::<M>(),
+                    source,
+                },
+            ))
+        })
+    }
+
+    /// Begins the transaction and claims `key` in it. `Err(Outcome)` for a
+    /// duplicate or a store that failed.
+    pub async fn begin(&mut self, key: String) -> Result<S::Tx, Outcome> {
+        let claim = self
+            .store
+            .claim(self.context.handler, &key, &self.envelope.id)
+            .await;
+        self.context.idempotency_key = Some(key);
+        claimed(claim)
+    }
+
+    /// [`Invocation::begin`] on the message id, without copying it: the
+    /// context's idempotency key then falls back to the id.
+    pub async fn begin_on_message_id(&mut self) -> Result<S::Tx, Outcome> {
+        self.context.idempotency_key = None;
+        let id = &self.envelope.id;
+        claimed(self.store.claim(self.context.handler, id, id).await)
+    }
+
+    /// Commits; a failed commit is transient (nothing was written).
+    pub async fn commit(&self, tx: S::Tx) -> Outcome {
+        match self.store.commit(tx).await {
+            Ok(()) => Outcome::Processed,
+            Err(e) => Outcome::Failed(Failure::new(FailureKind::Transient, e)),
+        }
+    }
+
+    /// Rolls back and classifies the handler's error.
+    pub async fn fail<E: Into<BoxError>>(&self, tx: S::Tx, terminal: bool, error: E) -> Outcome {
+        if let Err(e) = self.store.rollback(tx).await {
+            // The connection is gone; the server rolls back on its own.
+            tracing::debug!(target: "consumer", error = %e, "rollback failed");
+        }
+        let kind = if terminal {
+            FailureKind::Terminal
+        } else {
+            FailureKind::Transient
+        };
+        Outcome::Failed(Failure::new(kind, error))
+    }
+}

@@ -1,0 +1,53 @@
+//! What one attempt produced, and how a failure is classified.
+
+use crate::error::BoxError;
+
+/// How a failure is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Undecodable or malformed input: never retried.
+    Poison,
+    /// A handler error matched by `terminal = ...`: never retried.
+    Terminal,
+    /// Anything else, database and broker errors included: retried.
+    Transient,
+}
+
+/// A failed attempt.
+#[derive(Debug)]
+pub struct Failure {
+    /// Its class.
+    pub kind: FailureKind,
+    /// The error, with its cause chain.
+    pub error: BoxError,
+}
+
+impl Failure {
+    /// A failure of the given kind.
+    pub fn new(kind: FailureKind, error: impl Into<BoxError>) -> Self {
+        Self {
+            kind,
+            error: error.into(),
+        }
+    }
+}
+
+/// What one attempt produced.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Committed.
+    Processed,
+    /// The key was committed before: nothing ran.
+    Duplicate,
+    /// Rolled back.
+    Failed(Failure),
+}
+
+/// The payload could not be decoded into the handler's message type.
+#[derive(Debug, thiserror::Error)]
+#[error("payload is not a valid `{type_name}` JSON document")]
+pub struct DecodeError {
+    pub(super) type_name: &'static str,
+    #[source]
+    pub(super) source: serde_json::Error,
+}

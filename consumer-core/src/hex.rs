@@ -1,0 +1,12 @@
+//! Lowercase hexadecimal, for digests and bytes that are not text.
+
+/// `bytes` as lowercase hex, two digits per byte.
+pub(crate) fn encode(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}

@@ -1,0 +1,65 @@
+//! One partition of a memory-broker topic: ready messages in offset order,
+//! deliveries not settled yet, and retries waiting for their due time.
+
+use std::collections::{HashMap, VecDeque};
+
+use tokio::time::Instant;
+
+use crate::envelope::Message;
+
+#[derive(Debug, Default)]
+pub(super) struct Partition {
+    next_offset: u64,
+    /// Ready to deliver, in offset order.
+    pub(super) ready: VecDeque<Stored>,
+    /// Delivered and not settled, by offset.
+    pub(super) unacked: HashMap<u64, Stored>,
+    /// Retries waiting for their due time.
+    pub(super) delayed: Vec<(Instant, Message)>,
+    /// The source that owns the partition, as a Kafka assignment.
+    pub(super) owner: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    pub(super) offset: u64,
+    pub(super) message: Message,
+}
+
+impl Partition {
+    pub(super) fn append(&mut self, message: Message) -> u64 {
+        let offset = self.next_offset;
+        self.next_offset += 1;
+        self.ready.push_back(Stored { offset, message });
+        offset
+    }
+
+    /// Puts a delivery back where its offset says, ahead of later messages.
+    pub(super) fn requeue(&mut self, stored: Stored) {
+        let at = self.ready.partition_point(|s| s.offset < stored.offset);
+        self.ready.insert(at, stored);
+    }
+
+    /// Appends the retries that are due, as new messages.
+    pub(super) fn promote_due(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.delayed.len() {
+            if self.delayed[i].0 <= now {
+                let (_, message) = self.delayed.swap_remove(i);
+                self.append(message);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// When the next retry is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.delayed.iter().map(|(d, _)| *d).min()
+    }
+
+    /// Messages not settled: ready, delayed and unacked.
+    pub(super) fn depth(&self) -> usize {
+        self.ready.len() + self.delayed.len() + self.unacked.len()
+    }
+}

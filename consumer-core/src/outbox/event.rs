@@ -1,0 +1,56 @@
+//! [`NewEvent`]: an event to enqueue, serialised before anything is written.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::error::Error;
+
+/// An event to enqueue.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+pub struct NewEvent {
+    pub(crate) aggregate_type: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) event_type: String,
+    pub(crate) payload: String,
+    pub(crate) destination: Option<String>,
+    pub(crate) headers: BTreeMap<String, String>,
+}
+
+impl NewEvent {
+    /// An event of `event_type` about one aggregate, its payload serialised
+    /// to JSON now: a payload that cannot be serialised is an error here,
+    /// before anything is written.
+    pub fn new<T: Serialize + ?Sized>(
+        aggregate_type: impl Into<String>,
+        aggregate_id: impl Into<String>,
+        event_type: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, Error> {
+        let payload = serde_json::to_string(payload).map_err(|source| Error::Serialize {
+            what: "event payload",
+            source,
+        })?;
+        Ok(Self {
+            aggregate_type: aggregate_type.into(),
+            aggregate_id: aggregate_id.into(),
+            event_type: event_type.into(),
+            payload,
+            destination: None,
+            headers: BTreeMap::new(),
+        })
+    }
+
+    /// Publishes to this destination instead of the outbox's default.
+    pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
+        self.destination = Some(destination.into());
+        self
+    }
+
+    /// Adds a header to the published message.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+}

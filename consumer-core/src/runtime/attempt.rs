@@ -1,0 +1,183 @@
+//! One delivery's attempts: pre-check, run the handler in its span,
+//! classify, and decide the outcome (ack, retry in place or through the
+//! broker, dead letter).
+
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use super::panic::CatchUnwind;
+use super::{Shared, jitter};
+use crate::dead_letter::DeadLetterKind;
+use crate::envelope::{Envelope, HeaderError};
+use crate::error::BoxError;
+use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
+use crate::retry::RetryMode;
+use crate::settle::RetryCopy;
+use crate::source::Acker;
+use crate::stats::Counter;
+use crate::store::{DedupStore, FailureRecord};
+use crate::trace;
+
+/// Input rejected before the handler runs: always a poison pill.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// Headers present but malformed.
+    #[error("malformed headers: {}", join(.0))]
+    MalformedHeaders(Vec<HeaderError>),
+    /// Payload over the configured limit.
+    #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+fn join(errors: &[HeaderError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl<S, H, A> Shared<S, H, A>
+where
+    S: DedupStore,
+    H: Handler<S>,
+    A: Acker,
+{
+    /// Runs attempts until the delivery is settled or released.
+    pub(super) async fn process(&self, mut envelope: Arc<Envelope>, mut acker: A) {
+        let name = self.handler.name();
+        let policy = self.handler.retry_policy();
+        let mut failed_here = false;
+        loop {
+            let outcome = match self.precheck(&envelope) {
+                Err(e) => Outcome::Failed(Failure::new(FailureKind::Poison, e)),
+                Ok(()) => self.attempt(&envelope).await,
+            };
+            let failure = match outcome {
+                Outcome::Processed => {
+                    self.stats.incr(Counter::Processed);
+                    if (failed_here || envelope.attempt > 1)
+                        && let Err(e) = self.store.clear_failures(name, &envelope.id).await
+                    {
+                        tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
+                    }
+                    return self.ack(acker).await;
+                }
+                Outcome::Duplicate => {
+                    self.stats.incr(Counter::Duplicates);
+                    tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
+                    return self.ack(acker).await;
+                }
+                Outcome::Failed(f) => f,
+            };
+            let kind = match failure.kind {
+                FailureKind::Poison => Some(DeadLetterKind::Poison),
+                FailureKind::Terminal => Some(DeadLetterKind::Terminal),
+                FailureKind::Transient => None,
+            };
+            if let Some(kind) = kind {
+                let attempts = envelope.attempt;
+                return self
+                    .dead_letter(&envelope, acker, kind, &*failure.error, attempts, None)
+                    .await;
+            }
+
+            failed_here = true;
+            let record = self.record_failure(&envelope, &failure.error).await;
+            if !policy.should_retry(record.attempts) {
+                return self
+                    .dead_letter(
+                        &envelope,
+                        acker,
+                        DeadLetterKind::Exhausted,
+                        &*failure.error,
+                        record.attempts,
+                        Some(record.first_failure),
+                    )
+                    .await;
+            }
+            let delay = jitter(&policy, record.attempts);
+            self.stats.incr(Counter::Retries);
+            tracing::warn!(
+                target: "consumer",
+                handler = name,
+                message_id = %envelope.id,
+                attempt = record.attempts,
+                ?delay,
+                error = %failure.error,
+                "transient failure; retrying"
+            );
+            let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
+            if policy.mode() == RetryMode::Redeliver {
+                match self.redeliver(acker, &copy).await {
+                    Some(refused) => acker = refused,
+                    None => return,
+                }
+            }
+            // In place (the mode, or the fallback for a refused copy).
+            if !self.sleep_unless_stopping(delay).await {
+                return self.release(acker).await;
+            }
+            let mut next = Envelope::clone(&envelope);
+            next.attempt = copy.attempt;
+            next.first_failure = Some(copy.first_failure);
+            envelope = Arc::new(next);
+        }
+    }
+
+    fn precheck(&self, envelope: &Envelope) -> Result<(), InputError> {
+        if !envelope.defects.is_empty() {
+            return Err(InputError::MalformedHeaders(envelope.defects.clone()));
+        }
+        if envelope.payload.len() > self.max_payload_bytes {
+            return Err(InputError::TooLarge {
+                size: envelope.payload.len(),
+                limit: self.max_payload_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    async fn attempt(&self, envelope: &Arc<Envelope>) -> Outcome {
+        let span = trace::consume_span(envelope, self.handler.name(), self.system);
+        let mut invocation = Invocation::new(envelope, &self.store, self.handler.name());
+        let run = CatchUnwind::new(self.handler.handle(&mut invocation)).instrument(span);
+        match run.await {
+            Ok(outcome) => outcome,
+            Err(panic) => Outcome::Failed(Failure::new(FailureKind::Terminal, panic)),
+        }
+    }
+
+    async fn record_failure(&self, envelope: &Envelope, error: &BoxError) -> FailureRecord {
+        let name = self.handler.name();
+        match self
+            .store
+            .record_failure(name, &envelope.id, &error.to_string())
+            .await
+        {
+            Ok(r) => FailureRecord {
+                attempts: r.attempts.max(envelope.attempt),
+                first_failure: r.first_failure,
+            },
+            Err(e) => {
+                // The count still travels with the message (in-memory attempt
+                // number, header on redelivery); only a crash now resets it.
+                tracing::warn!(target: "consumer", error = %e, "could not record the failed attempt");
+                FailureRecord {
+                    attempts: envelope.attempt,
+                    first_failure: envelope
+                        .first_failure
+                        .unwrap_or_else(OffsetDateTime::now_utc),
+                }
+            }
+        }
+    }
+}

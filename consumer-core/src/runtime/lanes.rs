@@ -1,0 +1,106 @@
+//! Per-key lanes: each partition key's deliveries run one at a time, in
+//! arrival order; different keys run in parallel.
+//!
+//! A lane exists while its key has deliveries queued or running: the first
+//! delivery of an idle key starts a lane task, which takes the key's next
+//! delivery until none is left. A delivery without a key gets a lane of its
+//! own (its id). Lanes are found by a keyed hash of the key (SipHash with a
+//! random key, so producers cannot aim at collisions): two keys whose
+//! 64-bit hashes collide would share a lane, which costs parallelism, never
+//! order.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::{Arc, PoisonError};
+
+use super::{Job, Shared};
+use crate::envelope::Envelope;
+use crate::handler::Handler;
+use crate::source::Acker;
+use crate::store::DedupStore;
+
+/// Queued jobs by lane id (the keyed hash of their partition key): one
+/// hash per delivery, and no copy of the key.
+pub(super) type Lanes<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
+
+/// Hashes a lane id, already a keyed hash, as itself.
+#[derive(Default)]
+pub(super) struct LaneIdHasher(u64);
+
+impl Hasher for LaneIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+fn lane_key(envelope: &Envelope) -> &str {
+    envelope.key.as_deref().unwrap_or(&envelope.id)
+}
+
+impl<S, H, A> Shared<S, H, A>
+where
+    S: DedupStore,
+    H: Handler<S>,
+    A: Acker,
+{
+    /// Queues `job` behind its key's lane, or returns it with its lane id
+    /// when the key has no lane and one must be started.
+    pub(super) fn enqueue(&self, job: Job<A>) -> Option<(u64, Job<A>)> {
+        let lane = self.lane_keys.hash_one(lane_key(&job.envelope));
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        match lanes.entry(lane) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push_back(job);
+                None
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(VecDeque::new());
+                Some((lane, job))
+            }
+        }
+    }
+
+    /// Runs the lane's deliveries until its queue is empty; after shutdown
+    /// began, releases them instead.
+    pub(super) async fn run_lane(self: Arc<Self>, lane: u64, first: Job<A>) {
+        let mut job = first;
+        loop {
+            if *self.stop.borrow() {
+                self.release(job.acker).await;
+                self.stats.leave(None);
+            } else {
+                let received = job.received;
+                self.process(job.envelope, job.acker).await;
+                self.stats.leave(Some(received.elapsed()));
+            }
+            let next = {
+                let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+                match lanes.entry(lane) {
+                    Entry::Occupied(mut queue) => {
+                        let next = queue.get_mut().pop_front();
+                        if next.is_none() {
+                            queue.remove();
+                        }
+                        next
+                    }
+                    Entry::Vacant(_) => None,
+                }
+            };
+            match next {
+                Some(j) => job = j,
+                None => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The consumer loop: take deliveries, hand them to per-key lanes, drain on
+//! shutdown.
+//!
+//! * A semaphore of `max_in_flight` permits bounds the deliveries held at
+//!   once (queued in a lane, running, or waiting for an in-place retry);
+//!   when none is free the loop stops taking from the source, which is the
+//!   backpressure.
+//! * Each partition key has at most one lane task at a time ([`lanes`]),
+//!   which runs the key's deliveries strictly in arrival order; different
+//!   keys run in parallel.
+//! * Each delivery runs attempts until it is settled ([`attempt`]); the
+//!   settle steps and their fallbacks are in [`settle`].
+//! * Shutdown stops taking deliveries, lets running attempts finish (up to
+//!   the shutdown timeout), and releases everything else unsettled: queued
+//!   deliveries and in-place retries that are waiting. Released deliveries
+//!   are redelivered by the broker; nothing is lost.
+
+mod attempt;
+mod lanes;
+mod panic;
+mod settle;
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+
+pub use attempt::InputError;
+pub use panic::HandlerPanicked;
+
+use crate::envelope::Envelope;
+use crate::error::Error;
+use crate::handler::Handler;
+use crate::retry::{RetryMode, RetryPolicy};
+use crate::source::Source;
+use crate::stats::{Counter, Stats};
+use crate::store::DedupStore;
+use lanes::Lanes;
+
+/// Backoff for settle steps (dead letter, retry copy) and source errors.
+const STEP_BACKOFF: RetryPolicy =
+    RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(5), u32::MAX);
+
+/// Runs one handler over one source with one store.
+///
+/// ```no_run
+/// # async fn demo<S, H>(source: S, store: consumer_core::SqliteStore, handler: H)
+/// # where S: consumer_core::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
+/// use consumer_core::Consumer;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// Consumer::new(source, store, handler)
+///     .with_max_in_flight(512)
+///     .run_until(async { let _ = stopped.await; })
+///     .await
+///     .expect("consumer failed");
+/// # }
+/// ```
+pub struct Consumer<Src, S, H> {
+    source: Src,
+    store: S,
+    handler: H,
+    max_in_flight: usize,
+    max_payload_bytes: usize,
+    shutdown_timeout: Duration,
+    settle_timeout: Duration,
+    stats: Arc<Stats>,
+}
+
+impl<Src, S, H> Consumer<Src, S, H>
+where
+    Src: Source,
+    S: DedupStore,
+    H: Handler<S>,
+{
+    /// A consumer with the defaults: 256 deliveries in flight, payloads up
+    /// to 1 MiB, 30 s to finish running work at shutdown, 30 s for a settle
+    /// step that can heal.
+    pub fn new(source: Src, store: S, handler: H) -> Self {
+        Self {
+            source,
+            store,
+            handler,
+            max_in_flight: 256,
+            max_payload_bytes: 1024 * 1024,
+            shutdown_timeout: Duration::from_secs(30),
+            settle_timeout: Duration::from_secs(30),
+            stats: Arc::default(),
+        }
+    }
+
+    /// Most deliveries held at once (the memory bound).
+    pub fn with_max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// Payloads larger than this are dead-lettered as poison unread.
+    pub fn with_max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+
+    /// How long shutdown waits for running attempts before abandoning them
+    /// unsettled (the broker redelivers them).
+    pub fn with_shutdown_timeout(mut self, t: Duration) -> Self {
+        self.shutdown_timeout = t;
+        self
+    }
+
+    /// How long a settle step (a dead letter, a retry copy, the
+    /// dead-letter table) keeps trying, with backoff, while its failure can
+    /// heal (a broker or database that is down) before it takes its
+    /// fallback; failures that cannot heal take it at once. Default 30 s.
+    pub fn with_settle_timeout(mut self, t: Duration) -> Self {
+        self.settle_timeout = t;
+        self
+    }
+
+    /// Live counters; clone the `Arc` before `run_until`.
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Refuses, before the first delivery, what could only fail at run time.
+    fn check(&self) -> Result<(), Error> {
+        let policy = self.handler.retry_policy();
+        if self.store.retention() <= policy.max_window() {
+            return Err(Error::RetentionTooShort {
+                handler: self.handler.name().to_owned(),
+                retention: self.store.retention(),
+                window: policy.max_window(),
+            });
+        }
+        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
+            self.source
+                .check_redelivery(policy.longest_delay())
+                .map_err(|reason| Error::RetryUnsupported {
+                    handler: self.handler.name().to_owned(),
+                    system: self.source.system(),
+                    reason,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Consumes until `shutdown` completes or the source closes, then drains.
+    ///
+    /// Fails at once, before taking a delivery, when the store's retention
+    /// is shorter than the handler's longest retry window or when the
+    /// source cannot serve the handler's retry mode; later only on a source
+    /// error that is not retriable.
+    pub async fn run_until<F>(self, shutdown: F) -> Result<(), Error>
+    where
+        F: Future<Output = ()> + Send,
+    {
+        self.check()?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut source = self.source;
+        let shared = Arc::new(Shared {
+            system: source.system(),
+            store: self.store,
+            handler: self.handler,
+            stats: self.stats,
+            max_payload_bytes: self.max_payload_bytes,
+            settle_timeout: self.settle_timeout,
+            lanes: Mutex::new(Lanes::default()),
+            lane_keys: RandomState::new(),
+            stop: stop_rx,
+        });
+        let permits = Arc::new(Semaphore::new(self.max_in_flight));
+        let mut lanes: JoinSet<()> = JoinSet::new();
+        let mut source_errors = 0u32;
+        tokio::pin!(shutdown);
+
+        let result = loop {
+            while lanes.try_join_next().is_some() {}
+            let permit = tokio::select! {
+                biased;
+                () = &mut shutdown => break Ok(()),
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break Ok(()),
+                },
+            };
+            let next = tokio::select! {
+                biased;
+                () = &mut shutdown => break Ok(()),
+                r = source.recv() => r,
+            };
+            match next {
+                Ok(Some((envelope, acker))) => {
+                    source_errors = 0;
+                    shared.stats.incr(Counter::Received);
+                    shared.stats.enter();
+                    let job = Job {
+                        envelope: Arc::new(envelope),
+                        acker,
+                        received: Instant::now(),
+                        _permit: permit,
+                    };
+                    if let Some((lane, first)) = shared.enqueue(job) {
+                        lanes.spawn(Arc::clone(&shared).run_lane(lane, first));
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) if e.is_retriable() => {
+                    source_errors = source_errors.saturating_add(1);
+                    let delay = jitter(&STEP_BACKOFF, source_errors);
+                    tracing::warn!(target: "consumer", error = %e, ?delay, "source failed; trying again");
+                    tokio::select! {
+                        () = &mut shutdown => break Ok(()),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+
+        shared.stats.set_draining();
+        let _ = stop_tx.send(true);
+        let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
+        let drained = tokio::time::timeout(self.shutdown_timeout, permits.acquire_many(all)).await;
+        if drained.is_err() {
+            tracing::error!(
+                target: "consumer",
+                in_flight = shared.stats.snapshot().in_flight,
+                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
+            );
+            lanes.abort_all();
+        }
+        while lanes.join_next().await.is_some() {}
+        drop(shared);
+        source.close().await;
+        result
+    }
+}
+
+/// One delivery held by the runtime, with its in-flight permit.
+struct Job<A> {
+    envelope: Arc<Envelope>,
+    acker: A,
+    received: Instant,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// What every lane task of one consumer shares.
+struct Shared<S, H, A> {
+    system: &'static str,
+    store: S,
+    handler: H,
+    stats: Arc<Stats>,
+    max_payload_bytes: usize,
+    settle_timeout: Duration,
+    lanes: Mutex<Lanes<A>>,
+    /// Hashes partition keys into lane ids.
+    lane_keys: RandomState,
+    stop: watch::Receiver<bool>,
+}
+
+impl<S, H, A> Shared<S, H, A> {
+    /// Sleeps; `false` when shutdown began first.
+    async fn sleep_unless_stopping(&self, delay: Duration) -> bool {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => true,
+            _ = stop.wait_for(|s| *s) => false,
+        }
+    }
+}
+
+/// A delay drawn from the thread's RNG, dropped before any `.await`.
+fn jitter(policy: &RetryPolicy, failed_attempt: u32) -> Duration {
+    policy.delay(failed_attempt, &mut rand::rng())
+}

@@ -1,0 +1,108 @@
+//! [`DedupStore`]: what the runtime needs from a store, whichever it is.
+
+use std::future::Future;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::dead_letter::DeadLetter;
+use crate::error::Error;
+
+/// What the store knows of a message's failures after recording one more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureRecord {
+    /// Failed attempts so far, this one included.
+    pub attempts: u32,
+    /// When the first one failed.
+    pub first_failure: OffsetDateTime,
+}
+
+/// What the runtime needs from a store: claim a key inside a transaction
+/// the handler then receives, and record failures outside it.
+///
+/// Implemented by [`Store`] (PostgreSQL, SQLite: durable) and
+/// [`MemoryStore`] (in process: tests, benchmarks, throwaway demos).
+pub trait DedupStore: Clone + Send + Sync + 'static {
+    /// The transaction a handler receives: it already holds the dedup row.
+    type Tx: Send + 'static;
+    /// Held while a dead letter is being published; committed after the
+    /// broker confirms it.
+    type Mark: Send + 'static;
+
+    /// Begins a transaction and claims `key` for `handler` in it, with one
+    /// atomic insert (never a read then a write).
+    fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<Claim<Self::Tx>, Error>> + Send;
+
+    /// Commits business writes and the dedup row together.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Rolls everything back, the dedup row included.
+    fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Records one more failed attempt, durably and outside any rolled-back
+    /// transaction; returns the count so far.
+    fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<FailureRecord, Error>> + Send;
+
+    /// Forgets the failures of a message that finally succeeded.
+    fn clear_failures(
+        &self,
+        handler: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Marks a message as dead-lettered, uncommitted. `None` when it was
+    /// marked before (a redelivery after a crash): ack it without a second
+    /// dead letter.
+    fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> impl Future<Output = Result<Option<Self::Mark>, Error>> + Send;
+
+    /// Commits the mark, after the broker confirmed the dead letter.
+    fn commit_dead_letter(
+        &self,
+        mark: Self::Mark,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Rolls the mark back: the letter goes elsewhere (the dead-letter
+    /// table) or the delivery is released.
+    fn abandon_dead_letter(
+        &self,
+        mark: Self::Mark,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Marks the message as dead-lettered and writes `letter`, payload
+    /// included, to the store's dead-letter table, in one transaction: the
+    /// fallback for a letter the broker refused for good. `refusal` says
+    /// why it is not on the broker. `Ok(false)` when it was marked before
+    /// (nothing is written).
+    fn store_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        refusal: &str,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// How long a key is remembered.
+    fn retention(&self) -> Duration;
+}
+
+/// The result of claiming a key.
+#[derive(Debug)]
+pub enum Claim<T> {
+    /// First time: the transaction holds the new dedup row.
+    Fresh(T),
+    /// Committed before: nothing to do but ack.
+    Duplicate,
+}

@@ -1,0 +1,225 @@
+//! [`Store`]: the dedup, attempt and dead-letter store on a PostgreSQL or
+//! SQLite pool.
+
+use std::time::Duration;
+
+use sqlx::{Database, Pool};
+use time::OffsetDateTime;
+
+use super::{Claim, DedupStore, FailureRecord, LetterRow, StoreDatabase, Tx};
+use crate::dead_letter::DeadLetter;
+use crate::error::Error;
+
+/// The dedup and attempt store on one database pool.
+#[derive(Debug)]
+pub struct Store<DB: Database> {
+    pool: Pool<DB>,
+    retention: Duration,
+    purge_batch: u32,
+}
+
+impl<DB: Database> Clone for Store<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            retention: self.retention,
+            purge_batch: self.purge_batch,
+        }
+    }
+}
+
+/// The store on PostgreSQL.
+#[cfg(feature = "postgres")]
+pub type PgStore = Store<sqlx::Postgres>;
+/// The store on SQLite.
+#[cfg(feature = "sqlite")]
+pub type SqliteStore = Store<sqlx::Sqlite>;
+
+impl<DB: StoreDatabase> Store<DB> {
+    /// A store on `pool` with a 7-day retention. Run [`Store::migrate`] once
+    /// before use (it is idempotent).
+    pub fn new(pool: Pool<DB>) -> Self {
+        Self {
+            pool,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            purge_batch: 1000,
+        }
+    }
+
+    /// How long a dedup key is remembered. The consumer refuses to start
+    /// when this is shorter than its handler's longest retry window.
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Rows deleted per statement by [`Store::purge`] (default 1000), so a
+    /// purge never holds long locks.
+    pub fn with_purge_batch(mut self, rows: u32) -> Self {
+        self.purge_batch = rows.max(1);
+        self
+    }
+
+    /// The configured retention.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The pool, for the application's own queries.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// Creates or upgrades the tables (`consumer_processed`,
+    /// `consumer_attempts`, `consumer_dead_letters` and the outbox's),
+    /// tracked in [`MIGRATIONS_TABLE`].
+    pub async fn migrate(&self) -> Result<(), Error> {
+        DB::migrate(&self.pool).await
+    }
+
+    /// Begins a transaction and claims `key` for `handler` in it.
+    pub async fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<Claim<Tx<DB>>, Error> {
+        let mut tx = self.pool.begin().await?;
+        if DB::claim(&mut tx, handler, key, message_id).await? {
+            Ok(Claim::Fresh(Tx { inner: tx }))
+        } else {
+            tx.commit().await?;
+            Ok(Claim::Duplicate)
+        }
+    }
+
+    /// Records one more failed attempt (in its own transaction, so a
+    /// rollback of the business transaction does not erase it).
+    pub async fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<FailureRecord, Error> {
+        Ok(DB::record_failure(&self.pool, handler, message_id, error).await?)
+    }
+
+    /// Forgets the failures of a message that finally succeeded.
+    pub async fn clear_failures(&self, handler: &str, message_id: &str) -> Result<(), Error> {
+        Ok(DB::clear_failures(&self.pool, handler, message_id).await?)
+    }
+
+    /// Begins the transaction that marks a message as dead-lettered. `None`
+    /// when it was dead-lettered before (a redelivery after a crash): the
+    /// caller acks it without a second dead letter. Commit the transaction
+    /// only after the dead letter is confirmed.
+    pub async fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<Option<sqlx::Transaction<'static, DB>>, Error> {
+        let mut tx = self.pool.begin().await?;
+        if DB::mark_dead_lettered(&mut tx, handler, message_id, error).await? {
+            Ok(Some(tx))
+        } else {
+            tx.rollback().await?;
+            Ok(None)
+        }
+    }
+
+    /// Marks and stores a dead letter in one transaction; see
+    /// [`DedupStore::store_dead_letter`].
+    pub async fn store_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        refusal: &str,
+    ) -> Result<bool, Error> {
+        let mut tx = self.pool.begin().await?;
+        if !DB::mark_dead_lettered(&mut tx, &letter.handler, &letter.message_id, &letter.error)
+            .await?
+        {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        DB::insert_dead_letter(&mut tx, &LetterRow::of(letter, refusal)).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Deletes dedup and attempt rows older than the retention, in batches
+    /// of [`Store::with_purge_batch`] rows; returns how many went.
+    pub async fn purge(&self) -> Result<u64, Error> {
+        let cutoff = OffsetDateTime::now_utc() - self.retention;
+        let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        let mut total = 0;
+        loop {
+            let n = DB::purge_batch(&self.pool, cutoff_ms, i64::from(self.purge_batch)).await?;
+            total += n;
+            if n < u64::from(self.purge_batch) {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl<DB: StoreDatabase> DedupStore for Store<DB> {
+    type Tx = Tx<DB>;
+    type Mark = sqlx::Transaction<'static, DB>;
+
+    async fn claim(
+        &self,
+        handler: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<Claim<Tx<DB>>, Error> {
+        Store::claim(self, handler, key, message_id).await
+    }
+
+    async fn commit(&self, tx: Tx<DB>) -> Result<(), Error> {
+        tx.commit().await
+    }
+
+    async fn rollback(&self, tx: Tx<DB>) -> Result<(), Error> {
+        tx.rollback().await
+    }
+
+    async fn record_failure(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<FailureRecord, Error> {
+        Store::record_failure(self, handler, message_id, error).await
+    }
+
+    async fn clear_failures(&self, handler: &str, message_id: &str) -> Result<(), Error> {
+        Store::clear_failures(self, handler, message_id).await
+    }
+
+    async fn begin_dead_letter(
+        &self,
+        handler: &str,
+        message_id: &str,
+        error: &str,
+    ) -> Result<Option<Self::Mark>, Error> {
+        Store::begin_dead_letter(self, handler, message_id, error).await
+    }
+
+    async fn commit_dead_letter(&self, mark: Self::Mark) -> Result<(), Error> {
+        Ok(mark.commit().await?)
+    }
+
+    async fn abandon_dead_letter(&self, mark: Self::Mark) -> Result<(), Error> {
+        Ok(mark.rollback().await?)
+    }
+
+    async fn store_dead_letter(&self, letter: &DeadLetter, refusal: &str) -> Result<bool, Error> {
+        Store::store_dead_letter(self, letter, refusal).await
+    }
+
+    fn retention(&self) -> Duration {
+        self.retention
+    }
+}

@@ -1,0 +1,45 @@
+//! Test and benchmark support (feature `testing`): fault injection over any
+//! backend, a fresh PostgreSQL schema per test, spans exported to memory.
+//!
+//! One set of fault-injecting wrappers, written once: [`FaultySource`] and its
+//! [`FaultyAcker`] wrap any [`Source`](crate::Source) and its acker;
+//! [`FaultyPublisher`] wraps any [`Publisher`](crate::Publisher). They share
+//! one [`Faults`] handle, through which a test arms what goes wrong next:
+//!
+//! * [`Faults::duplicate_next_publishes`]: the publisher sends the next
+//!   messages twice, as a producer retry after a lost confirm does;
+//! * [`Faults::lose_next_acks`]: the consumer process "dies" between its
+//!   database commit and its ack: the delivery is never settled (no
+//!   destructor runs, as in a real crash), and once the deliveries the
+//!   source still held have settled, the source is closed and a new one is
+//!   started, as a restarted process would be; the broker delivers the
+//!   lost one again;
+//! * [`Faults::fail_next_publishes`]: the next dead-letter, retry-copy and
+//!   publisher sends fail with an error that can heal;
+//! * [`Faults::refuse_dead_letters`] and [`Faults::refuse_retries`]: the
+//!   broker refuses every dead letter or retry copy for good, for a given
+//!   reason, until cleared.
+//!
+//! Real refusals (a dead-letter topic that does not exist, a producer size
+//! limit, a queue deleted under the consumer) are arranged by each
+//! backend's tests where the broker can produce them; these wrappers are
+//! for what cannot be arranged from outside (exactly N failures, then
+//! recovery).
+
+mod acker;
+mod faults;
+mod publisher;
+mod source;
+
+pub use acker::FaultyAcker;
+pub use faults::Faults;
+pub use publisher::FaultyPublisher;
+pub use source::{FaultySource, Restart};
+
+#[cfg(feature = "postgres")]
+mod postgres;
+mod spans;
+
+#[cfg(feature = "postgres")]
+pub use postgres::{FreshSchema, ServiceUnavailable, database_url};
+pub use spans::{in_memory_spans, trace_id_of};

@@ -1,0 +1,168 @@
+//! The offset ledger: per assigned partition, the records pending and the
+//! position that is safe to commit.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use super::Delivery;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Tp {
+    pub(super) topic: Arc<str>,
+    pub(super) partition: i32,
+}
+
+/// Hashes [`Tp`]s for the partition map, which is looked up twice per
+/// record (receipt and settle). Its keys are the consumer's own topics and
+/// the partitions the group assigned, nothing a producer chooses, so it
+/// needs no defence against aimed collisions (SipHash's cost): a
+/// multiply-rotate over 8-byte words, as rustc's `FxHasher` does.
+#[derive(Default)]
+pub(super) struct TpHasher(u64);
+
+impl TpHasher {
+    pub(super) fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for TpHasher {
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits weakest; the table indexes by them.
+        self.0.rotate_left(26)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        self.add(u64::from(n.cast_unsigned()));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Shared {
+    pub(super) state: Mutex<State>,
+    /// Signalled when a record of a revoking partition settles.
+    pub(super) settled: Condvar,
+    /// Signalled when a full partition is back to three quarters.
+    pub(super) room: Condvar,
+    /// Something settled: positions may have moved, paused partitions may resume.
+    pub(super) dirty: AtomicBool,
+    pub(super) closing: AtomicBool,
+    /// The consumer is closed: it has left its group.
+    pub(super) closed: AtomicBool,
+    pub(super) delivered: AtomicU64,
+    pub(super) assigns: AtomicU64,
+    pub(super) revokes: AtomicU64,
+    pub(super) revoke_timeouts: AtomicU64,
+    pub(super) lost: AtomicU64,
+    pub(super) commit_failures: AtomicU64,
+    pub(super) close_timeouts: AtomicU64,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) partitions: HashMap<Tp, Partition, BuildHasherDefault<TpHasher>>,
+    pub(super) next_epoch: u64,
+}
+
+pub(super) struct Partition {
+    pub(super) epoch: u64,
+    /// Received and not settled (handed out, queued, or parked).
+    pub(super) pending: BTreeSet<i64>,
+    /// The offset after the last record received.
+    pub(super) next: Option<i64>,
+    /// The position last stored for commit.
+    pub(super) stored: Option<i64>,
+    /// Held by the runtime (handed out by `recv`, not settled).
+    pub(super) taken: usize,
+    pub(super) released: u64,
+    pub(super) paused: bool,
+    /// Reached `max_per_partition` records pending (not paused yet).
+    pub(super) full: bool,
+    /// `pending` at or below which a full partition has room again.
+    pub(super) low_water: usize,
+    pub(super) parked: Option<Parked>,
+    pub(super) revoking: bool,
+    pub(super) high_watermark: Option<i64>,
+    pub(super) committed: Option<i64>,
+}
+
+pub(super) struct Parked {
+    pub(super) delivery: Delivery,
+    pub(super) due: Instant,
+}
+
+impl Partition {
+    pub(super) fn new(epoch: u64) -> Self {
+        Self {
+            epoch,
+            pending: BTreeSet::new(),
+            next: None,
+            stored: None,
+            taken: 0,
+            released: 0,
+            paused: false,
+            full: false,
+            low_water: 0,
+            parked: None,
+            revoking: false,
+            high_watermark: None,
+            committed: None,
+        }
+    }
+
+    /// The offset to commit: the lowest unfinished record, or the one after
+    /// the last received.
+    pub(super) fn position(&self) -> Option<i64> {
+        self.pending.first().copied().or(self.next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_is_the_lowest_unfinished_record() {
+        let mut p = Partition::new(1);
+        assert_eq!(p.position(), None, "nothing received: nothing to commit");
+        for o in [10, 11, 12, 15] {
+            p.pending.insert(o);
+            p.next = Some(o + 1);
+        }
+        assert_eq!(p.position(), Some(10));
+        // Later records finish first: the position stays.
+        p.pending.remove(&12);
+        p.pending.remove(&15);
+        assert_eq!(p.position(), Some(10));
+        p.pending.remove(&10);
+        assert_eq!(p.position(), Some(11));
+        // Everything done: after the last record, across offset gaps.
+        p.pending.remove(&11);
+        assert_eq!(p.position(), Some(16));
+    }
+}

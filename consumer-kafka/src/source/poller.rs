@@ -1,0 +1,289 @@
+//! The poll thread: takes records, holds off or pauses full partitions,
+//! parks retry copies until due, stores positions.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use consumer_core::settle::due_in;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message as _;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+
+use super::Delivery;
+use super::ledger::{Parked, Shared, Tp};
+use super::rebalance::Ctx;
+use crate::error::Error;
+use crate::headers;
+use crate::topics::Topics;
+
+/// Owns the consumer; runs on its own thread.
+pub(super) struct Poller {
+    consumer: BaseConsumer<Ctx>,
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Delivery>,
+    topics: Arc<Topics>,
+    max_per_partition: usize,
+    max_poll_stall: Duration,
+    interned: Vec<Arc<str>>,
+}
+
+/// Positions are stored at most this often while records flow.
+const STORE_EVERY: Duration = Duration::from_millis(5);
+
+impl Poller {
+    pub(super) fn new(
+        consumer: BaseConsumer<Ctx>,
+        shared: Arc<Shared>,
+        tx: mpsc::UnboundedSender<Delivery>,
+        topics: Arc<Topics>,
+        max_per_partition: usize,
+        max_poll_stall: Duration,
+    ) -> Self {
+        Self {
+            consumer,
+            shared,
+            tx,
+            topics,
+            max_per_partition,
+            max_poll_stall,
+            interned: Vec::new(),
+        }
+    }
+
+    pub(super) fn run(mut self) -> Result<(), Error> {
+        let mut last_housekeeping = Instant::now();
+        let mut waiting = false;
+        let result = loop {
+            if self.shared.closing.load(Ordering::SeqCst) || self.tx.is_closed() {
+                break Ok(());
+            }
+            self.wait_for_room();
+            let timeout = if waiting {
+                Duration::from_millis(5)
+            } else {
+                Duration::from_millis(100)
+            };
+            let idle = match self.consumer.poll(timeout) {
+                None => true,
+                Some(Ok(record)) => {
+                    let tp = Tp {
+                        topic: intern(&mut self.interned, record.topic()),
+                        partition: record.partition(),
+                    };
+                    self.take(tp, &record);
+                    false
+                }
+                Some(Err(e)) => {
+                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        break Err(Error::Fatal { code, reason });
+                    }
+                    tracing::warn!(target: "consumer_kafka", error = %e, "poll error (librdkafka retries by itself)");
+                    true
+                }
+            };
+            if idle
+                || waiting
+                || (self.shared.dirty.load(Ordering::Relaxed)
+                    && last_housekeeping.elapsed() >= STORE_EVERY)
+            {
+                waiting = self.housekeeping();
+                last_housekeeping = Instant::now();
+            }
+        };
+        self.housekeeping();
+        self.commit_all();
+        // Dropping the consumer closes it: it leaves the group, running the
+        // revoke callback, which commits again (nothing is held by then).
+        result
+    }
+
+    /// Holds off polling while a partition is full (see the module docs),
+    /// storing offsets meanwhile; pauses the partitions still full after
+    /// the stall limit.
+    fn wait_for_room(&self) {
+        let mut started: Option<Instant> = None;
+        loop {
+            let mut pause = TopicPartitionList::new();
+            {
+                let mut state = self.shared.lock();
+                let mut full = false;
+                for (tp, p) in &mut state.partitions {
+                    if !p.full {
+                        continue;
+                    }
+                    if p.paused || p.revoking || p.pending.len() <= p.low_water {
+                        p.full = false;
+                    } else if started.is_some_and(|t| t.elapsed() >= self.max_poll_stall) {
+                        p.full = false;
+                        p.paused = true;
+                        pause.add_partition(&tp.topic, tp.partition);
+                    } else {
+                        full = true;
+                    }
+                }
+                if full && !self.shared.closing.load(Ordering::SeqCst) {
+                    started.get_or_insert_with(Instant::now);
+                    // Woken by the settle that makes room; the timeout
+                    // bounds the wait for the stall check and offset stores.
+                    drop(
+                        self.shared
+                            .room
+                            .wait_timeout(state, Duration::from_millis(5))
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                } else if pause.count() == 0 {
+                    return;
+                }
+            }
+            if pause.count() > 0 {
+                tracing::debug!(target: "consumer_kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
+                if let Err(e) = self.consumer.pause(&pause) {
+                    tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                }
+                return;
+            }
+            if self.shared.dirty.load(Ordering::Relaxed) {
+                self.housekeeping();
+            }
+        }
+    }
+
+    /// Records one fetched record as pending and hands it out (or parks it).
+    fn take(&self, tp: Tp, record: &rdkafka::message::BorrowedMessage<'_>) {
+        let offset = record.offset();
+        let envelope = headers::envelope_of(record, &tp.topic);
+        let due = if self.topics.retry_topic() == Some(&*tp.topic) {
+            due_in(&envelope.headers)
+        } else {
+            None
+        };
+        let pause;
+        {
+            let mut state = self.shared.lock();
+            let Some(p) = state.partitions.get_mut(&tp) else {
+                return;
+            };
+            if p.revoking {
+                return;
+            }
+            p.pending.insert(offset);
+            p.next = Some(offset + 1);
+            let delivery = Delivery {
+                envelope,
+                epoch: p.epoch,
+                tp: tp.clone(),
+                offset,
+            };
+            match due {
+                Some(wait) if !wait.is_zero() => {
+                    p.parked = Some(Parked {
+                        delivery,
+                        due: Instant::now() + wait,
+                    });
+                    pause = !p.paused;
+                }
+                _ => {
+                    self.shared.delivered.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.tx.send(delivery);
+                    pause = false;
+                    if !p.paused && p.pending.len() >= self.max_per_partition {
+                        p.full = true;
+                        p.low_water = self.max_per_partition * 3 / 4;
+                    }
+                }
+            }
+            if pause {
+                p.paused = true;
+            }
+        }
+        if pause {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&tp.topic, tp.partition);
+            if let Err(e) = self.consumer.pause(&tpl) {
+                tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+            }
+        }
+    }
+
+    /// Stores moved positions, releases parked records that are due,
+    /// resumes partitions with room again. Returns whether a partition is
+    /// paused or parked (then the loop polls more often).
+    fn housekeeping(&self) -> bool {
+        self.shared.dirty.store(false, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut store = TopicPartitionList::new();
+        let mut resume = TopicPartitionList::new();
+        let mut waiting = false;
+        {
+            let mut state = self.shared.lock();
+            for (tp, p) in &mut state.partitions {
+                if p.revoking {
+                    continue;
+                }
+                if let Some(pos) = p.position()
+                    && p.stored != Some(pos)
+                {
+                    let _ =
+                        store.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(pos));
+                    p.stored = Some(pos);
+                }
+                if p.parked.as_ref().is_some_and(|k| k.due <= now)
+                    && let Some(parked) = p.parked.take()
+                {
+                    self.shared.delivered.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.tx.send(parked.delivery);
+                }
+                if p.paused && p.parked.is_none() && p.pending.len() <= self.max_per_partition / 2 {
+                    p.paused = false;
+                    resume.add_partition(&tp.topic, tp.partition);
+                }
+                waiting |= p.paused;
+            }
+        }
+        if store.count() > 0
+            && let Err(e) = self.consumer.store_offsets(&store)
+        {
+            tracing::debug!(target: "consumer_kafka", error = %e, "could not store offsets (partition no longer assigned?)");
+        }
+        if resume.count() > 0
+            && let Err(e) = self.consumer.resume(&resume)
+        {
+            tracing::warn!(target: "consumer_kafka", error = %e, "could not resume partitions");
+        }
+        waiting
+    }
+
+    /// Commits every assigned partition's position synchronously (close).
+    /// librdkafka holds a commit for up to `session.timeout.ms` while the
+    /// coordinator is out of reach; `KafkaSource::close` stops waiting for
+    /// this thread after the close timeout.
+    fn commit_all(&self) {
+        let mut tpl = TopicPartitionList::new();
+        {
+            let state = self.shared.lock();
+            for (tp, p) in &state.partitions {
+                if let Some(pos) = p.position() {
+                    let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(pos));
+                }
+            }
+        }
+        if tpl.count() > 0
+            && let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync)
+        {
+            self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "consumer_kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
+        }
+    }
+}
+
+/// The shared name of `topic` (a consumer reads two or three topics).
+fn intern(interned: &mut Vec<Arc<str>>, topic: &str) -> Arc<str> {
+    if let Some(t) = interned.iter().find(|t| &***t == topic) {
+        return Arc::clone(t);
+    }
+    let t: Arc<str> = Arc::from(topic);
+    interned.push(Arc::clone(&t));
+    t
+}

@@ -1,0 +1,197 @@
+//! The consumer's context: rebalance callbacks (assign, revoke with a
+//! bounded wait and a final commit), statistics, librdkafka's logs.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use std::sync::PoisonError;
+
+use super::ledger::{Partition, Shared, State, Tp};
+
+/// The consumer's context: rebalance callbacks (run on the poll thread),
+/// statistics and librdkafka's logs.
+pub(super) struct Ctx {
+    shared: Arc<Shared>,
+    revoke_timeout: Duration,
+}
+
+impl ClientContext for Ctx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "consumer_kafka", %error, reason, "client error (librdkafka retries by itself)");
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let mut state = self.shared.lock();
+        for (tp, p) in &mut state.partitions {
+            if let Some(s) = statistics
+                .topics
+                .get(&*tp.topic)
+                .and_then(|t| t.partitions.get(&tp.partition))
+            {
+                if s.hi_offset >= 0 {
+                    p.high_watermark = Some(s.hi_offset);
+                }
+                if s.committed_offset >= 0 {
+                    p.committed = Some(s.committed_offset);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        // Auto-commits only (librdkafka reports the others to their caller).
+        if let Err(e) = &result {
+            if matches!(
+                e,
+                KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)
+            ) {
+                // Nothing new to commit.
+                return;
+            }
+            self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(target: "consumer_kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
+        }
+    }
+
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                self.shared.assigns.fetch_add(1, Ordering::Relaxed);
+                let mut state = self.shared.lock();
+                for e in tpl.elements() {
+                    state.next_epoch += 1;
+                    let tp = Tp {
+                        topic: Arc::from(e.topic()),
+                        partition: e.partition(),
+                    };
+                    let epoch = state.next_epoch;
+                    state.partitions.insert(tp, Partition::new(epoch));
+                }
+                tracing::info!(target: "consumer_kafka", partitions = tpl.count(), "partitions assigned");
+            }
+            Rebalance::Revoke(tpl) => {
+                self.shared.revokes.fetch_add(1, Ordering::Relaxed);
+                self.revoke(consumer, tpl);
+            }
+            Rebalance::Error(e) => {
+                tracing::warn!(target: "consumer_kafka", error = %e, "rebalance error");
+            }
+        }
+    }
+}
+
+impl Ctx {
+    pub(super) fn new(shared: Arc<Shared>, revoke_timeout: Duration) -> Self {
+        Self {
+            shared,
+            revoke_timeout,
+        }
+    }
+
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let lost = consumer.assignment_lost();
+        let targets: Vec<Tp> = tpl
+            .elements()
+            .iter()
+            .map(|e| Tp {
+                topic: Arc::from(e.topic()),
+                partition: e.partition(),
+            })
+            .collect();
+        let mut state = self.shared.lock();
+        for tp in &targets {
+            if let Some(p) = state.partitions.get_mut(tp) {
+                p.revoking = true;
+                p.parked = None;
+            }
+        }
+        let deadline = Instant::now() + self.revoke_timeout;
+        let held = |s: &State| {
+            targets
+                .iter()
+                .filter_map(|tp| s.partitions.get(tp))
+                .map(|p| p.taken)
+                .sum::<usize>()
+        };
+        while !lost && held(&state) > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "consumer_kafka",
+                    held = held(&state),
+                    timeout = ?self.revoke_timeout,
+                    "revoke timeout: giving up partitions with records still running; the next owner gets them again"
+                );
+                break;
+            }
+            state = self
+                .shared
+                .settled
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        let mut commit = TopicPartitionList::new();
+        for tp in &targets {
+            if let Some(p) = state.partitions.remove(tp)
+                && let Some(pos) = p.position()
+                && p.stored.is_none_or(|s| s <= pos)
+            {
+                let _ = commit.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(pos));
+            }
+        }
+        drop(state);
+        if lost {
+            self.shared.lost.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "consumer_kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
+            return;
+        }
+        if self.shared.closing.load(Ordering::SeqCst) {
+            // Leaving the group on close: the final commit already covered
+            // these positions (or could not reach the coordinator, and a
+            // second attempt would wait another `session.timeout.ms`).
+            tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions released on close");
+            return;
+        }
+        if commit.count() > 0 {
+            if let Err(e) = consumer.store_offsets(&commit) {
+                tracing::debug!(target: "consumer_kafka", error = %e, "could not store final offsets");
+            }
+            if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
+                self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(target: "consumer_kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
+            }
+        }
+        tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions revoked");
+    }
+}

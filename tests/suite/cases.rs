@@ -1,0 +1,712 @@
+//! The cases of the conformance suite, each an ordinary async function
+//! generic over the broker; the store is the test crate's
+//! (`crate::SuiteHarness`). `super::declare!` makes them tests.
+
+use std::time::Duration;
+
+use consumer::{Consumer, DeadLetterKind, Handler, Message, StatsSnapshot, Store};
+
+use super::handlers;
+use crate::SuiteHarness;
+use crate::conformance::broker::BrokerHarness;
+use crate::conformance::support::{self, Harness, Job};
+
+type SuiteStore = Store<<SuiteHarness as Harness>::Db>;
+
+/// Runs `handler` on `topic` until the broker has nothing left to settle.
+async fn run_until_drained<B, H>(
+    h: &SuiteHarness,
+    broker: &B,
+    topic: &str,
+    handler: H,
+) -> StatsSnapshot
+where
+    B: BrokerHarness,
+    H: Handler<SuiteStore>,
+{
+    let consumer = Consumer::new(
+        BrokerHarness::source(broker, topic).await,
+        h.store(),
+        handler,
+    )
+    .with_max_in_flight(64)
+    .with_max_payload_bytes(64 * 1024)
+    .with_settle_timeout(Duration::from_secs(5));
+    let stats = consumer.stats();
+    let drained = broker.clone();
+    let topic_owned = topic.to_owned();
+    support::within(
+        consumer
+            .run_until(async move { BrokerHarness::wait_drained(&drained, &topic_owned).await }),
+    )
+    .await
+    .expect("consumer failed");
+    stats.snapshot()
+}
+
+pub async fn duplicate_delivery_writes_once<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let job = Job::new("k1", 1);
+    let m = job.message();
+    BrokerHarness::publish(&broker, "t", m.clone())
+        .await
+        .expect("publish");
+    BrokerHarness::duplicate_next_publishes(&broker, 1);
+    BrokerHarness::publish(&broker, "t", m)
+        .await
+        .expect("publish");
+    // The same business key under another message id: still once.
+    broker
+        .publish("t", job.message().with_id("another-id"))
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(h.effects_of("work", &job.id).await, 1);
+    assert_eq!((s.processed, s.duplicates), (1, 3));
+}
+
+pub async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let mut headers_in = Message::raw(&b"{not json"[..])
+        .with_key("k")
+        .with_id("poison-1")
+        .with_header("x-tenant", "acme");
+    headers_in
+        .headers
+        .insert("traceparent", support::SAMPLE_TRACEPARENT);
+    BrokerHarness::publish(&broker, "t", headers_in)
+        .await
+        .expect("publish");
+    let good = Job::new("k", 2);
+    BrokerHarness::publish(&broker, "t", good.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1);
+    let dl = &dls[0];
+    assert_eq!(dl.kind, DeadLetterKind::Poison);
+    assert_eq!(dl.attempts, 1);
+    assert_eq!(dl.handler, "work");
+    assert_eq!(dl.message_id, "poison-1");
+    assert_eq!(
+        dl.origin.destination,
+        BrokerHarness::destination(&broker, "t")
+    );
+    assert!(dl.error.contains("JSON"), "{}", dl.error);
+    assert!(
+        !dl.causes.is_empty(),
+        "the serde error is in the cause chain"
+    );
+    assert_eq!(dl.original_headers.get("x-tenant"), Ok(Some("acme")));
+    assert_eq!(
+        dl.original_headers.get("traceparent"),
+        Ok(Some(support::SAMPLE_TRACEPARENT))
+    );
+    assert_eq!(&dl.payload[..], b"{not json");
+    assert_eq!(support::calls(&good.id), 1, "the consumer went on");
+    assert_eq!(support::calls("poison-1"), 0, "the handler never ran");
+    assert_eq!((s.processed, s.dead_poison, s.retries), (1, 1, 0));
+}
+
+pub async fn transient_failures_retry_with_growing_delays_then_succeed<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let jobs: Vec<Job> = (0..16)
+        .map(|i| Job {
+            fail_times: 3,
+            ..Job::new(&format!("k{i}"), i)
+        })
+        .collect();
+    for j in &jobs {
+        BrokerHarness::publish(&broker, "t", j.message())
+            .await
+            .expect("publish");
+    }
+    let s = run_until_drained(&h, &broker, "t", handlers::backoff).await;
+    let mut gaps = [Vec::new(), Vec::new(), Vec::new()];
+    for j in &jobs {
+        assert_eq!(h.effects_of("backoff", &j.id).await, 1);
+        let log = support::call_log(&j.id);
+        let attempts: Vec<u32> = log.iter().map(|c| c.attempt).collect();
+        assert_eq!(
+            attempts,
+            [1, 2, 3, 4],
+            "attempt numbers travel with the message"
+        );
+        for n in 0..3 {
+            gaps[n].push(log[n + 1].at.duration_since(log[n].at));
+        }
+    }
+    assert_eq!(s.retries, 3 * 16);
+    assert_eq!(s.dead_letters(), 0);
+    // Full jitter draws from [0, min(max, base * 2^n)]: ceilings of
+    // 100, 200 and 400 ms after attempts 1, 2 and 3, so the mean gap
+    // grows (expected 50, 100, 200 ms plus each attempt's overhead).
+    let mean = |v: &Vec<Duration>| v.iter().sum::<Duration>() / v.len() as u32;
+    let means: Vec<Duration> = gaps.iter().map(mean).collect();
+    // A lower bound: a slow machine cannot make it fail, a missing
+    // delay does.
+    assert!(means[2] > Duration::from_millis(80), "mean gaps {means:?}");
+    assert!(means[2] > means[0], "mean gaps {means:?}");
+}
+
+pub async fn exhaustion_dead_letters_after_exactly_max_attempts<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let job = Job {
+        fail_times: u32::MAX,
+        ..Job::new("k", 1)
+    };
+    BrokerHarness::publish(&broker, "t", job.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(support::calls(&job.id), 4);
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1);
+    assert_eq!(dls[0].kind, DeadLetterKind::Exhausted);
+    assert_eq!(dls[0].attempts, 4);
+    assert!(dls[0].first_failure < dls[0].last_failure);
+    assert!(dls[0].error.contains("transient"), "{}", dls[0].error);
+    assert_eq!(h.effects_of("work", &job.id).await, 0);
+    assert_eq!((s.retries, s.dead_exhausted), (3, 1));
+}
+
+pub async fn terminal_errors_and_panics_are_dead_lettered_without_retry<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let terminal = Job {
+        terminal: true,
+        ..Job::new("a", 1)
+    };
+    let panics = Job {
+        panic: true,
+        ..Job::new("b", 1)
+    };
+    let after = Job::new("b", 2);
+    for j in [&terminal, &panics, &after] {
+        BrokerHarness::publish(&broker, "t", j.message())
+            .await
+            .expect("publish");
+    }
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(support::calls(&terminal.id), 1);
+    assert_eq!(support::calls(&panics.id), 1);
+    assert_eq!(
+        h.effects_of("work", &after.id).await,
+        1,
+        "the lane survived the panic"
+    );
+    let kinds: Vec<_> = BrokerHarness::dead_letter_records(&broker, "t")
+        .await
+        .into_iter()
+        .map(|d| (d.message_id, d.kind, d.error))
+        .collect();
+    assert_eq!(kinds.len(), 2);
+    assert!(kinds.iter().all(|(_, k, _)| *k == DeadLetterKind::Terminal));
+    assert!(
+        kinds.iter().any(|(_, _, e)| e.contains("panicked")),
+        "{kinds:?}"
+    );
+    assert_eq!(s.retries, 0);
+}
+
+pub async fn per_key_order_is_kept_while_keys_run_in_parallel<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let keys = 8;
+    let per_key = 40;
+    let probe = support::ConcurrencyProbe::new();
+    for seq in 0..per_key {
+        for k in 0..keys {
+            let job = Job {
+                jitter: true,
+                probe: Some(probe.id()),
+                ..Job::new(&format!("key-{k}"), seq)
+            };
+            BrokerHarness::publish(&broker, "t", job.message())
+                .await
+                .expect("publish");
+        }
+    }
+    run_until_drained(&h, &broker, "t", handlers::work).await;
+    let effects = h.effects_in_commit_order("work").await;
+    assert_eq!(effects.len(), (keys * per_key) as usize);
+    for k in 0..keys {
+        let key = format!("key-{k}");
+        let seqs: Vec<i64> = effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+        assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "order of {key}");
+    }
+    if SuiteHarness::CONCURRENT_WRITERS > 1 {
+        assert!(probe.max() > 1, "different keys never ran in parallel");
+    } else {
+        assert_eq!(probe.max(), 1, "one writer at a time on this store");
+    }
+}
+
+pub async fn handler_span_continues_the_producers_trace<B: BrokerHarness>() {
+    let spans = support::tracing_exporter();
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let job = Job::new("traced", 1);
+    let producer_trace = {
+        let span = tracing::info_span!("publish order");
+        let _entered = span.enter();
+        let m = job.message().with_current_trace();
+        BrokerHarness::publish(&broker, "t", m)
+            .await
+            .expect("publish");
+        support::trace_id_of(&span)
+    };
+    let malformed = Job::new("traced", 2);
+    broker
+        .publish(
+            "t",
+            malformed.message().with_header("traceparent", "00-garbage"),
+        )
+        .await
+        .expect("publish");
+    run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(
+        h.effects_of("work", &malformed.id).await,
+        1,
+        "a bad traceparent never fails a message"
+    );
+    let handler_span = support::process_span(&spans, &job.id).expect("handler span exported");
+    assert_eq!(
+        handler_span.span_context.trace_id().to_string(),
+        producer_trace
+    );
+    assert_eq!(
+        handler_span.span_kind,
+        opentelemetry::trace::SpanKind::Consumer
+    );
+    let root = support::process_span(&spans, &malformed.id).expect("span exported");
+    assert_ne!(root.span_context.trace_id().to_string(), producer_trace);
+    assert_eq!(
+        root.parent_span_id,
+        opentelemetry::trace::SpanId::INVALID,
+        "a new root span"
+    );
+}
+
+pub async fn crash_between_commit_and_ack_redelivers_without_a_second_effect<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let job = Job::new("k", 1);
+    BrokerHarness::lose_next_acks(&broker, 2);
+    BrokerHarness::publish(&broker, "t", job.message())
+        .await
+        .expect("publish");
+    let poison = Message::raw(&b"\xff\xfe"[..])
+        .with_key("k")
+        .with_id("poison-crash");
+    BrokerHarness::publish(&broker, "t", poison)
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(h.effects_of("work", &job.id).await, 1);
+    assert_eq!(
+        support::calls(&job.id),
+        1,
+        "the redelivery was skipped by dedup"
+    );
+    assert_eq!(s.duplicates, 1);
+    assert_eq!(
+        BrokerHarness::dead_letters(&broker, "t").await.len(),
+        1,
+        "a poison pill redelivered after a crash is dead-lettered once"
+    );
+}
+
+pub async fn shutdown_finishes_running_work_releases_the_rest_and_loses_nothing<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let gate = support::Gate::new();
+    let mut jobs = Vec::new();
+    for seq in 0..4 {
+        for k in 0..3 {
+            let job = Job {
+                gate: Some(gate.id()),
+                ..Job::new(&format!("g{k}"), seq)
+            };
+            BrokerHarness::publish(&broker, "t", job.message())
+                .await
+                .expect("publish");
+            jobs.push(job);
+        }
+    }
+    let consumer = Consumer::new(
+        BrokerHarness::source(&broker, "t").await,
+        h.store(),
+        handlers::work,
+    )
+    .with_max_in_flight(64);
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    // One message per key is inside the handler, the rest queued.
+    support::within(stats.wait_for(|s| s.in_flight == 12 && s.received == 12)).await;
+    // One writer at a time on SQLite: then only one handler reaches the gate.
+    #[allow(clippy::unnecessary_min_or_max)]
+    let entering = SuiteHarness::CONCURRENT_WRITERS.min(3);
+    support::within(gate.wait_entered(entering)).await;
+    let _ = stop.send(());
+    support::within(stats.wait_for(|s| s.draining)).await;
+    gate.open();
+    support::within(run).await.expect("join").expect("consumer");
+    let first = stats.snapshot();
+    assert_eq!((first.processed, first.released), (3, 9));
+    assert_eq!(
+        BrokerHarness::depth(&broker, "t").await,
+        9,
+        "released deliveries are back on the broker"
+    );
+
+    run_until_drained(&h, &broker, "t", handlers::work).await;
+    for j in &jobs {
+        assert_eq!(h.effects_of("work", &j.id).await, 1, "{}", j.id);
+    }
+    let order = h.effects_in_commit_order("work").await;
+    for k in 0..3 {
+        let key = format!("g{k}");
+        let seqs: Vec<i64> = order.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+        assert_eq!(seqs, [0, 1, 2, 3], "order survives the restart");
+    }
+}
+
+pub async fn bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let valid = serde_json::to_vec(&Job::new("bad", 0)).expect("json");
+    let mut cases: Vec<(&str, Message, &str)> = vec![
+        ("malformed-json", Message::raw(&b"{\"id\": "[..]), "JSON"),
+        (
+            "wrong-types",
+            Message::raw(&br#"{"id": 5, "key": "bad", "seq": "one"}"#[..]),
+            "invalid type",
+        ),
+        (
+            "missing-field",
+            Message::raw(&br#"{"key": "bad"}"#[..]),
+            "missing field",
+        ),
+        (
+            "invalid-utf8",
+            Message::raw(&b"{\"id\": \"\xff\xfe\", \"key\": \"bad\", \"seq\": 1}"[..]),
+            "JSON",
+        ),
+        (
+            "oversize",
+            Message::raw(vec![b' '; 64 * 1024 + 1]),
+            "exceeds the limit",
+        ),
+        (
+            "bad-attempt-header",
+            Message::raw(valid.clone()).with_header("x-consumer-attempt", "many"),
+            "x-consumer-attempt",
+        ),
+        (
+            "bad-time-header",
+            Message::raw(valid.clone()).with_header("ce_time", "yesterday"),
+            "ce_time",
+        ),
+    ];
+    let mut binary_id = Message::raw(valid.clone());
+    binary_id.headers.insert("ce_id", vec![0xff_u8, 0x00]);
+    cases.push(("binary-id", binary_id, "UTF-8"));
+    for (name, m, _) in &mut cases {
+        if m.headers.get("ce_id") == Ok(None) {
+            m.headers.insert("ce_id", *name);
+        }
+        m.key = Some("bad".into());
+    }
+    for (_, m, _) in &cases {
+        BrokerHarness::publish(&broker, "t", m.clone())
+            .await
+            .expect("publish");
+    }
+    let after = Job::new("bad", 99);
+    BrokerHarness::publish(&broker, "t", after.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), cases.len());
+    for (name, _, reason) in &cases {
+        let dl = dls
+            .iter()
+            .find(|d| d.message_id == *name || (*name == "binary-id" && d.error.contains("ce_id")))
+            .unwrap_or_else(|| panic!("no dead letter for {name}: {dls:#?}"));
+        assert_eq!(dl.kind, DeadLetterKind::Poison, "{name}");
+        assert_eq!(dl.attempts, 1, "{name}");
+        assert!(
+            dl.error.contains(reason) || dl.causes.iter().any(|c| c.contains(reason)),
+            "{name}: {} / {:?}",
+            dl.error,
+            dl.causes
+        );
+    }
+    assert_eq!(h.effects_of("work", &after.id).await, 1);
+    assert_eq!((s.dead_poison, s.retries), (cases.len() as u64, 0));
+}
+
+pub async fn retries_through_the_broker_carry_the_attempt_in_a_header<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let ok = Job {
+        fail_times: 2,
+        ..Job::new("r", 1)
+    };
+    let never = Job {
+        fail_times: u32::MAX,
+        ..Job::new("r2", 1)
+    };
+    BrokerHarness::publish(&broker, "t", ok.message())
+        .await
+        .expect("publish");
+    BrokerHarness::publish(&broker, "t", never.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work_redeliver).await;
+    assert_eq!(h.effects_of("work_redeliver", &ok.id).await, 1);
+    let attempts: Vec<u32> = support::call_log(&ok.id)
+        .iter()
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1);
+    assert_eq!(
+        (dls[0].kind, dls[0].attempts),
+        (DeadLetterKind::Exhausted, 4)
+    );
+    assert_eq!(support::calls(&never.id), 4);
+    assert_eq!(s.retries, 2 + 3);
+}
+
+pub async fn two_handlers_of_one_message_each_run_once<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let job = Job::new("both", 1);
+    for topic in ["a", "b"] {
+        BrokerHarness::publish(&broker, topic, job.message())
+            .await
+            .expect("publish");
+        BrokerHarness::publish(&broker, topic, job.message())
+            .await
+            .expect("publish");
+    }
+    run_until_drained(&h, &broker, "a", handlers::work).await;
+    run_until_drained(&h, &broker, "b", handlers::audit).await;
+    assert_eq!(h.effects_of("work", &job.id).await, 1);
+    assert_eq!(h.effects_of("audit", &job.id).await, 1);
+}
+
+pub async fn a_dead_letter_publish_failure_is_retried_and_nothing_is_lost<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    BrokerHarness::fail_next_publishes(&broker, 0);
+    let poison = Message::raw(&b"nope"[..]).with_key("k").with_id("dlq-fail");
+    BrokerHarness::publish(&broker, "t", poison)
+        .await
+        .expect("publish");
+    BrokerHarness::fail_next_publishes(&broker, 3);
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(BrokerHarness::dead_letters(&broker, "t").await.len(), 1);
+    assert_eq!(s.settle_errors, 3);
+}
+
+pub async fn retention_shorter_than_the_retry_window_is_refused<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let store = h.store().with_retention(Duration::from_millis(100));
+    let err = Consumer::new(
+        BrokerHarness::source(&broker, "t").await,
+        store,
+        handlers::work,
+    )
+    .run_until(std::future::pending())
+    .await
+    .expect_err("must refuse");
+    assert!(
+        matches!(err, consumer::Error::RetentionTooShort { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("with_retention"), "{err}");
+}
+
+pub async fn purge_deletes_old_rows_in_bounded_batches<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    h.insert_old_dedup_rows(35, Duration::from_secs(3 * 24 * 3600))
+        .await;
+    let broker = B::new(1).await;
+    BrokerHarness::publish(&broker, "t", Job::new("fresh", 1).message())
+        .await
+        .expect("publish");
+    run_until_drained(&h, &broker, "t", handlers::work).await;
+    let store = h
+        .store()
+        .with_retention(Duration::from_secs(24 * 3600))
+        .with_purge_batch(10);
+    assert_eq!(store.purge().await.expect("purge"), 35);
+    assert_eq!(h.dedup_rows().await, 1, "the fresh row stays");
+}
+
+/// The poison pill of 80 KiB is over the consumer's 64 KiB limit, and its
+/// dead letter over the dead-letter destination's 72 KiB: the letter goes
+/// without its payload, and the next message of the key is processed.
+pub async fn a_dead_letter_refused_for_its_size_goes_without_its_payload_and_the_key_moves_on<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    broker.limit_dead_letter_bytes("t", 72 * 1024);
+    let payload = vec![b'x'; 80 * 1024];
+    let big = Message::raw(payload.clone())
+        .with_key("k")
+        .with_id("too-big");
+    BrokerHarness::publish(&broker, "t", big)
+        .await
+        .expect("publish");
+    let after = Job::new("k", 2);
+    BrokerHarness::publish(&broker, "t", after.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1, "{dls:#?}");
+    let dl = &dls[0];
+    assert_eq!(
+        (dl.kind, dl.message_id.as_str()),
+        (DeadLetterKind::Poison, "too-big")
+    );
+    assert!(dl.error.contains("exceeds the limit"), "{}", dl.error);
+    assert!(dl.payload.is_empty(), "the payload was left out");
+    let omitted = dl
+        .payload_omitted
+        .clone()
+        .expect("the letter says the payload was omitted");
+    assert_eq!(omitted.size, payload.len());
+    assert_eq!(
+        omitted.sha256,
+        consumer::OmittedPayload::of(&payload).sha256
+    );
+    assert_eq!(h.effects_of("work", &after.id).await, 1, "the key moved on");
+    assert_eq!((s.dead_poison, s.dead_letters_without_payload), (1, 1));
+    assert_eq!(s.settle_failures, 0);
+}
+
+/// The dead-letter destination is gone: the letter, payload included, is
+/// in the store's dead-letter table, the original is settled, the key goes
+/// on.
+pub async fn a_dead_letter_refused_for_good_is_kept_in_the_dead_letter_table<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    broker.remove_dead_letter_destination("t");
+    let poison = Message::raw(&b"{not json"[..])
+        .with_key("k")
+        .with_id("nowhere");
+    BrokerHarness::publish(&broker, "t", poison)
+        .await
+        .expect("publish");
+    let after = Job::new("k", 2);
+    BrokerHarness::publish(&broker, "t", after.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    let stored = h.stored_dead_letters().await;
+    assert_eq!(stored.len(), 1, "{stored:#?}");
+    let row = &stored[0];
+    assert_eq!(
+        (row.handler.as_str(), row.message_id.as_str()),
+        ("work", "nowhere")
+    );
+    assert_eq!(row.kind, "poison");
+    assert!(row.error.contains("JSON"), "{}", row.error);
+    assert_eq!(row.payload, b"{not json", "the payload is kept");
+    assert!(!row.refusal.is_empty());
+    assert!(BrokerHarness::dead_letters(&broker, "t").await.is_empty());
+    assert_eq!(h.effects_of("work", &after.id).await, 1, "the key moved on");
+    assert_eq!(
+        (s.dead_poison, s.dead_letters_stored, s.settle_failures),
+        (1, 1, 0)
+    );
+}
+
+/// The retry destination is gone: the retries happen in place, and the
+/// message is processed once.
+pub async fn a_retry_copy_refused_for_good_is_retried_in_place<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    broker.remove_retry_destination("t");
+    let job = Job {
+        fail_times: 2,
+        ..Job::new("r", 1)
+    };
+    BrokerHarness::publish(&broker, "t", job.message())
+        .await
+        .expect("publish");
+    let after = Job::new("r", 2);
+    BrokerHarness::publish(&broker, "t", after.message())
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work_redeliver).await;
+    assert_eq!(h.effects_of("work_redeliver", &job.id).await, 1);
+    let attempts: Vec<u32> = support::call_log(&job.id)
+        .iter()
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    assert_eq!(h.effects_of("work_redeliver", &after.id).await, 1);
+    // Retried in place, the key kept its order.
+    let order: Vec<i64> = h
+        .effects_in_commit_order("work_redeliver")
+        .await
+        .into_iter()
+        .map(|(_, seq)| seq)
+        .collect();
+    assert_eq!(order, [1, 2]);
+    assert_eq!((s.retries, s.retry_fallbacks), (2, 2));
+}
+
+/// A message with no id of its own (a plain client's) is deduplicated on
+/// the id the backend derives from its position or content; its retry copy
+/// carries that id, so when the consumer crashes after the copy's confirm
+/// and before the original's ack, the original and the copy are one
+/// message to dedup: one effect.
+pub async fn a_message_without_an_id_keeps_it_through_a_retry_copy_and_a_crash_before_the_ack<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let job = Job {
+        fail_times: 1,
+        ..Job::new("anon", 1)
+    };
+    let plain = Message::raw(serde_json::to_vec(&job).expect("json")).with_key("anon");
+    assert_eq!(plain.headers.get("ce_id"), Ok(None), "no id of its own");
+    // The first ack is the original's, after its retry copy's confirm.
+    BrokerHarness::lose_next_acks(&broker, 1);
+    BrokerHarness::publish(&broker, "t", plain)
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::by_message_id).await;
+    assert_eq!(
+        h.effects_of("by_message_id", &job.id).await,
+        1,
+        "the original and its copy ran under one dedup key"
+    );
+    assert!(s.retries >= 1, "{s:?}");
+    assert!(
+        support::calls(&job.id) >= 2,
+        "the crashed original came back"
+    );
+}

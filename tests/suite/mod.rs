@@ -1,0 +1,58 @@
+//! The conformance suite: one set of behaviours every backend and store
+//! must show, written once as ordinary generic functions ([`cases`]) over a
+//! [`BrokerHarness`](crate::conformance::broker::BrokerHarness).
+//!
+//! A test crate names its store and declares the tests for its broker:
+//!
+//! ```text
+//! mod conformance;
+//! mod suite;
+//! type SuiteHarness = conformance::support::PgHarness;   // the store
+//! type SuiteTx = consumer::PgTx;                          // its handler transaction
+//! crate::declare!(conformance::broker::MemoryHarness);    // one #[tokio::test] per case
+//! ```
+//!
+//! Business effects are rows in an `effects` table written through the
+//! handler's transaction, so "processed once" is checked in the database,
+//! not in memory.
+
+#![allow(dead_code)]
+
+pub mod cases;
+pub mod handlers;
+
+/// Declares one `#[tokio::test]` per case of [`cases`] on `$broker`.
+#[macro_export]
+macro_rules! declare {
+    ($broker:ty) => {
+        $crate::declare!(@cases $broker;
+            duplicate_delivery_writes_once,
+            poison_pill_is_dead_lettered_on_the_first_attempt_with_context,
+            transient_failures_retry_with_growing_delays_then_succeed,
+            exhaustion_dead_letters_after_exactly_max_attempts,
+            terminal_errors_and_panics_are_dead_lettered_without_retry,
+            per_key_order_is_kept_while_keys_run_in_parallel,
+            handler_span_continues_the_producers_trace,
+            crash_between_commit_and_ack_redelivers_without_a_second_effect,
+            shutdown_finishes_running_work_releases_the_rest_and_loses_nothing,
+            bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on,
+            retries_through_the_broker_carry_the_attempt_in_a_header,
+            two_handlers_of_one_message_each_run_once,
+            a_dead_letter_publish_failure_is_retried_and_nothing_is_lost,
+            retention_shorter_than_the_retry_window_is_refused,
+            purge_deletes_old_rows_in_bounded_batches,
+            a_dead_letter_refused_for_its_size_goes_without_its_payload_and_the_key_moves_on,
+            a_dead_letter_refused_for_good_is_kept_in_the_dead_letter_table,
+            a_retry_copy_refused_for_good_is_retried_in_place,
+            a_message_without_an_id_keeps_it_through_a_retry_copy_and_a_crash_before_the_ack,
+        );
+    };
+    (@cases $broker:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::suite::cases::$case::<$broker>().await;
+            }
+        )*
+    };
+}
