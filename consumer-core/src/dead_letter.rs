@@ -382,6 +382,33 @@ mod tests {
         assert_eq!(back.payload_omitted, None);
     }
 
+    /// Found by reading what the `kafka_record` fuzz property asserts: a
+    /// message that already carried `x-dlq-*` headers (a dead letter
+    /// consumed from its DLQ and failing again) kept the old `x-dlq-key`
+    /// when it had no key of its own, and parsed back with the wrong key.
+    #[test]
+    fn context_headers_of_an_earlier_dead_lettering_are_not_carried_over() {
+        let mut headers = Headers::new();
+        headers.insert(headers::KEY, "stale-key");
+        headers.insert(headers::PAYLOAD_OMITTED, "true");
+        headers.insert("x-tenant", "acme");
+        let env = Envelope::from_parts(
+            bytes::Bytes::from_static(b"{}"),
+            headers,
+            None,
+            Origin::default(),
+            || "m-2".into(),
+        );
+        let dl = DeadLetter::new(DeadLetterKind::Poison, &Inner, &env, "h", 1, None);
+        let back = DeadLetter::from_message(&dl.to_message()).expect("parses back");
+        assert_eq!(
+            back.key, None,
+            "the letter's key is the message's, which had none"
+        );
+        assert_eq!(back.payload_omitted, None);
+        assert_eq!(back.original_headers.get("x-tenant"), Ok(Some("acme")));
+    }
+
     #[test]
     fn a_letter_without_its_payload_keeps_the_context_and_says_what_was_left_out() {
         let env = Envelope::from_parts(

@@ -30,16 +30,20 @@ use crate::error::Error;
 mod database;
 mod event;
 #[cfg(feature = "postgres")]
+mod listen;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod relay;
+mod relay_stats;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use database::{InTransaction, OutboxDatabase, Row, RowOutcome};
 pub use event::NewEvent;
 #[cfg(feature = "postgres")]
-pub use postgres::listen;
-pub use relay::{OutboxRelay, RelayStats, RelayStatsSnapshot, WakeUp};
+pub use listen::listen;
+pub use relay::{OutboxRelay, WakeUp};
+pub use relay_stats::{RelayStats, RelayStatsSnapshot};
 
 /// The default table name (the standard's `outbox_events`).
 pub const DEFAULT_TABLE: &str = "outbox_events";

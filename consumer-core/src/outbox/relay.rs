@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use opentelemetry::trace::TraceContextExt;
 use tokio::sync::Notify;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::relay_stats::RelayStats;
 use super::{Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::envelope::{Headers, Message, format_time, names};
 use crate::error::{BrokerErrorKind, Error};
@@ -31,49 +32,6 @@ pub enum WakeUp {
         /// Longest wait: the worst-case latency of an idle relay.
         max: Duration,
     },
-}
-
-/// Live counters of a relay.
-#[derive(Debug, Default)]
-pub struct RelayStats {
-    rounds: AtomicU64,
-    claimed: AtomicU64,
-    published: AtomicU64,
-    retried: AtomicU64,
-    failed: AtomicU64,
-    errors: AtomicU64,
-}
-
-/// A copy of [`RelayStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RelayStatsSnapshot {
-    /// Claim rounds completed.
-    pub rounds: u64,
-    /// Rows claimed.
-    pub claimed: u64,
-    /// Events the broker confirmed.
-    pub published: u64,
-    /// Publishes refused or lost, to be retried.
-    pub retried: u64,
-    /// Events marked failed (their aggregate is blocked until
-    /// [`Outbox::retry_failed`]).
-    pub failed: u64,
-    /// Rounds that failed (database down, ...).
-    pub errors: u64,
-}
-
-impl RelayStats {
-    /// Reads the counters.
-    pub fn snapshot(&self) -> RelayStatsSnapshot {
-        RelayStatsSnapshot {
-            rounds: self.rounds.load(Relaxed),
-            claimed: self.claimed.load(Relaxed),
-            published: self.published.load(Relaxed),
-            retried: self.retried.load(Relaxed),
-            failed: self.failed.load(Relaxed),
-            errors: self.errors.load(Relaxed),
-        }
-    }
 }
 
 /// Relays one outbox table to a [`Publisher`].

@@ -276,3 +276,60 @@ impl<S, H, A> Shared<S, H, A> {
 fn jitter(policy: &RetryPolicy, failed_attempt: u32) -> Duration {
     policy.delay(failed_attempt, &mut rand::rng())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Message;
+    use crate::handler::{Invocation, Outcome};
+    use crate::memory::{MemoryAcker, MemoryBroker, MemorySource};
+    use crate::store::MemoryStore;
+
+    /// A source that serves no retries through the broker (the default).
+    struct PlainSource(MemorySource);
+
+    impl Source for PlainSource {
+        type Acker = MemoryAcker;
+
+        fn system(&self) -> &'static str {
+            "plain"
+        }
+
+        async fn recv(&mut self) -> Result<Option<(Envelope, MemoryAcker)>, Error> {
+            self.0.recv().await
+        }
+    }
+
+    struct Redelivering;
+
+    impl Handler<MemoryStore> for Redelivering {
+        fn name(&self) -> &'static str {
+            "redelivering"
+        }
+
+        fn retry_policy(&self) -> RetryPolicy {
+            RetryPolicy::DEFAULT.with_mode(RetryMode::Redeliver)
+        }
+
+        async fn handle(&self, _: &mut Invocation<'_, MemoryStore>) -> Outcome {
+            Outcome::Processed
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_mode_the_source_cannot_serve_is_refused_before_a_delivery_is_taken() {
+        let broker = MemoryBroker::new(1);
+        broker
+            .publish("t", Message::raw(&b"{}"[..]))
+            .await
+            .expect("publish");
+        let source = PlainSource(broker.source("t"));
+        let err = Consumer::new(source, MemoryStore::new(), Redelivering)
+            .run_until(std::future::pending())
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, Error::RetryUnsupported { .. }), "{err}");
+        assert!(err.to_string().contains("in_place"), "{err}");
+        assert_eq!(broker.depth("t"), 1, "nothing was taken");
+    }
+}
