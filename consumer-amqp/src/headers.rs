@@ -7,10 +7,10 @@
 //! headers, byte for byte, so a message moves between the in-memory broker,
 //! Kafka and RabbitMQ unchanged and a consumer reads one set of names.
 //! The CloudEvents AMQP (1.0) binding's `cloudEvents:` and `cloudEvents_`
-//! prefixes are accepted on receipt (`cloudEvents:type` reads as `ce_type`
-//! when no `ce_type` is present), so events from AMQP 1.0 producers that
-//! RabbitMQ maps to headers are understood; they are not written, to keep
-//! one name per attribute.
+//! prefixes, and the `ce-` prefix the CloudEvents SDKs write on RabbitMQ,
+//! are accepted on receipt (`cloudEvents:type` or `ce-type` reads as
+//! `ce_type` when no `ce_type` is present), and so is the AMQP `type`
+//! property; they are not written, to keep one name per attribute.
 //!
 //! Besides the headers, a published message sets the native properties
 //! other AMQP tools show: `message-id` (from `ce_id`), `content-type`,
@@ -119,6 +119,13 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
     {
         headers.append(names::CONTENT_TYPE, ct.as_str());
     }
+    // The AMQP `type` property is the event type where no header says it
+    // (what a router dispatches on).
+    if headers.get_bytes(names::TYPE).is_none()
+        && let Some(kind) = props.kind()
+    {
+        headers.append(names::TYPE, kind.as_str());
+    }
     let routing_key = delivery.routing_key;
     // Through the default exchange the routing key names the queue, not a
     // partition: such messages have no key (each gets a lane of its own).
@@ -148,14 +155,17 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
     Envelope::from_parts(payload, headers, key, origin, fallback)
 }
 
-/// Maps `cloudEvents:x` / `cloudEvents_x` to `ce_x` when absent.
+/// Maps `cloudEvents:x` / `cloudEvents_x` (the AMQP 1.0 binding) and
+/// `ce-x` (what the CloudEvents SDKs write on RabbitMQ) to `ce_x` when
+/// absent.
 fn normalize_cloudevents(headers: &mut Headers) {
     let mapped: Vec<(String, Vec<u8>)> = headers
         .iter()
         .filter_map(|(name, value)| {
             let attr = name
                 .strip_prefix("cloudEvents:")
-                .or_else(|| name.strip_prefix("cloudEvents_"))?;
+                .or_else(|| name.strip_prefix("cloudEvents_"))
+                .or_else(|| name.strip_prefix("ce-"))?;
             let target = if attr == "datacontenttype" {
                 names::CONTENT_TYPE.to_owned()
             } else {
@@ -282,6 +292,27 @@ mod tests {
         assert_eq!(e.kind.as_deref(), Some("Order"));
         assert_eq!(e.headers.get_bytes("bin"), Some(&[0xff_u8, 0x00][..]));
         assert_eq!(e.headers.get("x-count"), Ok(Some("3")));
+    }
+
+    #[test]
+    fn the_type_property_and_ce_dash_headers_give_the_event_type() {
+        let mut d = delivery(1, FieldTable::default(), "q");
+        d.properties = BasicProperties::default().with_type("OrderPaid".into());
+        assert_eq!(
+            to_envelope("q", &d, Bytes::new()).kind.as_deref(),
+            Some("OrderPaid")
+        );
+        let mut t = FieldTable::default();
+        t.insert(
+            "ce-type".into(),
+            AMQPValue::LongString("OrderPlaced".into()),
+        );
+        t.insert("ce-id".into(), AMQPValue::LongString("e-1".into()));
+        let e = to_envelope("q", &delivery(1, t, "q"), Bytes::new());
+        assert_eq!(
+            (e.kind.as_deref(), e.id.as_str()),
+            (Some("OrderPlaced"), "e-1")
+        );
     }
 
     #[test]

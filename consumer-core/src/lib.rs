@@ -13,6 +13,8 @@
 //!   (PostgreSQL, SQLite);
 //! * [`trace`]: W3C trace context in and out of headers;
 //! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
+//! * [`Router`]: many handlers over one source, dispatched by event type,
+//!   under one set of lanes;
 //! * [`settle`]: what the runtime hands back to the broker (the retry
 //!   copy, the dead letter) and the fallbacks when the broker refuses it;
 //! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
@@ -29,6 +31,7 @@ pub mod memory;
 pub mod outbox;
 pub mod publish;
 pub mod retry;
+pub mod router;
 mod runtime;
 pub mod settle;
 pub mod source;
@@ -47,6 +50,7 @@ pub use memory::{MemoryBroker, MemorySource};
 pub use outbox::{NewEvent, Outbox, OutboxDatabase, OutboxRelay};
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
+pub use router::{Route, Router, RouterBuilder, Routes, Single, UnknownEventType, UnknownTypes};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
 pub use settle::RetryCopy;
 pub use source::{Acker, Source};

@@ -28,6 +28,7 @@ pub struct Stats {
     stored_dead_letters: AtomicU64,
     retry_fallbacks: AtomicU64,
     settle_failures: AtomicU64,
+    unknown_types_ignored: AtomicU64,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -69,6 +70,9 @@ pub struct StatsSnapshot {
     /// failed (the broker refused the dead letter and the store could not
     /// take it): each one is logged at ERROR.
     pub settle_failures: u64,
+    /// Deliveries a [`Router`](crate::Router) told to ignore unknown types
+    /// acked because no handler takes their type.
+    pub unknown_types_ignored: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
     /// Shutdown has begun: no new deliveries are taken (report not-ready).
@@ -103,6 +107,7 @@ pub(crate) enum Counter {
     StoredDeadLetters,
     RetryFallbacks,
     SettleFailures,
+    UnknownTypesIgnored,
 }
 
 impl Default for Stats {
@@ -121,6 +126,7 @@ impl Default for Stats {
             stored_dead_letters: AtomicU64::new(0),
             retry_fallbacks: AtomicU64::new(0),
             settle_failures: AtomicU64::new(0),
+            unknown_types_ignored: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -146,6 +152,7 @@ impl Stats {
             Counter::StoredDeadLetters => &self.stored_dead_letters,
             Counter::RetryFallbacks => &self.retry_fallbacks,
             Counter::SettleFailures => &self.settle_failures,
+            Counter::UnknownTypesIgnored => &self.unknown_types_ignored,
         };
         a.fetch_add(1, Relaxed);
         self.changed();
@@ -239,6 +246,7 @@ impl Stats {
             dead_letters_stored: self.stored_dead_letters.load(Relaxed),
             retry_fallbacks: self.retry_fallbacks.load(Relaxed),
             settle_failures: self.settle_failures.load(Relaxed),
+            unknown_types_ignored: self.unknown_types_ignored.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Relaxed),
             p50: pct(50),

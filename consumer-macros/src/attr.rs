@@ -11,6 +11,7 @@ mod kw {
     syn::custom_keyword!(retry);
     syn::custom_keyword!(terminal);
     syn::custom_keyword!(name);
+    syn::custom_keyword!(event_type);
     syn::custom_keyword!(exponential);
     syn::custom_keyword!(none);
     syn::custom_keyword!(base);
@@ -21,7 +22,8 @@ mod kw {
     syn::custom_keyword!(redeliver);
 }
 
-const ARGS: &str = "expected one of: `idempotency_key`, `retry`, `terminal`, `name`, `crate`";
+const ARGS: &str =
+    "expected one of: `idempotency_key`, `retry`, `terminal`, `event_type`, `name`, `crate`";
 const RETRY_ARGS: &str = "expected one of: `base`, `max_delay`, `attempts`, `mode`";
 
 /// Everything written between the parentheses.
@@ -31,6 +33,7 @@ pub struct Args {
     pub retry: Option<Retry>,
     pub terminal: Option<Pat>,
     pub name: Option<LitStr>,
+    pub event_type: Option<Vec<LitStr>>,
     pub krate: Option<Path>,
     /// Errors that did not stop parsing (duplicates), reported together.
     pub errors: Option<syn::Error>,
@@ -111,6 +114,17 @@ impl Parse for Args {
                     syn::Error::new(e.span(), "expected a string literal: `name = \"charge\"`")
                 })?;
                 set(&mut args.name, lit, k.span, "name", &mut errors);
+            } else if lookahead.peek(kw::event_type) {
+                let k = input.parse::<kw::event_type>()?;
+                input.parse::<Token![=]>()?;
+                let types = parse_event_types(input)?;
+                set(
+                    &mut args.event_type,
+                    types,
+                    k.span,
+                    "event_type",
+                    &mut errors,
+                );
             } else if lookahead.peek(Token![crate]) {
                 let k = input.parse::<Token![crate]>()?;
                 input.parse::<Token![=]>()?;
@@ -133,6 +147,28 @@ impl Parse for Args {
         args.errors = errors;
         Ok(args)
     }
+}
+
+const EVENT_TYPE: &str = "expected a string literal or a list of them: `event_type = \"OrderPlaced\"` or `event_type = [\"OrderPlaced\", \"OrderPaid\"]`";
+
+fn parse_event_types(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
+    if input.peek(syn::token::Bracket) {
+        let content;
+        let bracket = syn::bracketed!(content in input);
+        let list = Punctuated::<LitStr, Token![,]>::parse_terminated(&content)
+            .map_err(|e| syn::Error::new(e.span(), EVENT_TYPE))?;
+        if list.is_empty() {
+            return Err(syn::Error::new(
+                bracket.span.join(),
+                "`event_type = []` names no type: list at least one, or leave `event_type` out to take the message type's name",
+            ));
+        }
+        return Ok(list.into_iter().collect());
+    }
+    let lit: LitStr = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), EVENT_TYPE))?;
+    Ok(vec![lit])
 }
 
 fn parse_retry(input: ParseStream<'_>) -> syn::Result<Retry> {

@@ -45,6 +45,7 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     sig.ident = format_ident!("call", span = ident.span());
     let block = &func.block;
     let retry = &m.retry;
+    let event_types = &m.event_types;
     let msg_ty = &m.message_ty;
     let binding = &m.message_binding;
 
@@ -153,6 +154,10 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
 
             fn retry_policy(&self) -> #krate::RetryPolicy {
                 #retry
+            }
+
+            fn event_types(&self) -> &'static [&'static str] {
+                &[#(#event_types),*]
             }
 
             async fn handle(

@@ -25,6 +25,8 @@ pub struct Model {
     pub key: Option<Expr>,
     pub retry: TokenStream,
     pub terminal: Option<Pat>,
+    /// The CloudEvents types a router sends this handler.
+    pub event_types: Vec<String>,
 }
 
 struct Errors(Option<syn::Error>);
@@ -212,6 +214,32 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         None => sig.ident.to_string(),
     };
 
+    let event_types = match &args.event_type {
+        Some(given) => {
+            let mut seen: Vec<String> = Vec::new();
+            for lit in given {
+                let v = lit.value();
+                if v.trim().is_empty() {
+                    errors.push(
+                        lit.span(),
+                        "an event type must not be empty: it is matched against the message's `ce_type`",
+                    );
+                } else if seen.contains(&v) {
+                    errors.push(lit.span(), format_args!("event type `{v}` is listed twice"));
+                } else {
+                    seen.push(v);
+                }
+            }
+            seen
+        }
+        // The message type's own name: `OrderPlaced` for `events::OrderPlaced`.
+        None => message
+            .as_ref()
+            .and_then(|(_, ty)| last_ident(ty))
+            .map(|i| vec![i.to_string()])
+            .unwrap_or_default(),
+    };
+
     let krate: syn::Path = args
         .krate
         .clone()
@@ -238,6 +266,7 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         key: args.idempotency_key,
         retry,
         terminal: args.terminal,
+        event_types,
     })
 }
 

@@ -60,7 +60,12 @@ impl Job {
     }
 
     pub fn message(&self) -> Message {
-        Message::json("Job", self)
+        self.event("Job")
+    }
+
+    /// The job as a CloudEvent of type `kind`, keyed by its key.
+    pub fn event(&self, kind: &str) -> Message {
+        Message::json(kind, self)
             .expect("a Job serialises")
             .with_key(self.key.clone())
     }
@@ -323,6 +328,10 @@ pub trait Harness: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
     fn effects_of(&self, handler: &str, job_id: &str) -> impl Future<Output = i64> + Send;
     /// `(key, seq)` of every effect of `handler` in commit order.
+    /// Every effect as `(handler, key, seq)`, in commit order.
+    fn all_effects_in_commit_order(
+        &self,
+    ) -> impl Future<Output = Vec<(String, String, i64)>> + Send;
     fn effects_in_commit_order(
         &self,
         handler: &str,
@@ -411,6 +420,13 @@ impl Harness for SqliteHarness {
             .fetch_one(&self.pool)
             .await
             .expect("count effects")
+    }
+
+    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
+        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .expect("effects")
     }
 
     async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
@@ -518,6 +534,13 @@ impl Harness for PgHarness {
             .fetch_one(&self.pool)
             .await
             .expect("count effects")
+    }
+
+    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
+        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .expect("effects")
     }
 
     async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {

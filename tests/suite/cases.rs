@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use consumer::{Consumer, DeadLetterKind, Handler, Message, StatsSnapshot, Store};
+use consumer::{Consumer, DeadLetterKind, Handler, Message, Routes, Single, StatsSnapshot, Store};
 
 use super::handlers;
 use crate::SuiteHarness;
 use crate::conformance::broker::BrokerHarness;
 use crate::conformance::support::{self, Harness, Job};
 
-type SuiteStore = Store<<SuiteHarness as Harness>::Db>;
+pub type SuiteStore = Store<<SuiteHarness as Harness>::Db>;
 
 /// Runs `handler` on `topic` until the broker has nothing left to settle.
 async fn run_until_drained<B, H>(
@@ -24,10 +24,25 @@ where
     B: BrokerHarness,
     H: Handler<SuiteStore>,
 {
-    let consumer = Consumer::new(
+    run_routes_until_drained(h, broker, topic, Single(handler)).await
+}
+
+/// Runs `routes` (one handler, or a router) on `topic` until the broker
+/// has nothing left to settle.
+async fn run_routes_until_drained<B, R>(
+    h: &SuiteHarness,
+    broker: &B,
+    topic: &str,
+    routes: R,
+) -> StatsSnapshot
+where
+    B: BrokerHarness,
+    R: Routes<SuiteStore>,
+{
+    let consumer = Consumer::routed(
         BrokerHarness::source(broker, topic).await,
         h.store(),
-        handler,
+        routes,
     )
     .with_max_in_flight(64)
     .with_max_payload_bytes(64 * 1024)
@@ -709,4 +724,171 @@ pub async fn a_message_without_an_id_keeps_it_through_a_retry_copy_and_a_crash_b
         support::calls(&job.id) >= 2,
         "the crashed original came back"
     );
+}
+
+/// A router's handlers share the consumer's lanes: each key's events are
+/// handled in order whatever their types, keys in parallel.
+pub async fn per_key_order_holds_across_event_types_under_parallelism<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let (keys, per_key) = (6, 24);
+    let probe = support::ConcurrencyProbe::new();
+    for seq in 0..per_key {
+        for k in 0..keys {
+            let (kind, _) = handlers::ORDER_EVENTS[seq as usize % handlers::ORDER_EVENTS.len()];
+            let job = Job {
+                jitter: true,
+                probe: Some(probe.id()),
+                ..Job::new(&format!("order-{k}"), seq)
+            };
+            BrokerHarness::publish(&broker, "t", job.event(kind))
+                .await
+                .expect("publish");
+        }
+    }
+    let s = run_routes_until_drained(&h, &broker, "t", handlers::orders_router(false)).await;
+    assert_eq!(s.processed, (keys * per_key) as u64);
+    let effects = h.all_effects_in_commit_order().await;
+    for k in 0..keys {
+        let key = format!("order-{k}");
+        let mine: Vec<(String, i64)> = effects
+            .iter()
+            .filter(|(_, kk, _)| *kk == key)
+            .map(|(handler, _, seq)| (handler.clone(), *seq))
+            .collect();
+        let expected: Vec<(String, i64)> = (0..per_key)
+            .map(|seq| (handlers::ORDER_EVENTS[seq as usize % 4].1.to_owned(), seq))
+            .collect();
+        assert_eq!(
+            mine, expected,
+            "{key}: its events, in order, each by its type's handler"
+        );
+    }
+    if SuiteHarness::CONCURRENT_WRITERS > 1 {
+        assert!(probe.max() > 1, "different keys never ran in parallel");
+    }
+}
+
+/// A type no handler takes is dead-lettered as poison on its first
+/// attempt, filed under the router, with a reason that names the type and
+/// the types handled; the key goes on.
+pub async fn an_unknown_event_type_is_dead_lettered_with_the_types_the_router_handles<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let before = Job::new("o", 0);
+    let unknown = Job::new("o", 1);
+    let after = Job::new("o", 2);
+    BrokerHarness::publish(&broker, "t", before.event("OrderPlaced"))
+        .await
+        .expect("publish");
+    BrokerHarness::publish(
+        &broker,
+        "t",
+        unknown.event("OrderReturned").with_id("returned-1"),
+    )
+    .await
+    .expect("publish");
+    BrokerHarness::publish(&broker, "t", after.event("OrderPaid"))
+        .await
+        .expect("publish");
+    let s = run_routes_until_drained(&h, &broker, "t", handlers::orders_router(false)).await;
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1, "{dls:#?}");
+    let dl = &dls[0];
+    assert_eq!(
+        (dl.kind, dl.attempts, dl.handler.as_str()),
+        (DeadLetterKind::Poison, 1, "orders")
+    );
+    assert_eq!(dl.message_id, "returned-1");
+    assert!(dl.error.contains("`OrderReturned`"), "{}", dl.error);
+    assert!(
+        dl.error
+            .contains("OrderPlaced, OrderPaid, OrderShipped, OrderDelivered"),
+        "{}",
+        dl.error
+    );
+    assert_eq!(support::calls(&unknown.id), 0, "no handler ran");
+    let order: Vec<i64> = h
+        .all_effects_in_commit_order()
+        .await
+        .into_iter()
+        .map(|(_, _, seq)| seq)
+        .collect();
+    assert_eq!(order, [0, 2], "the key went on, in order");
+    assert_eq!(
+        (s.processed, s.dead_poison, s.unknown_types_ignored),
+        (2, 1, 0)
+    );
+}
+
+/// A router told to ignore unknown types acks and counts them.
+pub async fn an_unknown_event_type_is_acked_and_counted_when_the_router_ignores_them<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let unknown = Job::new("o", 1);
+    let after = Job::new("o", 2);
+    BrokerHarness::publish(&broker, "t", unknown.event("OrderReturned"))
+        .await
+        .expect("publish");
+    BrokerHarness::publish(&broker, "t", after.event("OrderPaid"))
+        .await
+        .expect("publish");
+    let s = run_routes_until_drained(&h, &broker, "t", handlers::orders_router(true)).await;
+    assert!(BrokerHarness::dead_letters(&broker, "t").await.is_empty());
+    assert_eq!(h.effects_of("paid", &after.id).await, 1);
+    assert_eq!(
+        (s.processed, s.dead_letters(), s.unknown_types_ignored),
+        (1, 0, 1)
+    );
+}
+
+/// One handler's terminal failure dead-letters only its event; another
+/// type's handler keeps its own dedup (a duplicate runs once) and the
+/// key's order.
+pub async fn one_handlers_failure_leaves_another_types_dedup_and_order_intact<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let declined = Job {
+        terminal: true,
+        ..Job::new("o", 0)
+    };
+    let paid = Job::new("o", 1);
+    let shipped = Job {
+        fail_times: 1,
+        ..Job::new("o", 2)
+    };
+    BrokerHarness::publish(&broker, "t", declined.event("OrderPlaced"))
+        .await
+        .expect("publish");
+    BrokerHarness::publish(&broker, "t", paid.event("OrderPaid"))
+        .await
+        .expect("publish");
+    // The same business key again, under another message id: a duplicate.
+    BrokerHarness::publish(&broker, "t", paid.event("OrderPaid"))
+        .await
+        .expect("publish");
+    BrokerHarness::publish(&broker, "t", shipped.event("OrderShipped"))
+        .await
+        .expect("publish");
+    let s = run_routes_until_drained(&h, &broker, "t", handlers::orders_router(false)).await;
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1);
+    assert_eq!(
+        (dls[0].kind, dls[0].handler.as_str()),
+        (DeadLetterKind::Terminal, "placed")
+    );
+    assert_eq!(h.effects_of("paid", &paid.id).await, 1, "paid's dedup held");
+    assert_eq!(h.effects_of("shipping", &shipped.id).await, 1);
+    let order: Vec<(String, i64)> = h
+        .all_effects_in_commit_order()
+        .await
+        .into_iter()
+        .map(|(handler, _, seq)| (handler, seq))
+        .collect();
+    assert_eq!(order, [("paid".to_owned(), 1), ("shipping".to_owned(), 2)]);
+    assert_eq!((s.duplicates, s.retries), (1, 1));
 }

@@ -77,3 +77,63 @@ pub async fn patient(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result
     SuiteHarness::insert_effect(tx, "patient", &job, ctx.message_id()).await?;
     Ok(())
 }
+
+/// The handlers of the suite's router: one per event type of an order,
+/// and one that takes two types. Each has its own name (dedup scope) and
+/// retry policy; `placed` has terminal errors, `paid` none.
+#[handler(
+    event_type = "OrderPlaced",
+    idempotency_key = job.id,
+    retry = exponential(base = "10ms", max_delay = "100ms", attempts = 3),
+    terminal = JobError::Terminal(_),
+)]
+pub async fn placed(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result<(), JobError> {
+    support::behave(&job, ctx).await?;
+    SuiteHarness::insert_effect(tx, "placed", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
+#[handler(
+    event_type = "OrderPaid",
+    idempotency_key = job.id,
+    retry = exponential(base = "10ms", max_delay = "100ms", attempts = 5),
+)]
+pub async fn paid(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result<(), JobError> {
+    support::behave(&job, ctx).await?;
+    SuiteHarness::insert_effect(tx, "paid", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
+#[handler(
+    event_type = ["OrderShipped", "OrderDelivered"],
+    idempotency_key = job.id,
+    retry = exponential(base = "10ms", max_delay = "100ms", attempts = 3),
+)]
+pub async fn shipping(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result<(), JobError> {
+    support::behave(&job, ctx).await?;
+    SuiteHarness::insert_effect(tx, "shipping", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
+/// The event types of an order in the order they happen, and the handler
+/// of each.
+pub const ORDER_EVENTS: [(&str, &str); 4] = [
+    ("OrderPlaced", "placed"),
+    ("OrderPaid", "paid"),
+    ("OrderShipped", "shipping"),
+    ("OrderDelivered", "shipping"),
+];
+
+/// The suite's router.
+pub fn orders_router(ignore_unknown: bool) -> consumer::Router<crate::suite::cases::SuiteStore> {
+    let builder = consumer::Router::builder("orders")
+        .route(placed)
+        .route(paid)
+        .route(shipping);
+    let builder = if ignore_unknown {
+        builder.ignore_unknown_types()
+    } else {
+        builder
+    };
+    builder.build().expect("a valid router")
+}

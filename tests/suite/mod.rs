@@ -45,6 +45,10 @@ macro_rules! declare {
             a_dead_letter_refused_for_good_is_kept_in_the_dead_letter_table,
             a_retry_copy_refused_for_good_is_retried_in_place,
             a_message_without_an_id_keeps_it_through_a_retry_copy_and_a_crash_before_the_ack,
+            per_key_order_holds_across_event_types_under_parallelism,
+            an_unknown_event_type_is_dead_lettered_with_the_types_the_router_handles,
+            an_unknown_event_type_is_acked_and_counted_when_the_router_ignores_them,
+            one_handlers_failure_leaves_another_types_dedup_and_order_intact,
         );
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {

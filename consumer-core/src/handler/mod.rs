@@ -40,6 +40,15 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     /// How transient failures are retried.
     fn retry_policy(&self) -> RetryPolicy;
 
+    /// The CloudEvents types a [`Router`](crate::Router) sends this handler
+    /// (`ce_type`). `#[handler]` fills it from `event_type = ..`, by
+    /// default the name of the message type. Empty (the default here) for
+    /// a handler that names none: a router takes it only as its default
+    /// route. A consumer running the handler alone ignores it.
+    fn event_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Runs one attempt.
     fn handle(&self, invocation: &mut Invocation<'_, S>) -> impl Future<Output = Outcome> + Send;
 }

@@ -14,6 +14,7 @@ use crate::envelope::{Envelope, HeaderError};
 use crate::error::BoxError;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::retry::RetryMode;
+use crate::router::{Route, Routes};
 use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
@@ -45,21 +46,47 @@ fn join(errors: &[HeaderError]) -> String {
         .join("; ")
 }
 
-impl<S, H, A> Shared<S, H, A>
+impl<S, R, A> Shared<S, R, A>
 where
     S: DedupStore,
-    H: Handler<S>,
+    R: Routes<S>,
     A: Acker,
 {
-    /// Runs attempts until the delivery is settled or released.
-    pub(super) async fn process(&self, mut envelope: Arc<Envelope>, mut acker: A) {
-        let name = self.handler.name();
-        let policy = self.handler.retry_policy();
+    /// Routes the delivery to its handler, then runs attempts until it is
+    /// settled or released.
+    pub(super) async fn process(&self, envelope: Arc<Envelope>, acker: A) {
+        match self.routes.route(&envelope) {
+            Route::To(handler) => self.run(handler, envelope, acker).await,
+            Route::Ignore => {
+                self.stats.incr(Counter::UnknownTypesIgnored);
+                tracing::debug!(target: "consumer", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
+                self.ack(acker).await;
+            }
+            Route::Unknown { router, error } => {
+                let attempts = envelope.attempt;
+                self.dead_letter(
+                    router,
+                    &envelope,
+                    acker,
+                    DeadLetterKind::Poison,
+                    &error,
+                    attempts,
+                    None,
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Runs `handler`'s attempts until the delivery is settled or released.
+    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) {
+        let name = handler.name();
+        let policy = handler.retry_policy();
         let mut failed_here = false;
         loop {
             let outcome = match self.precheck(&envelope) {
                 Err(e) => Outcome::Failed(Failure::new(FailureKind::Poison, e)),
-                Ok(()) => self.attempt(&envelope).await,
+                Ok(()) => self.attempt(handler, &envelope).await,
             };
             let failure = match outcome {
                 Outcome::Processed => {
@@ -86,15 +113,24 @@ where
             if let Some(kind) = kind {
                 let attempts = envelope.attempt;
                 return self
-                    .dead_letter(&envelope, acker, kind, &*failure.error, attempts, None)
+                    .dead_letter(
+                        name,
+                        &envelope,
+                        acker,
+                        kind,
+                        &*failure.error,
+                        attempts,
+                        None,
+                    )
                     .await;
             }
 
             failed_here = true;
-            let record = self.record_failure(&envelope, &failure.error).await;
+            let record = self.record_failure(name, &envelope, &failure.error).await;
             if !policy.should_retry(record.attempts) {
                 return self
                     .dead_letter(
+                        name,
                         &envelope,
                         acker,
                         DeadLetterKind::Exhausted,
@@ -117,7 +153,7 @@ where
             );
             let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
             if policy.mode() == RetryMode::Redeliver {
-                match self.redeliver(acker, &copy).await {
+                match self.redeliver(name, acker, &copy).await {
                     Some(refused) => acker = refused,
                     None => return,
                 }
@@ -146,18 +182,22 @@ where
         Ok(())
     }
 
-    async fn attempt(&self, envelope: &Arc<Envelope>) -> Outcome {
-        let span = trace::consume_span(envelope, self.handler.name(), self.system);
-        let mut invocation = Invocation::new(envelope, &self.store, self.handler.name());
-        let run = CatchUnwind::new(self.handler.handle(&mut invocation)).instrument(span);
+    async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> Outcome {
+        let span = trace::consume_span(envelope, handler.name(), self.system);
+        let mut invocation = Invocation::new(envelope, &self.store, handler.name());
+        let run = CatchUnwind::new(handler.handle(&mut invocation)).instrument(span);
         match run.await {
             Ok(outcome) => outcome,
             Err(panic) => Outcome::Failed(Failure::new(FailureKind::Terminal, panic)),
         }
     }
 
-    async fn record_failure(&self, envelope: &Envelope, error: &BoxError) -> FailureRecord {
-        let name = self.handler.name();
+    async fn record_failure(
+        &self,
+        name: &str,
+        envelope: &Envelope,
+        error: &BoxError,
+    ) -> FailureRecord {
         match self
             .store
             .record_failure(name, &envelope.id, &error.to_string())

@@ -16,7 +16,7 @@ use std::sync::{Arc, PoisonError};
 
 use super::{Job, Shared};
 use crate::envelope::Envelope;
-use crate::handler::Handler;
+use crate::router::Routes;
 use crate::source::Acker;
 use crate::store::DedupStore;
 
@@ -48,10 +48,10 @@ fn lane_key(envelope: &Envelope) -> &str {
     envelope.key.as_deref().unwrap_or(&envelope.id)
 }
 
-impl<S, H, A> Shared<S, H, A>
+impl<S, R, A> Shared<S, R, A>
 where
     S: DedupStore,
-    H: Handler<S>,
+    R: Routes<S>,
     A: Acker,
 {
     /// Queues `job` behind its key's lane, or returns it with its lane id

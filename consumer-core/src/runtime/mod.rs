@@ -35,6 +35,7 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::retry::{RetryMode, RetryPolicy};
+use crate::router::{Router, Routes, Single};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
@@ -44,7 +45,8 @@ use lanes::Lanes;
 const STEP_BACKOFF: RetryPolicy =
     RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(5), u32::MAX);
 
-/// Runs one handler over one source with one store.
+/// Runs a handler, or a [`Router`](crate::Router) of handlers, over one
+/// source with one store.
 ///
 /// ```no_run
 /// # async fn demo<S, H>(source: S, store: consumer_core::SqliteStore, handler: H)
@@ -59,10 +61,10 @@ const STEP_BACKOFF: RetryPolicy =
 ///     .expect("consumer failed");
 /// # }
 /// ```
-pub struct Consumer<Src, S, H> {
+pub struct Consumer<Src, S, R> {
     source: Src,
     store: S,
-    handler: H,
+    routes: R,
     max_in_flight: usize,
     max_payload_bytes: usize,
     shutdown_timeout: Duration,
@@ -70,20 +72,46 @@ pub struct Consumer<Src, S, H> {
     stats: Arc<Stats>,
 }
 
-impl<Src, S, H> Consumer<Src, S, H>
+impl<Src, S, H> Consumer<Src, S, Single<H>>
 where
     Src: Source,
     S: DedupStore,
     H: Handler<S>,
 {
-    /// A consumer with the defaults: 256 deliveries in flight, payloads up
-    /// to 1 MiB, 30 s to finish running work at shutdown, 30 s for a settle
-    /// step that can heal.
+    /// A consumer of one handler, which takes every delivery, with the
+    /// defaults: 256 deliveries in flight, payloads up to 1 MiB, 30 s to
+    /// finish running work at shutdown, 30 s for a settle step that can
+    /// heal.
     pub fn new(source: Src, store: S, handler: H) -> Self {
+        Self::routed(source, store, Single(handler))
+    }
+}
+
+impl<Src, S> Consumer<Src, S, Router<S>>
+where
+    Src: Source,
+    S: DedupStore,
+{
+    /// A consumer of a [`Router`]: its handlers share this consumer's lanes,
+    /// so the events of one key are handled in order whatever their types.
+    /// The defaults are [`Consumer::new`]'s.
+    pub fn router(source: Src, store: S, router: Router<S>) -> Self {
+        Self::routed(source, store, router)
+    }
+}
+
+impl<Src, S, R> Consumer<Src, S, R>
+where
+    Src: Source,
+    S: DedupStore,
+    R: Routes<S>,
+{
+    /// A consumer of any [`Routes`].
+    pub fn routed(source: Src, store: S, routes: R) -> Self {
         Self {
             source,
             store,
-            handler,
+            routes,
             max_in_flight: 256,
             max_payload_bytes: 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
@@ -127,22 +155,24 @@ where
 
     /// Refuses, before the first delivery, what could only fail at run time.
     fn check(&self) -> Result<(), Error> {
-        let policy = self.handler.retry_policy();
-        if self.store.retention() <= policy.max_window() {
-            return Err(Error::RetentionTooShort {
-                handler: self.handler.name().to_owned(),
-                retention: self.store.retention(),
-                window: policy.max_window(),
-            });
-        }
-        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
-            self.source
-                .check_redelivery(policy.longest_delay())
-                .map_err(|reason| Error::RetryUnsupported {
-                    handler: self.handler.name().to_owned(),
-                    system: self.source.system(),
-                    reason,
-                })?;
+        for handler in self.routes.handlers() {
+            let policy = handler.retry_policy();
+            if self.store.retention() <= policy.max_window() {
+                return Err(Error::RetentionTooShort {
+                    handler: handler.name().to_owned(),
+                    retention: self.store.retention(),
+                    window: policy.max_window(),
+                });
+            }
+            if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
+                self.source
+                    .check_redelivery(policy.longest_delay())
+                    .map_err(|reason| Error::RetryUnsupported {
+                        handler: handler.name().to_owned(),
+                        system: self.source.system(),
+                        reason,
+                    })?;
+            }
         }
         Ok(())
     }
@@ -150,9 +180,9 @@ where
     /// Consumes until `shutdown` completes or the source closes, then drains.
     ///
     /// Fails at once, before taking a delivery, when the store's retention
-    /// is shorter than the handler's longest retry window or when the
-    /// source cannot serve the handler's retry mode; later only on a source
-    /// error that is not retriable.
+    /// is shorter than a handler's longest retry window or when the source
+    /// cannot serve a handler's retry mode; later only on a source error
+    /// that is not retriable.
     pub async fn run_until<F>(self, shutdown: F) -> Result<(), Error>
     where
         F: Future<Output = ()> + Send,
@@ -163,7 +193,7 @@ where
         let shared = Arc::new(Shared {
             system: source.system(),
             store: self.store,
-            handler: self.handler,
+            routes: self.routes,
             stats: self.stats,
             max_payload_bytes: self.max_payload_bytes,
             settle_timeout: self.settle_timeout,
@@ -248,10 +278,10 @@ struct Job<A> {
 }
 
 /// What every lane task of one consumer shares.
-struct Shared<S, H, A> {
+struct Shared<S, R, A> {
     system: &'static str,
     store: S,
-    handler: H,
+    routes: R,
     stats: Arc<Stats>,
     max_payload_bytes: usize,
     settle_timeout: Duration,
@@ -261,7 +291,7 @@ struct Shared<S, H, A> {
     stop: watch::Receiver<bool>,
 }
 
-impl<S, H, A> Shared<S, H, A> {
+impl<S, R, A> Shared<S, R, A> {
     /// Sleeps; `false` when shutdown began first.
     async fn sleep_unless_stopping(&self, delay: Duration) -> bool {
         let mut stop = self.stop.clone();

@@ -32,7 +32,7 @@ use super::{STEP_BACKOFF, Shared, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
-use crate::handler::Handler;
+use crate::router::Routes;
 use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
@@ -74,10 +74,10 @@ fn chain(error: &Error) -> String {
     out
 }
 
-impl<S, H, A> Shared<S, H, A>
+impl<S, R, A> Shared<S, R, A>
 where
     S: DedupStore,
-    H: Handler<S>,
+    R: Routes<S>,
     A: Acker,
 {
     fn budget(&self) -> StepBudget {
@@ -126,7 +126,12 @@ where
     /// confirmed (`None`: settled or released). A copy the broker refuses
     /// for good, or that still fails at the settle timeout, gives the
     /// acker back (`Some`): the caller retries in place.
-    pub(super) async fn redeliver(&self, mut acker: A, copy: &RetryCopy) -> Option<A> {
+    pub(super) async fn redeliver(
+        &self,
+        handler: &str,
+        mut acker: A,
+        copy: &RetryCopy,
+    ) -> Option<A> {
         let mut budget = self.budget();
         loop {
             let Err(e) = acker.publish_retry(copy).await else {
@@ -146,7 +151,7 @@ where
                     self.stats.incr(Counter::RetryFallbacks);
                     tracing::warn!(
                         target: "consumer",
-                        handler = self.handler.name(),
+                        handler,
                         message_id = %copy.message.headers.get(crate::envelope::names::ID).ok().flatten().unwrap_or_default(),
                         attempt = copy.attempt,
                         error = %chain(&e),
@@ -160,8 +165,10 @@ where
 
     /// Dead-letters the delivery down the fallback chain (see the module
     /// docs), then settles it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn dead_letter(
         &self,
+        name: &str,
         envelope: &Envelope,
         mut acker: A,
         kind: DeadLetterKind,
@@ -169,7 +176,6 @@ where
         attempts: u32,
         first_failure: Option<OffsetDateTime>,
     ) {
-        let name = self.handler.name();
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         tracing::error!(
             target: "consumer",

@@ -1,0 +1,66 @@
+//! [`ErasedHandler`]: handlers of different types in one router.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::handler::{Handler, Invocation, Outcome};
+use crate::retry::RetryPolicy;
+use crate::store::DedupStore;
+
+/// A [`Handler`] behind a pointer: what a [`Router`](super::Router) holds.
+/// Every `Handler` is one; its attempt future is boxed (one allocation per
+/// delivery, the price of holding handlers of different types).
+pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
+    /// [`Handler::name`].
+    fn name(&self) -> &'static str;
+    /// [`Handler::retry_policy`].
+    fn retry_policy(&self) -> RetryPolicy;
+    /// [`Handler::event_types`].
+    fn event_types(&self) -> &'static [&'static str];
+    /// [`Handler::handle`], boxed.
+    fn handle_boxed<'a>(
+        &'a self,
+        invocation: &'a mut Invocation<'_, S>,
+    ) -> Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
+}
+
+impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
+    fn name(&self) -> &'static str {
+        Handler::name(self)
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        Handler::retry_policy(self)
+    }
+
+    fn event_types(&self) -> &'static [&'static str] {
+        Handler::event_types(self)
+    }
+
+    fn handle_boxed<'a>(
+        &'a self,
+        invocation: &'a mut Invocation<'_, S>,
+    ) -> Pin<Box<dyn Future<Output = Outcome> + Send + 'a>> {
+        Box::pin(self.handle(invocation))
+    }
+}
+
+impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
+    fn name(&self) -> &'static str {
+        ErasedHandler::name(self)
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        ErasedHandler::retry_policy(self)
+    }
+
+    fn event_types(&self) -> &'static [&'static str] {
+        ErasedHandler::event_types(self)
+    }
+
+    // An async fn, not the box itself: it holds the two borrows apart,
+    // where the box's one lifetime would have to be their intersection.
+    async fn handle(&self, invocation: &mut Invocation<'_, S>) -> Outcome {
+        self.handle_boxed(invocation).await
+    }
+}
