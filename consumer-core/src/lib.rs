@@ -15,6 +15,8 @@
 //! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
 //! * [`Router`]: many handlers over one source, dispatched by event type,
 //!   under one set of lanes;
+//! * [`Service`]: the consumers and relays of one process under one stop
+//!   signal and one health state;
 //! * [`settle`]: what the runtime hands back to the broker (the retry
 //!   copy, the dead letter) and the fallbacks when the broker refuses it;
 //! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
@@ -33,6 +35,7 @@ pub mod publish;
 pub mod retry;
 pub mod router;
 mod runtime;
+pub mod service;
 pub mod settle;
 pub mod source;
 pub mod stats;
@@ -52,6 +55,7 @@ pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use router::{Route, Router, RouterBuilder, Routes, Single, UnknownEventType, UnknownTypes};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
+pub use service::{Health, PartHealth, PartState, Service, StopSignal, shutdown_signal};
 pub use settle::RetryCopy;
 pub use source::{Acker, Source};
 pub use stats::{Stats, StatsSnapshot};

@@ -32,6 +32,7 @@ pub struct Stats {
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
+    running: AtomicBool,
     notify: Notify,
     waiters: AtomicUsize,
 }
@@ -75,6 +76,8 @@ pub struct StatsSnapshot {
     pub unknown_types_ignored: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
+    /// The consumer passed its start-time checks and takes deliveries.
+    pub running: bool,
     /// Shutdown has begun: no new deliveries are taken (report not-ready).
     pub draining: bool,
     /// Processing time percentiles (dequeue to settle).
@@ -130,6 +133,7 @@ impl Default for Stats {
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
+            running: AtomicBool::new(false),
             notify: Notify::new(),
             waiters: AtomicUsize::new(0),
         }
@@ -163,6 +167,11 @@ impl Stats {
         if self.waiters.load(Relaxed) > 0 {
             self.notify.notify_waiters();
         }
+    }
+
+    pub(crate) fn set_running(&self) {
+        self.running.store(true, Relaxed);
+        self.changed();
     }
 
     pub(crate) fn set_draining(&self) {
@@ -249,6 +258,7 @@ impl Stats {
             unknown_types_ignored: self.unknown_types_ignored.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Relaxed),
+            running: self.running.load(Relaxed),
             p50: pct(50),
             p95: pct(95),
             p99: pct(99),

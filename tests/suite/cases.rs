@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use consumer::{Consumer, DeadLetterKind, Handler, Message, Routes, Single, StatsSnapshot, Store};
+use consumer::{
+    Consumer, DeadLetterKind, Handler, Message, Routes, Service, Single, StatsSnapshot, Store,
+};
 
 use super::handlers;
 use crate::SuiteHarness;
@@ -891,4 +893,95 @@ pub async fn one_handlers_failure_leaves_another_types_dedup_and_order_intact<B:
         .collect();
     assert_eq!(order, [("paid".to_owned(), 1), ("shipping".to_owned(), 2)]);
     assert_eq!((s.duplicates, s.retries), (1, 1));
+}
+
+/// A host running a router over one topic and a consumer over another:
+/// on the stop, both drain (running attempts finish, the rest is released
+/// to the broker), the service is not ready while it drains, and a second
+/// run processes what was released, each event once, in key order.
+pub async fn the_host_stops_every_part_with_work_in_flight_and_loses_nothing<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let gate = support::Gate::new();
+    let mut events = Vec::new();
+    for seq in 0..4 {
+        for k in 0..3 {
+            let (kind, handler) = handlers::ORDER_EVENTS[seq as usize];
+            let job = Job {
+                gate: Some(gate.id()),
+                ..Job::new(&format!("h{k}"), seq)
+            };
+            BrokerHarness::publish(&broker, "orders", job.event(kind))
+                .await
+                .expect("publish");
+            events.push((job, handler));
+        }
+    }
+    let audited = Job::new("a", 0);
+    BrokerHarness::publish(&broker, "audit", audited.message())
+        .await
+        .expect("publish");
+
+    let orders = Consumer::router(
+        BrokerHarness::source(&broker, "orders").await,
+        h.store(),
+        handlers::orders_router(false),
+    )
+    .with_max_in_flight(64);
+    let audit = Consumer::new(
+        BrokerHarness::source(&broker, "audit").await,
+        h.store(),
+        handlers::audit,
+    );
+    let (orders_stats, audit_stats) = (orders.stats(), audit.stats());
+    let service = Service::new("orders-service")
+        .consumer("orders", orders)
+        .consumer("audit", audit)
+        .with_shutdown_timeout(Duration::from_secs(30));
+    let health = service.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(service.run_until(async move {
+        let _ = stopped.await;
+    }));
+    support::within(orders_stats.wait_for(|s| s.in_flight == 12 && s.received == 12)).await;
+    #[allow(clippy::unnecessary_min_or_max)]
+    let entering = SuiteHarness::CONCURRENT_WRITERS.min(3);
+    support::within(gate.wait_entered(entering)).await;
+    assert!(health.is_ready(), "{:?}", health.parts());
+    let _ = stop.send(());
+    support::within(orders_stats.wait_for(|s| s.draining)).await;
+    assert!(!health.is_ready(), "not ready while draining");
+    assert!(health.is_live());
+    gate.open();
+    support::within(run)
+        .await
+        .expect("join")
+        .expect("the service stopped cleanly");
+    let first = orders_stats.snapshot();
+    assert_eq!((first.processed, first.released), (3, 9));
+    // On SQLite the audit's transaction waited for the gated writer: it may
+    // have been released too.
+    let audit_first = audit_stats.snapshot();
+    assert_eq!(
+        audit_first.processed + audit_first.released,
+        audit_first.received
+    );
+
+    run_routes_until_drained(&h, &broker, "orders", handlers::orders_router(false)).await;
+    run_until_drained(&h, &broker, "audit", handlers::audit).await;
+    assert_eq!(h.effects_of("audit", &audited.id).await, 1);
+    for (job, handler) in &events {
+        assert_eq!(
+            h.effects_of(handler, &job.id).await,
+            1,
+            "{} by {handler}",
+            job.id
+        );
+    }
+    let effects = h.all_effects_in_commit_order().await;
+    for k in 0..3 {
+        let key = format!("h{k}");
+        let seqs: Vec<i64> = effects.iter().filter(|e| e.1 == key).map(|e| e.2).collect();
+        assert_eq!(seqs, [0, 1, 2, 3], "{key}: order survives the stop");
+    }
 }

@@ -49,6 +49,7 @@ macro_rules! declare {
             an_unknown_event_type_is_dead_lettered_with_the_types_the_router_handles,
             an_unknown_event_type_is_acked_and_counted_when_the_router_ignores_them,
             one_handlers_failure_leaves_another_types_dedup_and_order_intact,
+            the_host_stops_every_part_with_work_in_flight_and_loses_nothing,
         );
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {

@@ -142,17 +142,23 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// Relays until `shutdown` completes. Errors (a database or broker
     /// that is down) are logged and retried; nothing is marked published
     /// that the broker did not confirm.
+    ///
+    /// Shutdown is graceful: a round in progress is finished (its
+    /// confirmed events marked published) before the relay returns, and no
+    /// new round starts. What is left stays in the table for the next
+    /// start. A relay that is killed instead loses nothing either: its
+    /// round's transaction rolls back and the events are published again.
     pub async fn run_until<F: Future<Output = ()> + Send>(self, shutdown: F) -> Result<(), Error> {
         let WakeUp::Poll { min, max } = self.wake;
         let mut wait = min;
         tokio::pin!(shutdown);
         loop {
-            let round = tokio::select! {
+            tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
-                r = self.run_once() => r,
-            };
-            match round {
+                () = std::future::ready(()) => {}
+            }
+            match self.run_once().await {
                 Ok(n) if n >= self.batch as usize => {
                     wait = min;
                     continue;

@@ -203,6 +203,7 @@ where
         });
         let permits = Arc::new(Semaphore::new(self.max_in_flight));
         let mut lanes: JoinSet<()> = JoinSet::new();
+        shared.stats.set_running();
         let mut source_errors = 0u32;
         tokio::pin!(shutdown);
 
