@@ -1,45 +1,98 @@
-//! Orders over RabbitMQ into PostgreSQL, exactly once.
+//! The quickstart's shop on RabbitMQ and PostgreSQL: the outbox relay
+//! publishes each order's events to one queue (the key travels as
+//! `ce_partitionkey`), and a router of three handlers takes them in order
+//! per order; dead letters go to the dead-letter queue.
 //!
 //! ```sh
+//! scripts/services postgres rabbitmq   # or a RabbitMQ and PostgreSQL of your own
 //! cargo run --example amqp_orders --features amqp
 //! ```
 //!
 //! Environment: `AMQP_URL` (default amqp://guest:guest@127.0.0.1:5672/%2f),
-//! `DATABASE_URL` (default postgres://postgres@127.0.0.1:5432/test),
-//! `ORDERS_QUEUE` (default `orders`), `ORDERS_DLQ` (default `<queue>.dlq`),
-//! `ORDERS_QUEUE_TYPE` (`classic` or `quorum`, default `classic`).
-//! Prints its topology, publishes a few orders (one twice, one that is not
-//! JSON), consumes them, and prints what happened.
+//! `DATABASE_URL` (default postgres://postgres@127.0.0.1:5432/test; the
+//! example works in a schema `shop_amqp` of its own), `ORDERS_QUEUE`
+//! (default `shop.order-events`), `ORDERS_QUEUE_TYPE` (`classic` or
+//! `quorum`, default `classic`).
 
+#[path = "shop/mod.rs"]
+mod shop;
+
+use std::str::FromStr;
 use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType, Topology};
-use consumer::{Consumer, Message, MessageContext, Outgoing, PgStore, PgTx, Publisher, handler};
+use consumer::testing::{Faults, FaultyPublisher};
+use consumer::{
+    Consumer, DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx,
+    Publisher, Router, Service, handler,
+};
+use lapin::options::{BasicGetOptions, BasicNackOptions};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    cents: i64,
+#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
+async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
+    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
 }
 
-#[derive(Debug, thiserror::Error)]
-enum OrderError {
-    #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-}
-
-#[handler(idempotency_key = order.order_id, retry = exponential(base = "100ms", max_delay = "5s", attempts = 5, mode = redeliver))]
-async fn record_order(
-    order: OrderPlaced,
+#[handler(
+    event_type = "OrderPaid",
+    idempotency_key = e.order_id,
+    retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
+    terminal = ShopError::InvalidAmount(_),
+)]
+async fn capture_payment(
+    e: OrderPaid,
     tx: &mut PgTx,
-    _ctx: &MessageContext,
-) -> Result<(), OrderError> {
-    sqlx::query("INSERT INTO amqp_orders (id, cents) VALUES ($1, $2)")
-        .bind(&order.order_id)
-        .bind(order.cents)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    ctx: &MessageContext,
+) -> Result<(), ShopError> {
+    let line = shop::capture(&e, ctx)?;
+    shop::step(&mut **tx, &e.order_id, &line).await
+}
+
+#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
+async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
+    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
+}
+
+/// The dead letters of this run, read with `basic.get` and put back.
+async fn read_dead_letters(
+    url: &str,
+    topology: &Topology,
+    run: &str,
+) -> anyhow::Result<Vec<DeadLetter>> {
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    let mut letters = Vec::new();
+    while let Some(got) = channel
+        .basic_get(
+            topology.dead_letter_queue().into(),
+            BasicGetOptions::default(),
+        )
+        .await?
+    {
+        let envelope = consumer::amqp::headers::to_envelope(
+            topology.dead_letter_queue(),
+            &got.delivery,
+            got.delivery.data.clone().into(),
+        );
+        let message = Message {
+            key: envelope.key,
+            headers: envelope.headers,
+            payload: envelope.payload,
+        };
+        if let Some(letter) = DeadLetter::from_message(&message)
+            && letter.key.as_deref().is_some_and(|k| k.ends_with(run))
+        {
+            letters.push(letter);
+        }
+    }
+    let requeue = BasicNackOptions {
+        multiple: true,
+        requeue: true,
+    };
+    let _ = channel.basic_nack(0, requeue).await;
+    let _ = conn.close(200, "dead letters read".into()).await;
+    Ok(letters)
 }
 
 #[tokio::main]
@@ -47,89 +100,97 @@ async fn main() -> anyhow::Result<()> {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
     let amqp_url = env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
     let database_url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
-    let queue = env("ORDERS_QUEUE", "orders");
+    let queue = env("ORDERS_QUEUE", "shop.order-events");
     let queue_type = match env("ORDERS_QUEUE_TYPE", "classic").as_str() {
         "quorum" => QueueType::Quorum,
         _ => QueueType::Classic,
     };
-    let mut topology = Topology::new(queue.clone())?
+    let topology = Topology::new(queue.clone())?
         .with_queue_type(queue_type)
         .with_max_retry_delay(Duration::from_secs(5));
-    if let Ok(dlq) = std::env::var("ORDERS_DLQ") {
-        topology = topology.with_dead_letter_queue(dlq);
-    }
-    println!(
-        "amqp_orders: RabbitMQ at {amqp_url}, PostgreSQL at {database_url}\n\ntopology:\n{topology}\n"
-    );
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
-    let pool = sqlx::PgPool::connect(&database_url).await?;
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS amqp_orders (id TEXT PRIMARY KEY, cents BIGINT NOT NULL)",
-    )
-    .execute(&pool)
-    .await?;
+    let admin = sqlx::PgPool::connect(&database_url).await?;
+    sqlx::query("CREATE SCHEMA IF NOT EXISTS shop_amqp")
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let options = sqlx::postgres::PgConnectOptions::from_str(&database_url)?
+        .options([("search_path", "shop_amqp")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await?;
     let store = PgStore::new(pool.clone());
     store.migrate().await?;
+    sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
+    // The source declares the topology before anything is published to it.
     let source = AmqpSource::new(amqp_url.clone(), topology.clone())?
         .connect()
         .await?;
-    let metrics = source.metrics();
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let order = |n: i64| -> anyhow::Result<Message> {
-        Ok(Message::json(
-            "OrderPlaced",
-            &OrderPlaced {
-                order_id: format!("{run_id}-{n}"),
-                cents: n * 100,
-            },
-        )?
-        .with_key(format!("customer-{}", n % 2)))
-    };
-    let to_queue = |message| Outgoing {
-        destination: format!("/{queue}"),
-        message,
-    };
-    let batch = vec![
-        to_queue(order(1)?),
-        to_queue(order(2)?),
-        to_queue(order(2)?), // the same order again: processed once
-        to_queue(Message::raw(&b"not json"[..]).with_id(format!("{run_id}-poison"))),
-        to_queue(order(3)?),
-    ];
-    for r in AmqpPublisher::new(amqp_url).publish(&batch).await {
+    let destination = format!("/{queue}");
+    let outbox = Outbox::new().with_default_destination(&destination);
+    shop::place_orders(&pool, &outbox, &run).await?;
+    let publisher = AmqpPublisher::new(amqp_url.clone());
+    let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
+        .into_iter()
+        .map(|message| Outgoing {
+            destination: destination.clone(),
+            message,
+        })
+        .collect();
+    for r in publisher.publish(&legacy).await {
         r?;
     }
+    // The relay's publisher sends its first event twice, as after a lost
+    // confirm: the consumer must not run it twice.
+    let faults = Faults::new();
+    faults.duplicate_next_publishes(1);
+    let relay = OutboxRelay::new(
+        pool.clone(),
+        outbox.clone(),
+        FaultyPublisher::new(publisher, faults),
+    )
+    .with_source("amqp-orders-example");
+    let relay_stats = relay.stats();
 
-    let consumer = Consumer::new(source, store, record_order);
+    let router = Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()?;
+    let consumer = Consumer::router(source, store, router);
     let stats = consumer.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(consumer.run_until(async move {
-        let _ = stopped.await;
-    }));
-    stats
-        .wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 5)
-        .await;
-    let _ = stop.send(());
-    run.await??;
-
+    let settled = {
+        let stats = std::sync::Arc::clone(&stats);
+        async move {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(120),
+                stats.wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 18),
+            )
+            .await;
+        }
+    };
+    Service::new("shop")
+        .relay("outbox", relay)
+        .consumer("orders", consumer)
+        .run_until(settled)
+        .await?;
     let s = stats.snapshot();
-    let depths = metrics.depths().await?;
-    println!(
-        "received {}, processed {}, duplicates {}, dead letters {}",
-        s.received,
-        s.processed,
-        s.duplicates,
-        s.dead_letters()
+    anyhow::ensure!(
+        s.processed + s.duplicates + s.dead_letters() >= 18,
+        "not every delivery was settled within 120 s ({s:?}); is RabbitMQ at {amqp_url} serving {queue}?"
     );
-    println!(
-        "redelivered {}, reconnects {}",
-        metrics.redelivered(),
-        metrics.reconnects()
-    );
-    println!(
-        "queue depths: work {}, dead letters {}, delayed {}",
-        depths.work, depths.dead_letters, depths.delayed
+
+    shop::print_report(
+        &format!(
+            "amqp_orders: the `shop` service on RabbitMQ at {amqp_url} and PostgreSQL\n\ntopology:\n{topology}"
+        ),
+        relay_stats.snapshot().published,
+        &s,
+        &shop::history(&pool, &run).await?,
+        &read_dead_letters(&amqp_url, &topology, &run).await?,
     );
     Ok(())
 }

@@ -1,63 +1,90 @@
-//! Orders over Kafka into PostgreSQL, exactly once.
+//! The quickstart's shop on Kafka and PostgreSQL: the outbox relay publishes
+//! each order's events to one topic, keyed by the order, and a router of
+//! three handlers takes them in order per order; dead letters go to the
+//! dead-letter topic.
 //!
 //! ```sh
 //! scripts/services postgres kafka   # or any Kafka and PostgreSQL of your own
 //! cargo run --example kafka_orders --features kafka
 //! ```
 //!
-//! Needs a Kafka-protocol broker (Apache Kafka, or the tansu broker that
-//! `scripts/services kafka` starts) and PostgreSQL. Environment:
-//! `KAFKA_BROKERS` (default 127.0.0.1:9092), `DATABASE_URL` (default
-//! postgres://postgres@127.0.0.1:5432/test), `KAFKA_TOPIC` (default
-//! `orders`; retries go through `<topic>.retry`, dead letters to
-//! `<topic>.dlq`), `KAFKA_GROUP` (default `orders-example`).
-//!
-//! Creates the three topics (brokers such as tansu do not create them on
-//! first use), publishes a few orders with the idempotent `KafkaPublisher`
-//! (one twice, one that is not JSON, one whose first attempt fails), consumes
-//! them until each is settled, and prints what happened. Every producer sends
-//! one record per batch (`batch.num.messages=1`): tansu 0.6 loses records
-//! for a consumer that resumes inside a multi-record batch.
+//! Environment: `KAFKA_BROKERS` (default 127.0.0.1:9092), `DATABASE_URL`
+//! (default postgres://postgres@127.0.0.1:5432/test; the example works in
+//! a schema `shop_kafka` of its own), `KAFKA_TOPIC` (default
+//! `shop.order-events`; retries would go through `<topic>.retry`, dead
+//! letters go to `<topic>.dlq`), `KAFKA_GROUP` (default `shop-example`).
+//! Topics are created first (brokers such as tansu do not create them on
+//! use), and every producer sends one record per batch
+//! (`batch.num.messages=1`): tansu 0.6 loses records for a consumer that
+//! resumes inside a multi-record batch.
 
+#[path = "shop/mod.rs"]
+mod shop;
+
+use std::str::FromStr;
 use std::time::Duration;
 
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
-use consumer::{Consumer, Message, MessageContext, Outgoing, PgStore, PgTx, Publisher, handler};
+use consumer::testing::{Faults, FaultyPublisher};
+use consumer::{
+    Consumer, DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx,
+    Publisher, Router, Service, handler,
+};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    cents: i64,
-    /// Makes the first attempt fail as if the database were briefly
-    /// unreachable, to show a retry through the retry topic.
-    #[serde(default)]
-    simulate_outage: bool,
+#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
+async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
+    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
 }
 
-#[derive(Debug, thiserror::Error)]
-enum OrderError {
-    #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-    #[error("simulated outage on attempt {0}")]
-    Outage(u32),
-}
-
-#[handler(idempotency_key = order.order_id, retry = exponential(base = "200ms", max_delay = "2s", attempts = 5, mode = redeliver))]
-async fn record_order(
-    order: OrderPlaced,
+#[handler(
+    event_type = "OrderPaid",
+    idempotency_key = e.order_id,
+    retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
+    terminal = ShopError::InvalidAmount(_),
+)]
+async fn capture_payment(
+    e: OrderPaid,
     tx: &mut PgTx,
     ctx: &MessageContext,
-) -> Result<(), OrderError> {
-    sqlx::query("INSERT INTO kafka_orders (id, cents) VALUES ($1, $2)")
-        .bind(&order.order_id)
-        .bind(order.cents)
-        .execute(&mut **tx)
-        .await?;
-    if order.simulate_outage && ctx.attempt() == 1 {
-        // Transient: the insert above and the dedup row roll back together.
-        return Err(OrderError::Outage(ctx.attempt()));
+) -> Result<(), ShopError> {
+    let line = shop::capture(&e, ctx)?;
+    shop::step(&mut **tx, &e.order_id, &line).await
+}
+
+#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
+async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
+    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
+}
+
+/// The records of the dead-letter topic written by this run.
+fn read_dead_letters(brokers: &str, topic: &str, run: &str) -> anyhow::Result<Vec<DeadLetter>> {
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("shop-dlq-reader-{run}"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()?;
+    reader.subscribe(&[topic])?;
+    let mut letters = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline && letters.len() < 4 {
+        if let Some(Ok(record)) = reader.poll(Duration::from_millis(200)) {
+            let envelope = consumer::kafka::headers::to_envelope(&record);
+            let message = Message {
+                key: envelope.key,
+                headers: envelope.headers,
+                payload: envelope.payload,
+            };
+            if let Some(letter) = DeadLetter::from_message(&message)
+                && letter.key.as_deref().is_some_and(|k| k.ends_with(run))
+            {
+                letters.push(letter);
+            }
+        }
     }
-    Ok(())
+    Ok(letters)
 }
 
 #[tokio::main]
@@ -65,106 +92,97 @@ async fn main() -> anyhow::Result<()> {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
     let brokers = env("KAFKA_BROKERS", "127.0.0.1:9092");
     let database_url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
-    let topics = Topics::new(env("KAFKA_TOPIC", "orders"))?;
-    let group = env("KAFKA_GROUP", "orders-example");
-    println!(
-        "kafka_orders: Kafka at {brokers} (group {group}), PostgreSQL at {database_url}\n\n{topics}\n"
-    );
+    let topics = Topics::new(env("KAFKA_TOPIC", "shop.order-events"))?;
+    let group = env("KAFKA_GROUP", "shop-example");
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     topics.create(&brokers, 3, 1).await?;
 
-    let pool = sqlx::PgPool::connect(&database_url).await?;
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS kafka_orders (id TEXT PRIMARY KEY, cents BIGINT NOT NULL)",
-    )
-    .execute(&pool)
-    .await?;
+    // A schema of its own, so the store's and the outbox's tables of this
+    // example meet nobody else's.
+    let admin = sqlx::PgPool::connect(&database_url).await?;
+    sqlx::query("CREATE SCHEMA IF NOT EXISTS shop_kafka")
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let options = sqlx::postgres::PgConnectOptions::from_str(&database_url)?
+        .options([("search_path", "shop_kafka")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await?;
     let store = PgStore::new(pool.clone());
     store.migrate().await?;
+    sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let order = |n: i64, simulate_outage: bool| -> anyhow::Result<Message> {
-        Ok(Message::json(
-            "OrderPlaced",
-            &OrderPlaced {
-                order_id: format!("{run_id}-{n}"),
-                cents: n * 100,
-                simulate_outage,
-            },
-        )?
-        .with_key(format!("customer-{}", n % 2)))
-    };
-    let to_topic = |message| Outgoing {
-        destination: topics.topic().to_owned(),
-        message,
-    };
-    let batch = vec![
-        to_topic(order(1, false)?),
-        to_topic(order(2, false)?),
-        to_topic(order(2, false)?), // the same order again: processed once
-        to_topic(
-            Message::raw(&b"not json"[..])
-                .with_id(format!("{run_id}-poison"))
-                .with_key("customer-0"),
-        ),
-        to_topic(order(3, true)?), // fails once, then succeeds from the retry topic
-        to_topic(order(4, false)?),
-    ];
+    let outbox = Outbox::new().with_default_destination(topics.topic());
+    shop::place_orders(&pool, &outbox, &run).await?;
     let publisher = KafkaPublisher::builder(&brokers)
         .with_property("batch.num.messages", "1")
         .build()?;
-    for r in publisher.publish(&batch).await {
+    let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
+        .into_iter()
+        .map(|message| Outgoing {
+            destination: topics.topic().to_owned(),
+            message,
+        })
+        .collect();
+    for r in publisher.publish(&legacy).await {
         r?;
     }
-    println!("published {} records to {}", batch.len(), topics.topic());
+    // The relay's publisher sends its first event twice, as after a lost
+    // confirm: the consumer must not run it twice.
+    let faults = Faults::new();
+    faults.duplicate_next_publishes(1);
+    let relay = OutboxRelay::new(
+        pool.clone(),
+        outbox.clone(),
+        FaultyPublisher::new(publisher, faults),
+    )
+    .with_source("kafka-orders-example");
+    let relay_stats = relay.stats();
 
+    let router = Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()?;
     let source = KafkaSource::builder(&brokers, &group, topics.clone())
         .with_producer_property("batch.num.messages", "1")
         .connect()?;
-    let metrics = source.metrics();
-    let consumer = Consumer::new(source, store, record_order);
+    let consumer = Consumer::router(source, store, router);
     let stats = consumer.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(consumer.run_until(async move {
-        let _ = stopped.await;
-    }));
-    // Four orders processed (one after a retry), one duplicate skipped, one
-    // dead letter: six settled deliveries.
-    let settled = tokio::time::timeout(
-        Duration::from_secs(120),
-        stats.wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 6),
-    )
-    .await;
-    let _ = stop.send(());
-    run.await??;
-    if settled.is_err() {
-        anyhow::bail!(
-            "the orders were not all settled within 120 s ({:?}); is the broker at {brokers} serving group {group}?",
-            stats.snapshot()
-        );
-    }
 
-    let s = stats.snapshot();
-    let k = metrics.snapshot();
-    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM kafka_orders WHERE id LIKE $1")
-        .bind(format!("{run_id}-%"))
-        .fetch_one(&pool)
+    // 15 events (one sent twice) and 2 legacy records: 18 deliveries to
+    // settle, as processed, duplicates or dead letters.
+    let settled = {
+        let stats = std::sync::Arc::clone(&stats);
+        async move {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(120),
+                stats.wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 18),
+            )
+            .await;
+        }
+    };
+    Service::new("shop")
+        .relay("outbox", relay)
+        .consumer("orders", consumer)
+        .run_until(settled)
         .await?;
-    println!(
-        "received {}, processed {}, duplicates {}, retries {}, dead letters {} (to {})",
-        s.received,
-        s.processed,
-        s.duplicates,
-        s.retries,
-        s.dead_letters(),
-        topics.dead_letter_topic()
+    let s = stats.snapshot();
+    anyhow::ensure!(
+        s.processed + s.duplicates + s.dead_letters() >= 18,
+        "not every delivery was settled within 120 s ({s:?}); is the broker at {brokers} serving group {group}?"
     );
-    println!("orders recorded in PostgreSQL for this run: {rows}");
-    println!(
-        "rebalances {}, commit failures {}, lag {}",
-        k.rebalances,
-        k.commit_failures,
-        k.total_lag()
+
+    shop::print_report(
+        &format!(
+            "kafka_orders: the `shop` service on Kafka at {brokers} and PostgreSQL\n\n{topics}"
+        ),
+        relay_stats.snapshot().published,
+        &s,
+        &shop::history(&pool, &run).await?,
+        &read_dead_letters(&brokers, topics.dead_letter_topic(), &run)?,
     );
-    anyhow::ensure!(rows == 4, "expected 4 orders recorded, found {rows}");
     Ok(())
 }

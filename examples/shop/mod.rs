@@ -1,0 +1,232 @@
+//! The shop every example runs, whatever the broker and the store: an
+//! order aggregate's events, what its three handlers do, the orders
+//! placed, what a legacy producer sends on the side, and the report.
+//! Each example declares the handlers (`#[handler]` on its store's
+//! transaction) over these functions, and wires its broker.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use consumer::{Message, MessageContext, NewEvent, Outbox, OutboxDatabase, StatsSnapshot};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OrderPlaced {
+    pub order_id: String,
+    pub customer: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OrderPaid {
+    pub order_id: String,
+    pub cents: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OrderShipped {
+    pub order_id: String,
+    pub carrier: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShopError {
+    #[error("payment gateway timed out (attempt {0})")]
+    GatewayTimeout(u32),
+    #[error("amount must be positive, got {0} cents")]
+    InvalidAmount(i64),
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The history table, on either database.
+pub const HISTORY_DDL: &str = "CREATE TABLE IF NOT EXISTS shop_history \
+    (run TEXT NOT NULL, n BIGINT NOT NULL, order_id TEXT NOT NULL, step TEXT NOT NULL)";
+
+/// Orders as `<name>/<run>`, so runs against one database stay apart.
+pub fn order_id(name: &str, run: &str) -> String {
+    format!("{name}/{run}")
+}
+
+static STEPS: AtomicI64 = AtomicI64::new(0);
+
+/// Writes one line of an order's history in the handler's transaction.
+pub async fn step<'c, DB, E>(conn: E, order_id: &str, what: &str) -> Result<(), ShopError>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    let (name, run) = order_id.split_once('/').unwrap_or((order_id, ""));
+    sqlx::query::<DB>("INSERT INTO shop_history (run, n, order_id, step) VALUES ($1, $2, $3, $4)")
+        .bind(run)
+        .bind(STEPS.fetch_add(1, Ordering::Relaxed))
+        .bind(name)
+        .bind(what)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub fn stock_reserved(e: &OrderPlaced) -> String {
+    format!("stock reserved for {}", e.customer)
+}
+
+/// The payment gateway: order `o-3` times out twice, `o-4` never answers.
+/// It would get `ctx.idempotency_key()`, so a retry is safe there too.
+pub fn capture(e: &OrderPaid, ctx: &MessageContext) -> Result<String, ShopError> {
+    if e.cents <= 0 {
+        return Err(ShopError::InvalidAmount(e.cents));
+    }
+    let _key_for_the_gateway = ctx.idempotency_key();
+    match e.order_id.split('/').next() {
+        Some("o-3") if ctx.attempt() < 3 => Err(ShopError::GatewayTimeout(ctx.attempt())),
+        Some("o-4") => Err(ShopError::GatewayTimeout(ctx.attempt())),
+        _ => Ok(format!(
+            "{:.2} captured (attempt {})",
+            e.cents as f64 / 100.0,
+            ctx.attempt()
+        )),
+    }
+}
+
+pub fn shipped(e: &OrderShipped) -> String {
+    format!("shipped with {}", e.carrier)
+}
+
+/// Five orders, each with its three events written through the outbox in
+/// transactions of their own (as the business rows would be).
+pub async fn place_orders<DB: OutboxDatabase>(
+    pool: &sqlx::Pool<DB>,
+    outbox: &Outbox,
+    run: &str,
+) -> anyhow::Result<()> {
+    for (name, customer, cents) in [
+        ("o-1", "alice", 1_250),
+        ("o-2", "bob", 990),
+        ("o-3", "carol", 4_000),
+        ("o-4", "dave", 7_500),
+        ("o-5", "erin", -5),
+    ] {
+        let order = order_id(name, run);
+        let events = [
+            NewEvent::new(
+                "Order",
+                &order,
+                "OrderPlaced",
+                &OrderPlaced {
+                    order_id: order.clone(),
+                    customer: customer.into(),
+                },
+            )?,
+            NewEvent::new(
+                "Order",
+                &order,
+                "OrderPaid",
+                &OrderPaid {
+                    order_id: order.clone(),
+                    cents,
+                },
+            )?,
+            NewEvent::new(
+                "Order",
+                &order,
+                "OrderShipped",
+                &OrderShipped {
+                    order_id: order.clone(),
+                    carrier: "parcelco".into(),
+                },
+            )?,
+        ];
+        for event in events {
+            let mut tx = pool.begin().await?;
+            outbox.enqueue(&mut tx, event).await?;
+            tx.commit().await?;
+        }
+    }
+    Ok(())
+}
+
+/// What a legacy producer sends beside the outbox: a payload that is not
+/// JSON, and an event type no handler takes.
+pub fn legacy_messages(run: &str) -> anyhow::Result<Vec<Message>> {
+    Ok(vec![
+        Message::raw(&b"<order id=6/>"[..])
+            .with_header("ce_type", "OrderPlaced")
+            .with_key(order_id("o-6", run))
+            .with_id(format!("legacy/{run}")),
+        Message::json(
+            "OrderReturned",
+            &serde_json::json!({ "order_id": order_id("o-1", run) }),
+        )?
+        .with_key(order_id("o-1", run))
+        .with_id(format!("returned/{run}")),
+    ])
+}
+
+/// The report every example prints.
+pub fn print_report(
+    title: &str,
+    relayed: u64,
+    s: &StatsSnapshot,
+    history: &[(String, String)],
+    dead_letters: &[consumer::DeadLetter],
+) {
+    println!("{title}\n");
+    println!("  events relayed      {relayed}");
+    println!("  deliveries          {}", s.received);
+    println!("  processed           {}", s.processed);
+    println!("  duplicates skipped  {}", s.duplicates);
+    println!("  retries             {}", s.retries);
+    println!("  dead letters        {}", s.dead_letters());
+    println!("\nhistory, per order in the order its events were handled:");
+    let mut last = "";
+    for (order, what) in history {
+        let shown = if order == last { "" } else { order.as_str() };
+        println!("  {shown:<5} {what}");
+        last = order;
+    }
+    println!("\ndead letters (kind, attempts, handler, order, reason):");
+    for dl in dead_letters {
+        let cause = dl
+            .causes
+            .first()
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        let order = dl
+            .key
+            .as_deref()
+            .and_then(|k| k.split('/').next())
+            .unwrap_or("-");
+        println!(
+            "  {:<9} {} attempt(s)  {:<16} {order:<4} {}{}",
+            dl.kind.as_str(),
+            dl.attempts,
+            dl.handler,
+            dl.error,
+            cause
+        );
+    }
+}
+
+/// The history of `run`, ordered per order as the handlers wrote it.
+pub async fn history<DB>(pool: &sqlx::Pool<DB>, run: &str) -> anyhow::Result<Vec<(String, String)>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'r> String: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let mut conn = pool.acquire().await?;
+    Ok(sqlx::query_as::<DB, (String, String)>(
+        "SELECT order_id, step FROM shop_history WHERE run = $1 ORDER BY order_id, n",
+    )
+    .bind(run)
+    .fetch_all(&mut *conn)
+    .await?)
+}
