@@ -35,11 +35,13 @@
 mod content_id;
 pub mod error;
 pub mod headers;
+mod names;
 pub mod publisher;
 pub mod source;
 pub mod topology;
 
 pub use error::{Error, Result};
+pub use names::validate_name;
 pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
 pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
-pub use topology::{Depths, QueueType, Topology, validate_name};
+pub use topology::{Depths, QueueType, Topology};

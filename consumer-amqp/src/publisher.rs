@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::headers;
-use crate::topology::short;
+use crate::names::short;
 
 /// Publishes with publisher confirms, persistent delivery mode and
 /// `mandatory`.

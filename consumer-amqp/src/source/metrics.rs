@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::publisher::AmqpPublisher;
 use crate::topology::{Depths, Topology};
 
-/// Live counters of an [`AmqpSource`] and the depths of its queues.
+/// Live counters of an [`AmqpSource`](super::AmqpSource) and the depths of its queues.
 #[derive(Clone, Debug)]
 pub struct AmqpMetrics {
     pub(super) inner: Arc<MetricsInner>,

@@ -20,8 +20,9 @@ pub use metrics::AmqpMetrics;
 
 use crate::error::{Error, Result};
 use crate::headers;
+use crate::names::short;
 use crate::publisher::AmqpPublisher;
-use crate::topology::{Topology, short};
+use crate::topology::Topology;
 
 /// Consumes the work queue of a [`Topology`] with manual acks.
 ///

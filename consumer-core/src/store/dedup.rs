@@ -20,8 +20,8 @@ pub struct FailureRecord {
 /// What the runtime needs from a store: claim a key inside a transaction
 /// the handler then receives, and record failures outside it.
 ///
-/// Implemented by [`Store`] (PostgreSQL, SQLite: durable) and
-/// [`MemoryStore`] (in process: tests, benchmarks, throwaway demos).
+/// Implemented by [`Store`](super::Store) (PostgreSQL, SQLite: durable) and
+/// [`MemoryStore`](super::MemoryStore) (in process: tests, benchmarks, throwaway demos).
 pub trait DedupStore: Clone + Send + Sync + 'static {
     /// The transaction a handler receives: it already holds the dedup row.
     type Tx: Send + 'static;

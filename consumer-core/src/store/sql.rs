@@ -72,7 +72,7 @@ impl<DB: StoreDatabase> Store<DB> {
 
     /// Creates or upgrades the tables (`consumer_processed`,
     /// `consumer_attempts`, `consumer_dead_letters` and the outbox's),
-    /// tracked in [`MIGRATIONS_TABLE`].
+    /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE).
     pub async fn migrate(&self) -> Result<(), Error> {
         DB::migrate(&self.pool).await
     }

@@ -67,14 +67,16 @@
 //! Names are validated before they reach the broker: 1 to 255 bytes of
 //! `[A-Za-z0-9._:-]`, and the `amq.` prefix (reserved by RabbitMQ) is refused.
 
+mod declare;
+mod depths;
+
 use std::fmt;
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Channel, ExchangeKind};
+pub use depths::Depths;
 
 use crate::error::{Error, Result};
+use crate::names::validate_name;
 
 /// The smallest delay bucket: retries shorter than this wait this long.
 const MIN_BUCKET_MS: u64 = 16;
@@ -110,20 +112,6 @@ pub struct Topology {
     max_retry_delay: Duration,
     delivery_limit: Option<u32>,
     expires: Option<Duration>,
-}
-
-/// Message counts of a topology's queues, from passive declares.
-///
-/// RabbitMQ counts only messages *ready* for delivery: those delivered and
-/// not yet acked are not in these numbers (see `AmqpMetrics` for those).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Depths {
-    /// Ready in the work queue.
-    pub work: u64,
-    /// In the dead-letter queue.
-    pub dead_letters: u64,
-    /// Waiting in the delay queues.
-    pub delayed: u64,
 }
 
 impl Topology {
@@ -261,153 +249,6 @@ impl Topology {
         }
         Ok(())
     }
-
-    /// Declares everything; idempotent: declaring what exists with the same
-    /// settings changes nothing. A conflict (a queue declared earlier with
-    /// other arguments) is an [`Error::Topology`] and closes `channel`.
-    pub async fn declare(&self, channel: &Channel) -> Result<()> {
-        self.validate()?;
-        let durable = QueueDeclareOptions::durable();
-        channel
-            .exchange_declare(
-                short(&self.dead_letter_exchange)?,
-                ExchangeKind::Direct,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|source| Error::Topology {
-                what: "exchange",
-                name: self.dead_letter_exchange.clone(),
-                source,
-            })?;
-
-        let dlq_args = self.base_args(self.queue_type);
-        self.declare_queue(channel, &self.dead_letter_queue, durable, dlq_args)
-            .await?;
-        channel
-            .queue_bind(
-                short(&self.dead_letter_queue)?,
-                short(&self.dead_letter_exchange)?,
-                short(&self.queue)?,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|source| Error::Topology {
-                what: "binding of queue",
-                name: self.dead_letter_queue.clone(),
-                source,
-            })?;
-
-        self.declare_queue(channel, &self.queue, durable, self.work_queue_args())
-            .await?;
-        for (_, name) in self.delay_queues() {
-            self.declare_queue(channel, &name, durable, self.delay_queue_args())
-                .await?;
-        }
-        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
-        Ok(())
-    }
-
-    /// The work queue's arguments.
-    fn work_queue_args(&self) -> FieldTable {
-        let mut args = self.base_args(self.queue_type);
-        args.insert(
-            "x-dead-letter-exchange".into(),
-            long(&self.dead_letter_exchange),
-        );
-        args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
-        self.at_least_once(&mut args);
-        if let (QueueType::Quorum, Some(limit)) = (self.queue_type, self.delivery_limit) {
-            args.insert(
-                "x-delivery-limit".into(),
-                AMQPValue::LongInt(i32::try_from(limit).unwrap_or(i32::MAX)),
-            );
-        }
-        args
-    }
-
-    /// Every delay queue's arguments: expired copies go back to the work
-    /// queue through the default exchange.
-    fn delay_queue_args(&self) -> FieldTable {
-        let mut args = self.base_args(self.queue_type);
-        args.insert("x-dead-letter-exchange".into(), long(""));
-        args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
-        self.at_least_once(&mut args);
-        args
-    }
-
-    /// Quorum queues dead-letter at least once (see the module docs).
-    fn at_least_once(&self, args: &mut FieldTable) {
-        if self.queue_type == QueueType::Quorum {
-            args.insert("x-dead-letter-strategy".into(), long("at-least-once"));
-            args.insert("x-overflow".into(), long("reject-publish"));
-        }
-    }
-
-    fn base_args(&self, queue_type: QueueType) -> FieldTable {
-        let mut args = FieldTable::default();
-        args.insert("x-queue-type".into(), long(queue_type.as_str()));
-        if let Some(expires) = self.expires {
-            let ms = i64::try_from(expires.as_millis()).unwrap_or(i64::MAX);
-            args.insert("x-expires".into(), AMQPValue::LongLongInt(ms));
-        }
-        args
-    }
-
-    async fn declare_queue(
-        &self,
-        channel: &Channel,
-        name: &str,
-        options: QueueDeclareOptions,
-        args: FieldTable,
-    ) -> Result<()> {
-        channel
-            .queue_declare(short(name)?, options, args)
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::Topology {
-                what: "queue",
-                name: name.to_owned(),
-                source,
-            })
-    }
-
-    /// Ready message counts of the work, dead-letter and delay queues, by
-    /// passive declares on `channel`, which must be a channel of its own: a
-    /// passive declare of a missing queue closes it. It is closed after.
-    pub async fn depths(&self, channel: Channel) -> Result<Depths> {
-        let count = |name: String| {
-            let channel = channel.clone();
-            async move {
-                channel
-                    .queue_declare(
-                        short(&name)?,
-                        QueueDeclareOptions::durable().passive(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map(|q| u64::from(q.message_count()))
-                    .map_err(Error::amqp("passive queue declare"))
-            }
-        };
-        let work = count(self.queue.clone()).await?;
-        let dead_letters = count(self.dead_letter_queue.clone()).await?;
-        let mut delayed = 0;
-        for (_, name) in self.delay_queues() {
-            delayed += count(name).await?;
-        }
-        let _ = channel.close(200, "depths read".into()).await;
-        Ok(Depths {
-            work,
-            dead_letters,
-            delayed,
-        })
-    }
 }
 
 impl fmt::Display for Topology {
@@ -437,49 +278,10 @@ impl fmt::Display for Topology {
     }
 }
 
-/// Checks a queue or exchange name: 1 to 255 bytes of `[A-Za-z0-9._:-]`,
-/// not starting with the reserved `amq.` prefix.
-pub fn validate_name(what: &'static str, name: &str) -> Result<()> {
-    let refuse = |reason| {
-        Err(Error::InvalidName {
-            what,
-            name: name.to_owned(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return refuse("it is empty");
-    }
-    if name.len() > 255 {
-        return refuse("it is longer than 255 bytes");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-    {
-        return refuse("only letters, digits and `.`, `_`, `:`, `-` are allowed");
-    }
-    if name.starts_with("amq.") {
-        return refuse("the `amq.` prefix is reserved by RabbitMQ");
-    }
-    Ok(())
-}
-
-/// A name already checked to be short, as the client library wants it.
-pub(crate) fn short(s: &str) -> Result<ShortString> {
-    ShortString::try_new(s).map_err(|_| Error::InvalidName {
-        what: "AMQP short string",
-        name: s.chars().take(64).collect(),
-        reason: "it is longer than 255 bytes",
-    })
-}
-
-fn long(s: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
-}
-
 #[cfg(test)]
 mod tests {
+    use lapin::types::{AMQPValue, FieldTable};
+
     use super::*;
 
     #[test]
