@@ -60,11 +60,12 @@ impl MessageContext {
         self.idempotency_key.as_deref().unwrap_or(&self.envelope.id)
     }
 
-    /// The OpenTelemetry context of the handler's span: a child of the
-    /// producer's. Inject it into outgoing calls.
+    /// The OpenTelemetry context the handler runs in: its span's (a child
+    /// of the producer's) when the subscriber records the span, else the
+    /// producer's own: continuity does not depend on the log filter.
+    /// Inject it into outgoing calls.
     pub fn trace_context(&self) -> opentelemetry::Context {
-        use tracing_opentelemetry::OpenTelemetrySpanExt;
-        tracing::Span::current().context()
+        crate::trace::current()
     }
 }
 

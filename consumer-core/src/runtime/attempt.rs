@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use opentelemetry::context::FutureExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -183,9 +184,11 @@ where
     }
 
     async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> Outcome {
-        let span = trace::consume_span(envelope, handler.name(), self.system);
+        let (span, cx) = trace::consume_span(envelope, handler.name(), self.system);
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
-        let run = CatchUnwind::new(handler.handle(&mut invocation)).instrument(span);
+        let run = CatchUnwind::new(handler.handle(&mut invocation))
+            .with_context(cx)
+            .instrument(span);
         match run.await {
             Ok(outcome) => outcome,
             Err(panic) => Outcome::Failed(Failure::new(FailureKind::Terminal, panic)),

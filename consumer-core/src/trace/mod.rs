@@ -151,9 +151,22 @@ pub fn inject(cx: &Context, headers: &mut Headers) {
     TraceContextPropagator::new().inject_context(cx, &mut HeaderInjector(headers));
 }
 
-/// Injects the current `tracing` span's OpenTelemetry context.
+/// The OpenTelemetry context code runs in: the current `tracing` span's
+/// when that span is recorded, else the one attached to the current task
+/// (a handler's, which the runtime attaches whatever the log filter: see
+/// [`consume_span`]), else none.
+pub fn current() -> Context {
+    let cx = tracing::Span::current().context();
+    if cx.span().span_context().is_valid() {
+        cx
+    } else {
+        Context::current()
+    }
+}
+
+/// Injects [`current`]'s context as `traceparent`/`tracestate`.
 pub fn inject_current(headers: &mut Headers) {
-    inject(&tracing::Span::current().context(), headers);
+    inject(&current(), headers);
 }
 
 #[cfg(test)]
