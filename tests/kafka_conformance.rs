@@ -79,6 +79,9 @@ mod kafka_settle {
         assert_eq!(omitted.size, payload.len());
         assert_eq!(h.effects_of("work", &after.id).await, 1, "the key moved on");
         assert_eq!(stats.snapshot().dead_letters_without_payload, 1);
+        let stored = h.stored_dead_letters().await;
+        assert_eq!(stored.len(), 1, "the whole letter is in the table");
+        assert_eq!(stored[0].payload, payload);
     }
 
     /// `mode = redeliver` needs the retry topic: without one the consumer

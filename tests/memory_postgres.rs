@@ -136,3 +136,66 @@ mod outage {
         assert_eq!(after.processed, 10);
     }
 }
+
+mod nul {
+    //! PostgreSQL refuses the NUL character in `TEXT` and `JSONB`, and a
+    //! producer can put one in a message id or a key: the store writes it
+    //! as U+FFFD, so such a message is processed once and, when it must be
+    //! dead-lettered where only the table takes it, lands there instead of
+    //! coming back for ever.
+
+    use consumer::testing::{Faults, FaultySource};
+    use consumer::{BrokerErrorKind, Consumer, MemoryBroker, Message, PgTx, handler};
+
+    use crate::conformance::support::{self, Harness, PgHarness};
+
+    #[derive(serde::Deserialize)]
+    struct Ping {
+        #[allow(dead_code)]
+        n: u32,
+    }
+
+    #[handler]
+    async fn ping(_ping: Ping, _tx: &mut PgTx) -> Result<(), std::convert::Infallible> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_id_with_a_nul_is_claimed_once_and_dead_lettered_to_the_table() {
+        let h = PgHarness::new().await;
+        let broker = MemoryBroker::new(1);
+        let message = || {
+            Message::raw(&br#"{"n":1}"#[..])
+                .with_id("ping\0one")
+                .with_key("k\0")
+        };
+        broker.publish("t", message()).await.expect("publish");
+        broker.publish("t", message()).await.expect("publish");
+        let poison = Message::raw(&b"{not json"[..])
+            .with_id("poison\0")
+            .with_key("k\0");
+        broker.publish("t", poison).await.expect("publish");
+
+        let faults = Faults::new();
+        faults.refuse_dead_letters(Some(BrokerErrorKind::NoDestination));
+        let source = FaultySource::new(broker.source("t"), faults);
+        let consumer = Consumer::new(source, h.store(), ping);
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        support::within(consumer.run_until(async move { drained.wait_drained("t").await }))
+            .await
+            .expect("consumer");
+
+        let s = stats.snapshot();
+        assert_eq!((s.processed, s.duplicates), (1, 1), "{s:?}");
+        assert_eq!(
+            (s.dead_poison, s.dead_letters_stored, s.settle_failures),
+            (1, 1, 0),
+            "{s:?}"
+        );
+        let stored = h.stored_dead_letters().await;
+        assert_eq!(stored.len(), 1, "{stored:#?}");
+        assert_eq!(stored[0].message_id, "poison\u{FFFD}");
+        assert_eq!(stored[0].payload, b"{not json");
+    }
+}

@@ -158,3 +158,24 @@ async fn with_everything_filtered_at_warn_the_trace_still_goes_on() {
         "the event continues the producer's trace: {metadata}"
     );
 }
+
+/// A subscriber with no OpenTelemetry layer at all (logs only, at INFO):
+/// the span is enabled but has no OpenTelemetry data, and the trace still
+/// goes on from the producer's context.
+#[tokio::test(flavor = "current_thread")]
+async fn with_a_log_only_subscriber_the_trace_still_goes_on() {
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_filter(EnvFilter::new("info")));
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let (seen, metadata) = run_one().await;
+    assert_eq!(
+        seen,
+        [PRODUCER_TRACE],
+        "the handler's context is the producer's"
+    );
+    assert!(
+        metadata.contains(PRODUCER_TRACEPARENT),
+        "the event continues the producer's trace: {metadata}"
+    );
+}

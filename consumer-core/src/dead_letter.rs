@@ -36,7 +36,9 @@ pub mod headers {
     /// Partition key of the original message.
     pub const KEY: &str = "x-dlq-key";
     /// `true` when the dead-letter destination refused the letter for its
-    /// size and it was sent again without the original payload.
+    /// size and it was sent again without the original payload: the whole
+    /// letter, payload included, is in the store's dead-letter table
+    /// (`consumer_dead_letters`, by handler and message id).
     pub const PAYLOAD_OMITTED: &str = "x-dlq-payload-omitted";
     /// Size in bytes of the payload that was left out.
     pub const PAYLOAD_SIZE: &str = "x-dlq-payload-size";

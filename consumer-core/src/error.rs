@@ -68,14 +68,7 @@ impl Error {
     /// every time. The settle loop retries only what this says can heal.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::Database(e) => !matches!(
-                e,
-                sqlx::Error::Configuration(_)
-                    | sqlx::Error::ColumnNotFound(_)
-                    | sqlx::Error::ColumnIndexOutOfBounds { .. }
-                    | sqlx::Error::TypeNotFound { .. }
-                    | sqlx::Error::Decode(_)
-            ),
+            Self::Database(e) => database_error_can_heal(e),
             Self::Broker(e) => e.kind().is_retriable(),
             Self::Migrate(_)
             | Self::Serialize { .. }
@@ -107,6 +100,46 @@ impl Error {
     ) -> Self {
         Self::Broker(BrokerError::new(kind, context, source))
     }
+}
+
+/// Whether a database error may go away by itself: a connection, a lock,
+/// a full disk, a server restarting may; bad data, a missing table, a
+/// refused permission, a constraint will fail the same way every time.
+fn database_error_can_heal(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().is_none_or(|code| sql_state_can_heal(&code)),
+        sqlx::Error::Configuration(_)
+        | sqlx::Error::InvalidArgument(_)
+        | sqlx::Error::RowNotFound
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::TypeNotFound { .. }
+        | sqlx::Error::Encode(_)
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::Migrate(_) => false,
+        _ => true,
+    }
+}
+
+/// PostgreSQL's SQLSTATE (always five characters, by class) or SQLite's
+/// extended result code (a number of at most four digits, the primary
+/// code in its low byte).
+fn sql_state_can_heal(code: &str) -> bool {
+    if code.len() < 5
+        && let Ok(sqlite) = code.parse::<u32>()
+    {
+        // BUSY, LOCKED, NOMEM, IOERR, FULL, CANTOPEN, PROTOCOL.
+        return matches!(sqlite & 0xff, 5 | 6 | 7 | 10 | 13 | 14 | 15);
+    }
+    // 0A feature not supported, 22 data exception (a NUL in a text, bad
+    // encoding), 23 integrity constraint, 28 invalid authorization, 42
+    // syntax error or access rule (a missing table, no permission), 44
+    // check option, 54 program limit.
+    !matches!(
+        code.get(..2),
+        Some("0A" | "22" | "23" | "28" | "42" | "44" | "54")
+    )
 }
 
 /// What kind of failure a broker reported: whether it can heal, and which
@@ -211,5 +244,26 @@ mod tests {
             assert!(!retriable(k), "{k}");
         }
         assert!(Error::broker(BrokerErrorKind::TooLarge, "dead letter", None).is_too_large());
+    }
+
+    #[test]
+    fn database_errors_that_fail_the_same_way_every_time_are_not_retried() {
+        // PostgreSQL: a NUL in a text (22021), a unique violation, a
+        // missing table, no permission; a lost connection or a
+        // serialization failure heal.
+        for code in ["22021", "22P05", "23505", "42P01", "42501", "28P01"] {
+            assert!(!sql_state_can_heal(code), "{code}");
+        }
+        for code in ["08006", "40001", "40P01", "53300", "57P01", "55P03"] {
+            assert!(sql_state_can_heal(code), "{code}");
+        }
+        // SQLite: BUSY (5) and LOCKED (6) heal; CONSTRAINT_UNIQUE (2067)
+        // and a plain SQL error (1: no such table) do not.
+        assert!(sql_state_can_heal("5"));
+        assert!(sql_state_can_heal("517"));
+        assert!(!sql_state_can_heal("2067"));
+        assert!(!sql_state_can_heal("1"));
+        assert!(!Error::Database(sqlx::Error::Encode("bad".into())).is_retriable());
+        assert!(Error::Database(sqlx::Error::PoolTimedOut).is_retriable());
     }
 }

@@ -59,11 +59,12 @@ pub struct StatsSnapshot {
     /// Settle operations (ack, dead letter, retry copy) that failed, each
     /// try counted.
     pub settle_errors: u64,
-    /// Dead letters the dead-letter destination refused for their size,
-    /// sent again without their payload.
+    /// Dead letters the dead-letter destination refused for their size:
+    /// kept whole in the store's dead-letter table, and sent again without
+    /// their payload.
     pub dead_letters_without_payload: u64,
-    /// Dead letters the broker refused for good, written to the store's
-    /// dead-letter table instead.
+    /// Dead letters written to the store's dead-letter table: refused by
+    /// the broker for good, or for their size.
     pub dead_letters_stored: u64,
     /// Retry copies the broker refused, retried in place instead.
     pub retry_fallbacks: u64,

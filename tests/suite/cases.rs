@@ -578,8 +578,9 @@ pub async fn purge_deletes_old_rows_in_bounded_batches<B: BrokerHarness>() {
 }
 
 /// The poison pill of 80 KiB is over the consumer's 64 KiB limit, and its
-/// dead letter over the dead-letter destination's 72 KiB: the letter goes
-/// without its payload, and the next message of the key is processed.
+/// dead letter over the dead-letter destination's 72 KiB: the whole letter
+/// is kept in the store's dead-letter table, a letter without its payload
+/// goes to the destination, and the next message of the key is processed.
 pub async fn a_dead_letter_refused_for_its_size_goes_without_its_payload_and_the_key_moves_on<
     B: BrokerHarness,
 >() {
@@ -616,8 +617,24 @@ pub async fn a_dead_letter_refused_for_its_size_goes_without_its_payload_and_the
         omitted.sha256,
         consumer::OmittedPayload::of(&payload).sha256
     );
+    let stored = h.stored_dead_letters().await;
+    assert_eq!(stored.len(), 1, "{stored:#?}");
+    assert_eq!(stored[0].message_id, "too-big");
+    assert_eq!(stored[0].payload, payload, "the table keeps the payload");
+    assert!(
+        stored[0].refusal.contains("too large"),
+        "{}",
+        stored[0].refusal
+    );
     assert_eq!(h.effects_of("work", &after.id).await, 1, "the key moved on");
-    assert_eq!((s.dead_poison, s.dead_letters_without_payload), (1, 1));
+    assert_eq!(
+        (
+            s.dead_poison,
+            s.dead_letters_without_payload,
+            s.dead_letters_stored
+        ),
+        (1, 1, 1)
+    );
     assert_eq!(s.settle_failures, 0);
 }
 

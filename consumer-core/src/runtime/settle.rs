@@ -8,21 +8,31 @@
 //! once:
 //!
 //! ```text
-//! dead letter ─refused for its size─▶ dead letter without its payload
-//!      │                                         │
-//!      └──────────── refused for good, or still failing ────────────┐
-//!                                                                    ▼
-//!                        store's dead-letter table (mark + letter, one transaction)
-//!                                                                    │ fails too
-//!                                                                    ▼
-//!                                  release for redelivery (ERROR log, `settle_failures`)
+//! dead letter ─refused for its size─▶ store's dead-letter table (whole letter),
+//!      │                              then a letter without its payload that
+//!      │                              points there (best effort)
+//!      └──── refused for good, or still failing ────┐
+//!                                                   ▼
+//!                          store's dead-letter table (mark + letter, one transaction)
+//!                                                   │ fails too
+//!                                                   ▼
+//!                     release for redelivery (ERROR log, `settle_failures`)
 //!
 //! retry copy ─refused for good, or still failing─▶ retry in place
 //! ```
 //!
-//! So a settle step that cannot succeed never holds its key's lane for
-//! longer than the settle timeout, and the other deliveries of the key go
-//! on once the fallback completed.
+//! Dead letters are at least once: the store is asked whether the message
+//! was dead-lettered before, the letter is published, and the mark is
+//! written after the broker confirmed it, each in a statement of its own,
+//! so no transaction stays open while the broker confirms (see
+//! [`DedupStore::was_dead_lettered`]). A store that cannot answer does
+//! not stop the letter: it is sent anyway.
+//!
+//! Each step has the settle timeout to itself, so a delivery whose every
+//! step fails until the timeout holds its key's lane for at most three of
+//! them (the check, the letter, the table; or the copy) plus the broker's
+//! own send timeouts, and the other deliveries of the key go on once the
+//! fallback completed.
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +67,17 @@ enum Next {
 /// How a publish step ended.
 enum Published {
     Yes,
+    /// Refused for good, or still failing when the budget ran out.
+    No(Error),
+    Stopping,
+}
+
+/// How writing to the store's dead-letter table ended.
+enum Stored {
+    /// Written (`first`), or found there from before.
+    Yes {
+        first: bool,
+    },
     /// Refused for good, or still failing when the budget ran out.
     No(Error),
     Stopping,
@@ -188,90 +209,138 @@ where
             "dead-lettering message"
         );
 
-        // The mark, committed only once the letter is confirmed: a crash
-        // before that dead-letters again on redelivery (at least once);
-        // after it, the redelivery is acked without a second letter.
-        let mut budget = self.budget();
-        let mark = loop {
-            match self
-                .store
-                .begin_dead_letter(&dl.handler, &dl.message_id, &dl.error)
-                .await
-            {
-                Ok(Some(mark)) => break mark,
-                Ok(None) => {
-                    tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
-                    return self.ack(acker).await;
-                }
-                Err(e) => match self
-                    .after_failure(&mut budget, "marking the dead letter", &e)
-                    .await
-                {
-                    Next::TryAgain => {}
-                    Next::Stopping => return self.release(acker).await,
-                    Next::GiveUp => return self.settle_failed(acker, &dl, &e).await,
-                },
+        match self.was_dead_lettered(&dl).await {
+            Some(true) => {
+                tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
+                return self.ack(acker).await;
             }
-        };
+            Some(false) => {}
+            None => return self.release(acker).await,
+        }
 
         let refusal = match self.publish_letter(&mut acker, &dl.to_message()).await {
-            Published::Yes => return self.letter_published(mark, acker, kind).await,
-            Published::Stopping => return self.give_back(mark, acker).await,
-            Published::No(e) if e.is_too_large() => {
-                let small = dl.without_payload();
-                match self.publish_letter(&mut acker, &small.to_message()).await {
-                    Published::Yes => {
-                        self.stats.incr(Counter::PayloadOmitted);
-                        tracing::warn!(
-                            target: "consumer",
-                            message_id = %dl.message_id,
-                            size = dl.payload.len(),
-                            error = %chain(&e),
-                            "the dead-letter destination refused the letter for its size; sent it without its payload"
-                        );
-                        return self.letter_published(mark, acker, kind).await;
-                    }
-                    Published::Stopping => return self.give_back(mark, acker).await,
-                    Published::No(again) => format!(
-                        "refused for its size ({}), and without its payload too ({})",
-                        chain(&e),
-                        chain(&again)
-                    ),
+            Published::Yes => {
+                if let Err(e) = self
+                    .store
+                    .mark_dead_lettered(&dl.handler, &dl.message_id, &dl.error)
+                    .await
+                {
+                    // The letter is on the broker; only a redelivery of the
+                    // original (a lost ack) would send it again.
+                    tracing::warn!(target: "consumer", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
                 }
+                self.count_dead_letter(kind);
+                return self.ack(acker).await;
+            }
+            Published::Stopping => return self.release(acker).await,
+            Published::No(e) if e.is_too_large() => {
+                return self.store_too_large(acker, &dl, &e).await;
             }
             Published::No(e) => chain(&e),
         };
 
-        // The broker will not take it: the store's dead-letter table, with
-        // a mark of its own (the one held above is let go first, so the two
-        // transactions never wait for each other).
-        if let Err(e) = self.store.abandon_dead_letter(mark).await {
-            tracing::debug!(target: "consumer", error = %e, "rolling back the dead-letter mark failed; the server rolls it back");
+        // The broker will not take it: the store's dead-letter table.
+        match self.store_letter(&dl, &refusal).await {
+            Stored::Yes { first } => {
+                if first {
+                    self.stats.incr(Counter::StoredDeadLetters);
+                    self.count_dead_letter(kind);
+                }
+                tracing::error!(
+                    target: "consumer",
+                    handler = name,
+                    message_id = %dl.message_id,
+                    refusal = %refusal,
+                    "the broker refused the dead letter; it is in the store's dead-letter table"
+                );
+                self.ack(acker).await;
+            }
+            Stored::No(e) => self.settle_failed(acker, &dl, &e).await,
+            Stored::Stopping => self.release(acker).await,
         }
+    }
+
+    /// Asks the store whether the message was dead-lettered before, within
+    /// the budget: `None` when shutdown began, `Some(false)` too when the
+    /// store cannot say (the letter is then sent anyway: at least once).
+    async fn was_dead_lettered(&self, dl: &DeadLetter) -> Option<bool> {
         let mut budget = self.budget();
         loop {
-            match self.store.store_dead_letter(&dl, &refusal).await {
-                Ok(first) => {
-                    if first {
-                        self.stats.incr(Counter::StoredDeadLetters);
-                        self.count_dead_letter(kind);
-                    }
-                    tracing::error!(
-                        target: "consumer",
-                        handler = name,
-                        message_id = %dl.message_id,
-                        refusal = %refusal,
-                        "the broker refused the dead letter; it is in the store's dead-letter table"
-                    );
-                    return self.ack(acker).await;
-                }
+            match self
+                .store
+                .was_dead_lettered(&dl.handler, &dl.message_id)
+                .await
+            {
+                Ok(before) => return Some(before),
+                Err(e) => match self
+                    .after_failure(&mut budget, "checking for an earlier dead letter", &e)
+                    .await
+                {
+                    Next::TryAgain => {}
+                    Next::Stopping => return None,
+                    Next::GiveUp => return Some(false),
+                },
+            }
+        }
+    }
+
+    /// A letter too large for the dead-letter destination: kept whole in
+    /// the store's table (on AMQP nothing else keeps the payload once the
+    /// original is acked), then announced on the destination by a letter
+    /// without its payload.
+    async fn store_too_large(&self, mut acker: A, dl: &DeadLetter, refused: &Error) {
+        let refusal = format!(
+            "too large for the dead-letter destination ({}); a letter without its payload was sent there",
+            chain(refused)
+        );
+        let first = match self.store_letter(dl, &refusal).await {
+            Stored::Yes { first } => first,
+            Stored::No(e) => return self.settle_failed(acker, dl, &e).await,
+            Stored::Stopping => return self.release(acker).await,
+        };
+        if first {
+            match self
+                .publish_letter(&mut acker, &dl.without_payload().to_message())
+                .await
+            {
+                Published::Yes => {}
+                Published::No(e) => tracing::warn!(
+                    target: "consumer",
+                    message_id = %dl.message_id,
+                    error = %chain(&e),
+                    "the letter without its payload was refused too; the whole letter is in the store's dead-letter table"
+                ),
+                // Stored and marked: settled whatever happens now.
+                Published::Stopping => {}
+            }
+            self.stats.incr(Counter::StoredDeadLetters);
+            self.stats.incr(Counter::PayloadOmitted);
+            self.count_dead_letter(dl.kind);
+        }
+        tracing::warn!(
+            target: "consumer",
+            message_id = %dl.message_id,
+            size = dl.payload.len(),
+            error = %chain(refused),
+            "the dead-letter destination refused the letter for its size; it is in the store's dead-letter table"
+        );
+        self.ack(acker).await;
+    }
+
+    /// Writes the letter to the store's dead-letter table (with its mark)
+    /// within the budget.
+    async fn store_letter(&self, dl: &DeadLetter, refusal: &str) -> Stored {
+        let mut budget = self.budget();
+        loop {
+            match self.store.store_dead_letter(dl, refusal).await {
+                Ok(first) => return Stored::Yes { first },
                 Err(e) => match self
                     .after_failure(&mut budget, "storing the dead letter", &e)
                     .await
                 {
                     Next::TryAgain => {}
-                    Next::Stopping => return self.release(acker).await,
-                    Next::GiveUp => return self.settle_failed(acker, &dl, &e).await,
+                    Next::Stopping => return Stored::Stopping,
+                    Next::GiveUp => return Stored::No(e),
                 },
             }
         }
@@ -294,31 +363,12 @@ where
         }
     }
 
-    /// The letter is confirmed: commit the mark, count, ack the original.
-    async fn letter_published(&self, mark: S::Mark, acker: A, kind: DeadLetterKind) {
-        if let Err(e) = self.store.commit_dead_letter(mark).await {
-            // The letter is on the broker; a redelivery of the original
-            // (only if the ack below is lost) would be dead-lettered again.
-            tracing::warn!(target: "consumer", error = %e, "could not commit the dead-letter mark after the letter was confirmed");
-        }
-        self.count_dead_letter(kind);
-        self.ack(acker).await;
-    }
-
     fn count_dead_letter(&self, kind: DeadLetterKind) {
         self.stats.incr(match kind {
             DeadLetterKind::Poison => Counter::DeadPoison,
             DeadLetterKind::Terminal => Counter::DeadTerminal,
             DeadLetterKind::Exhausted => Counter::DeadExhausted,
         });
-    }
-
-    /// Shutdown during a step: let go of the mark, release the delivery.
-    async fn give_back(&self, mark: S::Mark, acker: A) {
-        if let Err(e) = self.store.abandon_dead_letter(mark).await {
-            tracing::debug!(target: "consumer", error = %e, "rolling back the dead-letter mark failed; the server rolls it back");
-        }
-        self.release(acker).await;
     }
 
     /// The last resort: nothing took the letter, so the original goes back

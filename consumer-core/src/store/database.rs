@@ -41,6 +41,14 @@ pub trait StoreDatabase: Database + sealed::Sealed {
         error: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// Whether `dead_lettered_at` is set.
+    #[doc(hidden)]
+    fn dead_lettered(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
     #[doc(hidden)]
     fn insert_dead_letter(
         conn: &mut Self::Connection,

@@ -25,9 +25,6 @@ pub struct FailureRecord {
 pub trait DedupStore: Clone + Send + Sync + 'static {
     /// The transaction a handler receives: it already holds the dedup row.
     type Tx: Send + 'static;
-    /// Held while a dead letter is being published; committed after the
-    /// broker confirms it.
-    type Mark: Send + 'static;
 
     /// Begins a transaction and claims `key` for `handler` in it, with one
     /// atomic insert (never a read then a write).
@@ -60,27 +57,30 @@ pub trait DedupStore: Clone + Send + Sync + 'static {
         message_id: &str,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Marks a message as dead-lettered, uncommitted. `None` when it was
-    /// marked before (a redelivery after a crash): ack it without a second
-    /// dead letter.
-    fn begin_dead_letter(
+    /// Whether the message was dead-lettered before (a redelivery after a
+    /// crash, or after a lost ack): the runtime then acks it without a
+    /// second letter.
+    ///
+    /// This read and [`DedupStore::mark_dead_lettered`] around the publish
+    /// make dead letters at least once, not exactly once: a crash between
+    /// the broker's confirmation and the mark sends the letter again on
+    /// redelivery (the letter carries the message id, so readers of the
+    /// dead-letter queue can tell). No transaction stays open across the
+    /// publish, so a broker that is slow to confirm holds no lock and no
+    /// pooled connection.
+    fn was_dead_lettered(
+        &self,
+        handler: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Marks the message as dead-lettered, committed at once, after the
+    /// broker confirmed its letter.
+    fn mark_dead_lettered(
         &self,
         handler: &str,
         message_id: &str,
         error: &str,
-    ) -> impl Future<Output = Result<Option<Self::Mark>, Error>> + Send;
-
-    /// Commits the mark, after the broker confirmed the dead letter.
-    fn commit_dead_letter(
-        &self,
-        mark: Self::Mark,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
-
-    /// Rolls the mark back: the letter goes elsewhere (the dead-letter
-    /// table) or the delivery is released.
-    fn abandon_dead_letter(
-        &self,
-        mark: Self::Mark,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Marks the message as dead-lettered and writes `letter`, payload

@@ -1,29 +1,34 @@
 //! A dead letter as the dead-letter table stores it, prepared once for
 //! either database.
 
+use std::borrow::Cow;
+
+use super::text::storable;
 use crate::dead_letter::DeadLetter;
 use crate::envelope::Headers;
 
-/// The columns of one `consumer_dead_letters` row.
+/// The columns of one `consumer_dead_letters` row. Text is
+/// [`storable`]: a NUL that came with the message becomes U+FFFD (a header
+/// value with one is kept byte for byte, as `value_hex`).
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct LetterRow<'a> {
-    pub handler: &'a str,
-    pub message_id: &'a str,
+    pub handler: Cow<'a, str>,
+    pub message_id: Cow<'a, str>,
     pub kind: &'static str,
-    pub error: &'a str,
+    pub error: Cow<'a, str>,
     /// JSON array of strings.
     pub causes: String,
     pub attempts: i32,
     pub first_failure_ms: i64,
     pub last_failure_ms: i64,
-    pub destination: &'a str,
-    pub position: &'a str,
-    pub key: Option<&'a str>,
+    pub destination: Cow<'a, str>,
+    pub position: Cow<'a, str>,
+    pub key: Option<Cow<'a, str>>,
     /// JSON, see [`headers_json`].
     pub headers: String,
     pub payload: &'a [u8],
-    pub refusal: &'a str,
+    pub refusal: Cow<'a, str>,
 }
 
 impl<'a> LetterRow<'a> {
@@ -33,20 +38,27 @@ impl<'a> LetterRow<'a> {
             i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
         };
         Self {
-            handler: &letter.handler,
-            message_id: &letter.message_id,
+            handler: storable(&letter.handler),
+            message_id: storable(&letter.message_id),
             kind: letter.kind.as_str(),
-            error: &letter.error,
-            causes: serde_json::Value::from(letter.causes.clone()).to_string(),
+            error: storable(&letter.error),
+            causes: serde_json::Value::from(
+                letter
+                    .causes
+                    .iter()
+                    .map(|c| storable(c).into_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .to_string(),
             attempts: i32::try_from(letter.attempts).unwrap_or(i32::MAX),
             first_failure_ms: ms(letter.first_failure),
             last_failure_ms: ms(letter.last_failure),
-            destination: &letter.origin.destination,
-            position: &letter.origin.position,
-            key: letter.key.as_deref(),
+            destination: storable(&letter.origin.destination),
+            position: storable(&letter.origin.position),
+            key: letter.key.as_deref().map(storable),
             headers: headers_json(&letter.original_headers),
             payload: &letter.payload,
-            refusal,
+            refusal: storable(refusal),
         }
     }
 }
@@ -67,31 +79,37 @@ impl LetterRow<'_> {
         for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     {
         query
-            .bind(self.handler)
-            .bind(self.message_id)
+            .bind(&*self.handler)
+            .bind(&*self.message_id)
             .bind(self.kind)
-            .bind(self.error)
+            .bind(&*self.error)
             .bind(self.causes.as_str())
             .bind(self.attempts)
             .bind(self.first_failure_ms)
             .bind(self.last_failure_ms)
-            .bind(self.destination)
-            .bind(self.position)
-            .bind(self.key)
+            .bind(&*self.destination)
+            .bind(&*self.position)
+            .bind(self.key.as_deref())
             .bind(self.headers.as_str())
             .bind(self.payload)
-            .bind(self.refusal)
+            .bind(&*self.refusal)
     }
 }
 
 /// Headers as a JSON array of `{"name": .., "value": ..}` in order, with
-/// `"value_hex"` instead of `"value"` for a value that is not UTF-8.
+/// `"value_hex"` instead of `"value"` for a value that is not UTF-8 or
+/// holds a NUL (which PostgreSQL's JSONB refuses).
 pub fn headers_json(headers: &Headers) -> String {
     let entries: Vec<serde_json::Value> = headers
         .iter()
-        .map(|(name, value)| match std::str::from_utf8(value) {
-            Ok(text) => serde_json::json!({ "name": name, "value": text }),
-            Err(_) => serde_json::json!({ "name": name, "value_hex": crate::hex::encode(value) }),
+        .map(|(name, value)| {
+            let name = storable(name);
+            match std::str::from_utf8(value) {
+                Ok(text) if !text.contains('\0') => {
+                    serde_json::json!({ "name": name, "value": text })
+                }
+                _ => serde_json::json!({ "name": name, "value_hex": crate::hex::encode(value) }),
+            }
         })
         .collect();
     serde_json::Value::from(entries).to_string()
@@ -106,9 +124,11 @@ mod tests {
         let mut h = Headers::new();
         h.append("a", "1");
         h.append("b", [0xffu8, 0x00]);
+        h.append("c\0", "x\0");
         assert_eq!(
             headers_json(&h),
-            r#"[{"name":"a","value":"1"},{"name":"b","value_hex":"ff00"}]"#
+            "[{\"name\":\"a\",\"value\":\"1\"},{\"name\":\"b\",\"value_hex\":\"ff00\"},\
+             {\"name\":\"c\u{FFFD}\",\"value_hex\":\"7800\"}]"
         );
     }
 }

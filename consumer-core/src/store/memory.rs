@@ -127,27 +127,8 @@ impl Drop for MemoryTx {
     }
 }
 
-/// A dead-letter mark of a [`MemoryStore`]; dropping it unmarks.
-#[derive(Debug)]
-pub struct MemoryMark {
-    store: MemoryStore,
-    slot: String,
-    done: bool,
-}
-
-impl Drop for MemoryMark {
-    fn drop(&mut self) {
-        if !self.done
-            && let Some(a) = self.store.lock().attempts.get_mut(&self.slot)
-        {
-            a.dead_lettered = false;
-        }
-    }
-}
-
 impl DedupStore for MemoryStore {
     type Tx = MemoryTx;
-    type Mark = MemoryMark;
 
     async fn claim(
         &self,
@@ -221,38 +202,29 @@ impl DedupStore for MemoryStore {
         Ok(())
     }
 
-    async fn begin_dead_letter(
+    async fn was_dead_lettered(&self, handler: &str, message_id: &str) -> Result<bool, Error> {
+        Ok(self
+            .lock()
+            .attempts
+            .get(&slot(handler, message_id))
+            .is_some_and(|a| a.dead_lettered))
+    }
+
+    async fn mark_dead_lettered(
         &self,
         handler: &str,
         message_id: &str,
         _error: &str,
-    ) -> Result<Option<MemoryMark>, Error> {
-        let slot = slot(handler, message_id);
-        let mut state = self.lock();
-        let a = state.attempts.entry(slot.clone()).or_insert(Attempts {
-            count: 1,
-            first_failure: OffsetDateTime::now_utc(),
-            dead_lettered: false,
-        });
-        if a.dead_lettered {
-            return Ok(None);
-        }
-        a.dead_lettered = true;
-        Ok(Some(MemoryMark {
-            store: self.clone(),
-            slot,
-            done: false,
-        }))
-    }
-
-    async fn commit_dead_letter(&self, mut mark: MemoryMark) -> Result<(), Error> {
-        mark.done = true;
-        Ok(())
-    }
-
-    async fn abandon_dead_letter(&self, mark: MemoryMark) -> Result<(), Error> {
-        // Dropping it unmarks.
-        drop(mark);
+    ) -> Result<(), Error> {
+        self.lock()
+            .attempts
+            .entry(slot(handler, message_id))
+            .or_insert(Attempts {
+                count: 1,
+                first_failure: OffsetDateTime::now_utc(),
+                dead_lettered: false,
+            })
+            .dead_lettered = true;
         Ok(())
     }
 

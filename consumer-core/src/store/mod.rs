@@ -33,6 +33,7 @@ mod postgres;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod text;
 mod tx;
 
 /// Name of the table that records which of this crate's migrations ran;

@@ -1,6 +1,7 @@
 use sqlx::{PgConnection, Pool, Postgres, Row};
 
 use super::database::sealed;
+use super::text::storable;
 use super::{FailureRecord, LetterRow, MIGRATIONS_TABLE, StoreDatabase, from_ms};
 use crate::error::Error;
 
@@ -24,9 +25,9 @@ impl StoreDatabase for Postgres {
             "INSERT INTO consumer_processed (handler, key, message_id) VALUES ($1, $2, $3) \
              ON CONFLICT (handler, key) DO NOTHING",
         )
-        .bind(handler)
-        .bind(key)
-        .bind(message_id)
+        .bind(storable(handler))
+        .bind(storable(key))
+        .bind(storable(message_id))
         .execute(conn)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -47,9 +48,9 @@ impl StoreDatabase for Postgres {
                    last_failure_at = now(), last_error = excluded.last_error \
              RETURNING attempts, (extract(epoch FROM first_failure_at) * 1000)::bigint",
         )
-        .bind(handler)
-        .bind(message_id)
-        .bind(error)
+        .bind(storable(handler))
+        .bind(storable(message_id))
+        .bind(storable(error))
         .fetch_one(pool)
         .await?;
         let attempts: i32 = row.try_get(0)?;
@@ -73,12 +74,28 @@ impl StoreDatabase for Postgres {
              ON CONFLICT (handler, message_id) DO UPDATE SET dead_lettered_at = now() \
              WHERE consumer_attempts.dead_lettered_at IS NULL",
         )
-        .bind(handler)
-        .bind(message_id)
-        .bind(error)
+        .bind(storable(handler))
+        .bind(storable(message_id))
+        .bind(storable(error))
         .execute(conn)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn dead_lettered(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let marked: Option<bool> = sqlx::query_scalar(
+            "SELECT dead_lettered_at IS NOT NULL FROM consumer_attempts \
+             WHERE handler = $1 AND message_id = $2",
+        )
+        .bind(storable(handler))
+        .bind(storable(message_id))
+        .fetch_optional(pool)
+        .await?;
+        Ok(marked.unwrap_or(false))
     }
 
     async fn insert_dead_letter(
@@ -103,8 +120,8 @@ impl StoreDatabase for Postgres {
         message_id: &str,
     ) -> Result<(), sqlx::Error> {
         sqlx::query("DELETE FROM consumer_attempts WHERE handler = $1 AND message_id = $2")
-            .bind(handler)
-            .bind(message_id)
+            .bind(storable(handler))
+            .bind(storable(message_id))
             .execute(pool)
             .await?;
         Ok(())

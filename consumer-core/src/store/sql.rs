@@ -109,23 +109,22 @@ impl<DB: StoreDatabase> Store<DB> {
         Ok(DB::clear_failures(&self.pool, handler, message_id).await?)
     }
 
-    /// Begins the transaction that marks a message as dead-lettered. `None`
-    /// when it was dead-lettered before (a redelivery after a crash): the
-    /// caller acks it without a second dead letter. Commit the transaction
-    /// only after the dead letter is confirmed.
-    pub async fn begin_dead_letter(
+    /// Whether the message was dead-lettered before; see
+    /// [`DedupStore::was_dead_lettered`].
+    pub async fn was_dead_lettered(&self, handler: &str, message_id: &str) -> Result<bool, Error> {
+        Ok(DB::dead_lettered(&self.pool, handler, message_id).await?)
+    }
+
+    /// Marks the message as dead-lettered, committed at once.
+    pub async fn mark_dead_lettered(
         &self,
         handler: &str,
         message_id: &str,
         error: &str,
-    ) -> Result<Option<sqlx::Transaction<'static, DB>>, Error> {
-        let mut tx = self.pool.begin().await?;
-        if DB::mark_dead_lettered(&mut tx, handler, message_id, error).await? {
-            Ok(Some(tx))
-        } else {
-            tx.rollback().await?;
-            Ok(None)
-        }
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.acquire().await?;
+        DB::mark_dead_lettered(&mut conn, handler, message_id, error).await?;
+        Ok(())
     }
 
     /// Marks and stores a dead letter in one transaction; see
@@ -166,7 +165,6 @@ impl<DB: StoreDatabase> Store<DB> {
 
 impl<DB: StoreDatabase> DedupStore for Store<DB> {
     type Tx = Tx<DB>;
-    type Mark = sqlx::Transaction<'static, DB>;
 
     async fn claim(
         &self,
@@ -198,21 +196,17 @@ impl<DB: StoreDatabase> DedupStore for Store<DB> {
         Store::clear_failures(self, handler, message_id).await
     }
 
-    async fn begin_dead_letter(
+    async fn was_dead_lettered(&self, handler: &str, message_id: &str) -> Result<bool, Error> {
+        Store::was_dead_lettered(self, handler, message_id).await
+    }
+
+    async fn mark_dead_lettered(
         &self,
         handler: &str,
         message_id: &str,
         error: &str,
-    ) -> Result<Option<Self::Mark>, Error> {
-        Store::begin_dead_letter(self, handler, message_id, error).await
-    }
-
-    async fn commit_dead_letter(&self, mark: Self::Mark) -> Result<(), Error> {
-        Ok(mark.commit().await?)
-    }
-
-    async fn abandon_dead_letter(&self, mark: Self::Mark) -> Result<(), Error> {
-        Ok(mark.rollback().await?)
+    ) -> Result<(), Error> {
+        Store::mark_dead_lettered(self, handler, message_id, error).await
     }
 
     async fn store_dead_letter(&self, letter: &DeadLetter, refusal: &str) -> Result<bool, Error> {

@@ -84,6 +84,22 @@ impl StoreDatabase for Sqlite {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn dead_lettered(
+        pool: &Pool<Self>,
+        handler: &str,
+        message_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let marked: Option<bool> = sqlx::query_scalar(
+            "SELECT dead_lettered_at IS NOT NULL FROM consumer_attempts \
+             WHERE handler = ?1 AND message_id = ?2",
+        )
+        .bind(handler)
+        .bind(message_id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(marked.unwrap_or(false))
+    }
+
     async fn insert_dead_letter(
         conn: &mut SqliteConnection,
         row: &LetterRow<'_>,

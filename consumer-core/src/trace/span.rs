@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Context;
+use opentelemetry::trace::TraceContextExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::extract;
@@ -57,10 +58,16 @@ pub fn consume_span(
     if span.is_disabled() {
         return (span, parent.unwrap_or_default());
     }
-    if let Some(parent) = parent {
-        let _ = span.set_parent(parent);
+    if let Some(parent) = &parent {
+        let _ = span.set_parent(parent.clone());
     }
     let cx = span.context();
+    if !cx.span().span_context().is_valid() {
+        // Recorded by no OpenTelemetry layer (a fmt-only subscriber, or an
+        // OpenTelemetry layer with a filter of its own): go on in the
+        // producer's context.
+        return (span, parent.unwrap_or_default());
+    }
     (span, cx)
 }
 
