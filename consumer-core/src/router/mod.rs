@@ -112,9 +112,9 @@ impl<S: DedupStore> Router<S> {
     }
 }
 
-/// Builds a [`Router`]: refuses, at [`RouterBuilder::build`], two handlers
-/// for one type, two handlers of one name, and a handler that names no
-/// type.
+/// Builds a [`Router`]: refuses, at [`RouterBuilder::build`], a router
+/// without handlers, two handlers for one type, two handlers of one name,
+/// and a handler that names no type.
 pub struct RouterBuilder<S: DedupStore> {
     name: &'static str,
     handlers: Vec<(Box<dyn ErasedHandler<S>>, bool)>,
@@ -144,9 +144,16 @@ impl<S: DedupStore> RouterBuilder<S> {
         self
     }
 
-    /// The router; `Err` for two handlers of one type or one name, two
-    /// defaults, or a handler that names no type and is not the default.
+    /// The router; `Err` for no handler at all, two handlers of one type or
+    /// one name, two defaults, or a handler that names no type and is not
+    /// the default.
     pub fn build(self) -> Result<Router<S>, Error> {
+        if self.handlers.is_empty() {
+            return Err(Error::Config(format!(
+                "router `{}` has no handler, so no delivery can reach one: add one with `route` or `default_route`",
+                self.name
+            )));
+        }
         let mut by_type: Vec<(&'static str, usize)> = Vec::new();
         let mut handlers: Vec<Box<dyn ErasedHandler<S>>> = Vec::with_capacity(self.handlers.len());
         let mut default: Option<usize> = None;
@@ -346,6 +353,19 @@ mod tests {
             .build()
             .expect_err("two defaults");
         assert!(err.to_string().contains("both the default route"), "{err}");
+    }
+
+    #[test]
+    fn a_router_without_handlers_is_refused_when_built() {
+        let err = Router::<MemoryStore>::builder("orders")
+            .ignore_unknown_types()
+            .build()
+            .expect_err("no handler");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("router `orders` has no handler"),
+            "{err}"
+        );
     }
 
     #[test]
