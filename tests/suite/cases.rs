@@ -789,8 +789,8 @@ pub async fn per_key_order_holds_across_event_types_under_parallelism<B: BrokerH
 }
 
 /// A type no handler takes is dead-lettered as poison on its first
-/// attempt, filed under the router, with a reason that names the type and
-/// the types handled; the key goes on.
+/// attempt, filed under `router:<name>`, with a reason that names the type
+/// and the types handled; the key goes on.
 pub async fn an_unknown_event_type_is_dead_lettered_with_the_types_the_router_handles<
     B: BrokerHarness,
 >() {
@@ -818,7 +818,7 @@ pub async fn an_unknown_event_type_is_dead_lettered_with_the_types_the_router_ha
     let dl = &dls[0];
     assert_eq!(
         (dl.kind, dl.attempts, dl.handler.as_str()),
-        (DeadLetterKind::Poison, 1, "orders")
+        (DeadLetterKind::Poison, 1, "router:orders")
     );
     assert_eq!(dl.message_id, "returned-1");
     assert!(dl.error.contains("`OrderReturned`"), "{}", dl.error);

@@ -55,6 +55,10 @@ pub enum UnknownTypes {
 /// Many handlers over one source; see the module docs.
 pub struct Router<S: DedupStore> {
     name: &'static str,
+    /// `router:<name>`: the scope of the dead-letter marks of unknown
+    /// types, apart from the handlers' own (a handler may share the
+    /// router's name, here or in another consumer of the same store).
+    unknown_scope: String,
     handlers: Vec<Box<dyn ErasedHandler<S>>>,
     /// `(event type, handler index)`, in registration order: a linear scan
     /// over a few types costs less than hashing the type.
@@ -75,8 +79,9 @@ impl<S: DedupStore> std::fmt::Debug for Router<S> {
 }
 
 impl<S: DedupStore> Router<S> {
-    /// A router named `name`: the name dead letters of unknown types are
-    /// filed under (their dedup scope), and what logs call it.
+    /// A router named `name`: what logs call it; dead letters of unknown
+    /// types are filed under `router:<name>` (their dedup scope), apart
+    /// from the handlers' own scopes.
     pub fn builder(name: &'static str) -> RouterBuilder<S> {
         RouterBuilder {
             name,
@@ -107,9 +112,9 @@ impl<S: DedupStore> Router<S> {
     }
 }
 
-/// Builds a [`Router`]: refuses, at [`RouterBuilder::build`], two handlers
-/// for one type, two handlers of one name, and a handler that names no
-/// type.
+/// Builds a [`Router`]: refuses, at [`RouterBuilder::build`], a router
+/// without handlers, two handlers for one type, two handlers of one name,
+/// and a handler that names no type.
 pub struct RouterBuilder<S: DedupStore> {
     name: &'static str,
     handlers: Vec<(Box<dyn ErasedHandler<S>>, bool)>,
@@ -139,9 +144,16 @@ impl<S: DedupStore> RouterBuilder<S> {
         self
     }
 
-    /// The router; `Err` for two handlers of one type or one name, two
-    /// defaults, or a handler that names no type and is not the default.
+    /// The router; `Err` for no handler at all, two handlers of one type or
+    /// one name, two defaults, or a handler that names no type and is not
+    /// the default.
     pub fn build(self) -> Result<Router<S>, Error> {
+        if self.handlers.is_empty() {
+            return Err(Error::Config(format!(
+                "router `{}` has no handler, so no delivery can reach one: add one with `route` or `default_route`",
+                self.name
+            )));
+        }
         let mut by_type: Vec<(&'static str, usize)> = Vec::new();
         let mut handlers: Vec<Box<dyn ErasedHandler<S>>> = Vec::with_capacity(self.handlers.len());
         let mut default: Option<usize> = None;
@@ -187,6 +199,7 @@ impl<S: DedupStore> RouterBuilder<S> {
         }
         Ok(Router {
             name: self.name,
+            unknown_scope: format!("router:{}", self.name),
             handlers,
             by_type,
             default,
@@ -203,7 +216,7 @@ impl<S: DedupStore> Routes<S> for Router<S> {
             Some(i) => Route::To(&*self.handlers[i]),
             None if self.unknown == UnknownTypes::Ignore => Route::Ignore,
             None => Route::Unknown {
-                router: self.name,
+                router: &self.unknown_scope,
                 error: UnknownEventType {
                     router: self.name,
                     kind: envelope.kind.clone(),
@@ -277,7 +290,7 @@ mod tests {
         assert_eq!(routed_to(&router, Some("OrderRefunded")), Some("money"));
         match router.route(&envelope(Some("OrderShipped"))) {
             Route::Unknown { router, error } => {
-                assert_eq!(router, "orders");
+                assert_eq!(router, "router:orders");
                 let text = error.to_string();
                 assert!(text.contains("`OrderShipped`"), "{text}");
                 assert!(
@@ -340,5 +353,32 @@ mod tests {
             .build()
             .expect_err("two defaults");
         assert!(err.to_string().contains("both the default route"), "{err}");
+    }
+
+    #[test]
+    fn a_router_without_handlers_is_refused_when_built() {
+        let err = Router::<MemoryStore>::builder("orders")
+            .ignore_unknown_types()
+            .build()
+            .expect_err("no handler");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("router `orders` has no handler"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_types_are_filed_apart_from_a_handler_named_like_the_router() {
+        let router = Router::builder("orders")
+            .route(Takes("orders", &["OrderPlaced"]))
+            .build()
+            .expect("a handler may share the router's name");
+        let Route::Unknown { router: scope, .. } = router.route(&envelope(Some("OrderPaid")))
+        else {
+            panic!("an unknown type");
+        };
+        assert_eq!(scope, "router:orders");
+        assert_eq!(router.name(), "orders");
     }
 }

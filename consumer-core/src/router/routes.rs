@@ -25,8 +25,11 @@ pub enum Route<'a, H: ?Sized> {
     Ignore,
     /// Nowhere: dead-letter it as poison, filed under `router`.
     Unknown {
-        /// The name the dead letter is filed under.
-        router: &'static str,
+        /// The name the dead letter is filed under and its dead-letter
+        /// mark is scoped by: for a [`Router`](super::Router),
+        /// `router:<name>`, so a handler named like the router keeps its
+        /// own marks.
+        router: &'a str,
         /// Why.
         error: UnknownEventType,
     },

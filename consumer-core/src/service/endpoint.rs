@@ -2,15 +2,32 @@
 //! `GET /readyz` answer 200 or 503 with the parts' states as text.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
 
 use super::Health;
 
 /// Longest request head read; probes send a few hundred bytes.
 const MAX_REQUEST: usize = 8 * 1024;
+
+/// How long a connection may take to send its request head.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections served at once; more are closed unanswered, so a flood
+/// holds at most this many of the descriptors the broker and database
+/// connections need too.
+const MAX_CONNECTIONS: usize = 64;
+
+/// The wait after a failed accept: its causes (no descriptor left, no
+/// buffer) outlast an immediate retry, which would spin a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A failing accept is logged at most once per this, with how many
+/// failures went unlogged.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Binds `addr` now (so a port in use shows when the service is built).
 pub(super) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -27,19 +44,76 @@ pub(super) fn serve(
     let listener = TcpListener::from_std(listener)?;
     let bound = listener.local_addr()?;
     tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz");
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let health = health.clone();
-            tokio::spawn(async move {
-                if let Err(e) = answer(stream, &health).await {
-                    tracing::debug!(target: "consumer::service", error = %e, "health probe connection failed");
+    Ok(tokio::spawn(accept(listener, health)))
+}
+
+/// Accepts until aborted. The connections are tasks of its own, so they
+/// end with it and never outnumber [`MAX_CONNECTIONS`].
+async fn accept(listener: TcpListener, health: Health) {
+    let mut open = JoinSet::new();
+    let mut last_logged: Option<Instant> = None;
+    let mut unlogged = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            // Frees the slots of finished connections before taking more.
+            biased;
+            Some(_) = open.join_next() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) if open.len() >= MAX_CONNECTIONS => {
+                tracing::debug!(target: "consumer::service", "health endpoint: {MAX_CONNECTIONS} connections open; closing a new one");
+                drop(stream);
+            }
+            Ok((stream, _)) => {
+                let health = health.clone();
+                open.spawn(async move {
+                    if let Err(e) = answer(stream, &health).await {
+                        tracing::debug!(target: "consumer::service", error = %e, "health probe connection failed");
+                    }
+                });
+            }
+            Err(e) => {
+                if last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_EVERY) {
+                    tracing::warn!(target: "consumer::service", error = %e, unlogged, "health endpoint cannot accept connections; retrying");
+                    last_logged = Some(Instant::now());
+                    unlogged = 0;
+                } else {
+                    unlogged += 1;
                 }
-            });
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
         }
-    }))
+    }
+}
+
+/// What a request gets back.
+struct Response {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Response {
+    fn text(status: &'static str, body: String) -> Self {
+        Self {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body,
+        }
+    }
+}
+
+/// One route per path.
+fn respond(method: &str, path: &str, health: &Health) -> Response {
+    if method != "GET" {
+        return Response::text("405 Method Not Allowed", "use GET\n".to_owned());
+    }
+    match path {
+        "/livez" => probe(health.is_live(), "live", health),
+        "/readyz" => probe(health.is_ready(), "ready", health),
+        _ => Response::text("404 Not Found", "GET /livez or /readyz\n".to_owned()),
+    }
 }
 
 async fn answer(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
@@ -55,34 +129,27 @@ async fn answer(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
         }
         Ok::<_, std::io::Error>(())
     };
-    if tokio::time::timeout(Duration::from_secs(5), read)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(READ_TIMEOUT, read).await.is_err() {
         return Ok(());
     }
     let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let (status, body) = if method != "GET" {
-        ("405 Method Not Allowed", "use GET\n".to_owned())
-    } else {
-        match path {
-            "/livez" => probe(health.is_live(), "live", health),
-            "/readyz" => probe(health.is_ready(), "ready", health),
-            _ => ("404 Not Found", "GET /livez or /readyz\n".to_owned()),
-        }
-    };
+    let Response {
+        status,
+        content_type,
+        body,
+    } = respond(method, path, health);
     let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
 }
 
-fn probe(ok: bool, what: &str, health: &Health) -> (&'static str, String) {
+fn probe(ok: bool, what: &str, health: &Health) -> Response {
     let mut body = if ok {
         format!("{what}\n")
     } else {
@@ -100,12 +167,66 @@ fn probe(ok: bool, what: &str, health: &Health) -> (&'static str, String) {
         }
         body.push('\n');
     }
-    (
-        if ok {
-            "200 OK"
-        } else {
-            "503 Service Unavailable"
-        },
-        body,
-    )
+    let status = if ok {
+        "200 OK"
+    } else {
+        "503 Service Unavailable"
+    };
+    Response::text(status, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_at_once_and_a_freed_slot_serves_again() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let health = Health {
+            parts: Arc::default(),
+            stopping: Arc::default(),
+        };
+        let server = serve(listener, health).expect("serve");
+        // Silent connections: each holds a slot while its head is awaited.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(TcpStream::connect(addr).await.expect("connect"));
+        }
+        // Accepted in connection order, so this one finds every slot taken.
+        // Closed with its request unread, it may see a reset: either way,
+        // no answer.
+        let mut over = TcpStream::connect(addr).await.expect("connect");
+        let _ = over.write_all(b"GET /livez HTTP/1.1\r\n\r\n").await;
+        let mut out = Vec::new();
+        let _ = over.read_to_end(&mut out).await;
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        // A held connection is still served, and its slot serves again.
+        let mut first = held.swap_remove(0);
+        first
+            .write_all(b"GET /livez HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        first.read_to_string(&mut answer).await.expect("read");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // On this one-thread runtime its task has ended by now, and the
+        // endpoint frees finished slots before it accepts.
+        let again = get(addr, "/livez").await;
+        assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+        server.abort();
+    }
 }

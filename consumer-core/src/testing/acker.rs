@@ -1,9 +1,7 @@
 //! [`FaultyAcker`]: any acker, with the armed faults.
 
-use std::sync::Arc;
-
 use super::Faults;
-use super::source::Incarnation;
+use super::source::Hold;
 use crate::envelope::Message;
 use crate::error::Error;
 use crate::settle::RetryCopy;
@@ -11,9 +9,11 @@ use crate::source::Acker;
 
 /// Wraps the acker of a [`FaultySource`](super::FaultySource).
 pub struct FaultyAcker<A> {
+    // Declared before `hold`: a dropped inner acker gives its delivery back
+    // before the delivery stops counting as held.
     inner: Option<A>,
     faults: Faults,
-    incarnation: Arc<Incarnation>,
+    hold: Hold,
     /// A crash forgets the inner acker (the source is restarted); without
     /// a restart it is dropped, which releases the delivery.
     forget_on_crash: bool,
@@ -26,16 +26,11 @@ impl<A> std::fmt::Debug for FaultyAcker<A> {
 }
 
 impl<A: Acker> FaultyAcker<A> {
-    pub(super) fn new(
-        inner: A,
-        faults: Faults,
-        incarnation: Arc<Incarnation>,
-        forget_on_crash: bool,
-    ) -> Self {
+    pub(super) fn new(inner: A, faults: Faults, hold: Hold, forget_on_crash: bool) -> Self {
         Self {
             inner: Some(inner),
             faults,
-            incarnation,
+            hold,
             forget_on_crash,
         }
     }
@@ -46,13 +41,12 @@ impl<A: Acker> FaultyAcker<A> {
             .ok_or_else(|| Error::Config("the delivery was already settled".to_owned()))
     }
 
+    /// The inner acker, to settle; `self` (and its hold) is dropped only
+    /// once the caller's settle has returned or been cancelled.
     fn take(&mut self) -> Result<A, Error> {
-        let inner = self
-            .inner
+        self.inner
             .take()
-            .ok_or_else(|| Error::Config("the delivery was already settled".to_owned()))?;
-        self.incarnation.settled();
-        Ok(inner)
+            .ok_or_else(|| Error::Config("the delivery was already settled".to_owned()))
     }
 }
 
@@ -67,7 +61,7 @@ impl<A: Acker> Acker for FaultyAcker<A> {
                 } else {
                     drop(inner);
                 }
-                self.incarnation.crash();
+                self.hold.crash();
             }
             return Ok(());
         }
@@ -86,13 +80,5 @@ impl<A: Acker> Acker for FaultyAcker<A> {
     async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), Error> {
         self.faults.retry_fault()?;
         self.inner()?.publish_retry(copy).await
-    }
-}
-
-impl<A> Drop for FaultyAcker<A> {
-    fn drop(&mut self) {
-        if self.inner.take().is_some() {
-            self.incarnation.settled();
-        }
     }
 }

@@ -20,34 +20,49 @@ pub type Restart<S> =
 
 /// What the ackers of one incarnation of the inner source share with it.
 #[derive(Debug, Default)]
-pub(super) struct Incarnation {
-    /// Ackers handed out and not settled yet (lost ones excluded).
+struct Incarnation {
+    /// Deliveries handed out whose [`Hold`] is not dropped yet.
     held: AtomicUsize,
     crashed: AtomicBool,
     changed: Notify,
 }
 
-impl Incarnation {
-    pub(super) fn settled(&self) {
-        self.held.fetch_sub(1, Ordering::SeqCst);
-        // Only a crashed incarnation waits for its last delivery.
-        if self.crashed.load(Ordering::SeqCst) {
-            self.changed.notify_waiters();
-        }
+/// Counts one delivery as held by its incarnation until dropped; the
+/// acker drops it only once the inner settle has returned, so a restart
+/// never closes the inner source under a settle still in progress.
+#[derive(Debug)]
+pub(super) struct Hold(Arc<Incarnation>);
+
+impl Hold {
+    fn new(incarnation: &Arc<Incarnation>) -> Self {
+        incarnation.held.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(incarnation))
     }
 
+    /// The process died holding this delivery; the restart waits for the
+    /// others its incarnation still holds.
     pub(super) fn crash(&self) {
-        self.crashed.store(true, Ordering::SeqCst);
-        self.settled();
+        self.0.crashed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+        // Only a crashed incarnation waits for its last delivery.
+        if self.0.crashed.load(Ordering::SeqCst) {
+            self.0.changed.notify_waiters();
+        }
     }
 }
 
 /// Wraps a [`Source`]; its ackers inject the armed [`Faults`].
 ///
-/// After a lost ack, once every other delivery of the inner source has
-/// settled, the inner source is closed and the [`Restart`] makes a new one
-/// (without a restart, the crashed delivery is dropped unsettled instead,
-/// which gives it back to the broker).
+/// After a lost ack, nothing more is taken from the inner source (as from
+/// a dead process); once every other delivery it handed out has settled,
+/// it is closed and the [`Restart`] makes a new one. Without a restart,
+/// the crashed delivery is dropped unsettled instead, which gives it back
+/// to the broker, and the source goes on.
 pub struct FaultySource<S> {
     inner: Option<S>,
     system: &'static str,
@@ -117,39 +132,50 @@ impl<S: Source> Source for FaultySource<S> {
     }
 
     async fn recv(&mut self) -> Result<Option<(Envelope, Self::Acker)>, Error> {
+        let restarts = self.restart.is_some();
         loop {
             let incarnation = Arc::clone(&self.incarnation);
             let changed = incarnation.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let crashed = incarnation.crashed.load(Ordering::SeqCst);
-            if crashed && self.restart.is_some() && incarnation.held.load(Ordering::SeqCst) == 0 {
-                self.restart().await?;
+            if restarts && incarnation.crashed.load(Ordering::SeqCst) {
+                // A dead process takes nothing more: what it still holds
+                // settles, then it restarts.
+                if incarnation.held.load(Ordering::SeqCst) == 0 {
+                    self.restart().await?;
+                } else {
+                    changed.await;
+                }
                 continue;
             }
             let Some(inner) = self.inner.as_mut() else {
                 return Ok(None);
             };
-            let got = if self.restart.is_some() {
-                // A crash (or, after one, the last settle) restarts.
+            let got = if restarts {
                 tokio::select! {
                     biased;
-                    r = inner.recv() => r?,
                     () = &mut changed => continue,
+                    r = inner.recv() => r?,
                 }
             } else {
                 inner.recv().await?
             };
-            return Ok(got.map(|(envelope, acker)| {
-                self.incarnation.held.fetch_add(1, Ordering::SeqCst);
-                let acker = FaultyAcker::new(
-                    acker,
-                    self.faults.clone(),
-                    Arc::clone(&self.incarnation),
-                    self.restart.is_some(),
-                );
-                (envelope, acker)
-            }));
+            let Some((envelope, acker)) = got else {
+                return Ok(None);
+            };
+            if restarts && incarnation.crashed.load(Ordering::SeqCst) {
+                // It arrived as the process died, so it was never read:
+                // dropped unsettled, the broker gives it back.
+                drop(acker);
+                continue;
+            }
+            let acker = FaultyAcker::new(
+                acker,
+                self.faults.clone(),
+                Hold::new(&incarnation),
+                restarts,
+            );
+            return Ok(Some((envelope, acker)));
         }
     }
 
@@ -157,5 +183,168 @@ impl<S: Source> Source for FaultySource<S> {
         if let Some(inner) = self.inner {
             inner.close().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Mutex, PoisonError};
+
+    use super::*;
+    use crate::envelope::{Headers, Message, Origin};
+    use crate::settle::RetryCopy;
+    use crate::source::Acker;
+
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    fn push(log: &Log, line: String) {
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(line);
+    }
+
+    fn lines(log: &Log) -> Vec<String> {
+        log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// An endless stream, always ready: deliveries `<incarnation>-<n>`.
+    struct Stream {
+        incarnation: usize,
+        sent: usize,
+        log: Log,
+        /// Makes the next delivery's ack signal `entered`, then wait for
+        /// `open`.
+        gate: Option<Arc<Gate>>,
+    }
+
+    #[derive(Default)]
+    struct Gate {
+        entered: Notify,
+        open: Notify,
+    }
+
+    struct StreamAcker {
+        id: String,
+        log: Log,
+        gate: Option<Arc<Gate>>,
+    }
+
+    impl Source for Stream {
+        type Acker = StreamAcker;
+
+        fn system(&self) -> &'static str {
+            "stream"
+        }
+
+        async fn recv(&mut self) -> Result<Option<(Envelope, StreamAcker)>, Error> {
+            self.sent += 1;
+            let id = format!("{}-{}", self.incarnation, self.sent);
+            let envelope = Envelope::from_parts(
+                bytes::Bytes::new(),
+                Headers::new(),
+                None,
+                Origin::default(),
+                || id.clone(),
+            );
+            let acker = StreamAcker {
+                id,
+                log: Arc::clone(&self.log),
+                gate: self.gate.take(),
+            };
+            Ok(Some((envelope, acker)))
+        }
+
+        async fn close(self) {
+            push(&self.log, format!("close {}", self.incarnation));
+        }
+    }
+
+    impl Acker for StreamAcker {
+        async fn ack(self) -> Result<(), Error> {
+            if let Some(gate) = &self.gate {
+                gate.entered.notify_one();
+                gate.open.notified().await;
+            }
+            push(&self.log, format!("ack {}", self.id));
+            Ok(())
+        }
+
+        async fn release(self) -> Result<(), Error> {
+            Ok(())
+        }
+
+        async fn publish_dead_letter(&mut self, _: &Message) -> Result<(), Error> {
+            Ok(())
+        }
+
+        async fn publish_retry(&mut self, _: &RetryCopy) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    /// A faulty stream whose restarts number their incarnations.
+    fn restarting(log: &Log) -> (FaultySource<Stream>, Faults) {
+        let faults = Faults::new();
+        let first = Stream {
+            incarnation: 0,
+            sent: 0,
+            log: Arc::clone(log),
+            gate: None,
+        };
+        let log = Arc::clone(log);
+        let mut started = 0;
+        let source = FaultySource::new(first, faults.clone()).with_restart(Box::new(move || {
+            started += 1;
+            let next = Stream {
+                incarnation: started,
+                sent: 0,
+                log: Arc::clone(&log),
+                gate: None,
+            };
+            Box::pin(async move { Ok(next) })
+        }));
+        (source, faults)
+    }
+
+    async fn recv(source: &mut FaultySource<Stream>) -> (String, FaultyAcker<StreamAcker>) {
+        let (envelope, acker) = source.recv().await.expect("no error").expect("a delivery");
+        (envelope.id, acker)
+    }
+
+    #[tokio::test]
+    async fn after_a_crash_nothing_more_is_taken_and_the_restart_waits_for_what_is_held() {
+        let log = Log::default();
+        let (mut source, faults) = restarting(&log);
+        let (_, lost) = recv(&mut source).await;
+        let (_, held) = recv(&mut source).await;
+        faults.lose_next_acks(1);
+        lost.ack().await.expect("a lost ack looks fine");
+        // The stream is always ready, yet the next delivery comes from the
+        // restarted source, once the held one has settled.
+        let ((next, _), acked) = tokio::join!(recv(&mut source), held.ack());
+        acked.expect("ack");
+        assert_eq!(next, "1-1");
+        assert_eq!(lines(&log), ["ack 0-2", "close 0"]);
+    }
+
+    #[tokio::test]
+    async fn the_restart_closes_the_crashed_source_only_after_its_last_ack_returned() {
+        let log = Log::default();
+        let gate = Arc::new(Gate::default());
+        let (mut source, faults) = restarting(&log);
+        let (_, lost) = recv(&mut source).await;
+        source.inner.as_mut().expect("running").gate = Some(Arc::clone(&gate));
+        let (_, held) = recv(&mut source).await;
+        faults.lose_next_acks(1);
+        lost.ack().await.expect("a lost ack looks fine");
+        let acking = tokio::spawn(held.ack());
+        gate.entered.notified().await;
+        // The inner ack is under way; the restart must not close under it.
+        let ((next, _), ()) = tokio::join!(recv(&mut source), async {
+            gate.open.notify_one();
+        });
+        acking.await.expect("join").expect("ack");
+        assert_eq!(next, "1-1");
+        assert_eq!(lines(&log), ["ack 0-2", "close 0"]);
     }
 }
