@@ -30,6 +30,7 @@ mod error;
 pub mod handler;
 mod hex;
 pub mod memory;
+pub mod metrics;
 pub mod outbox;
 pub mod publish;
 pub mod retry;

@@ -11,10 +11,12 @@
 //! redelivered, never lost).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
+use crate::metrics::SourceGauges;
 use crate::settle::RetryCopy;
 
 /// A stream of deliveries from one backend.
@@ -27,6 +29,26 @@ pub trait Source: Send + 'static {
 
     /// `messaging.system` for spans: `kafka`, `rabbitmq`, `memory`, ...
     fn system(&self) -> &'static str;
+
+    /// `messaging.consumer.group.name`: the consumer group this source
+    /// reads as (Kafka), for spans and metrics. `None` where the system
+    /// has no groups.
+    fn consumer_group(&self) -> Option<&str> {
+        None
+    }
+
+    /// `server.address` and `server.port` of the broker this source was
+    /// configured with, for spans and metrics.
+    fn server(&self) -> Option<(&str, u16)> {
+        None
+    }
+
+    /// What this source reports at each metrics collection (lag per
+    /// partition, queue depths, rebalances): see
+    /// [`metrics::source`](crate::metrics::source).
+    fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
+        None
+    }
 
     /// Whether this source can send retries back through the broker
     /// ([`RetryMode::Redeliver`](crate::RetryMode::Redeliver)) with delays

@@ -15,8 +15,8 @@ pub struct AmqpMetrics {
 
 #[derive(Debug)]
 pub(super) struct MetricsInner {
-    topology: Arc<Topology>,
-    publisher: AmqpPublisher,
+    pub(super) topology: Arc<Topology>,
+    pub(super) publisher: AmqpPublisher,
     pub(super) delivered: AtomicU64,
     pub(super) redelivered: AtomicU64,
     pub(super) settled: AtomicU64,

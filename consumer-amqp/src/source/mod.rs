@@ -2,6 +2,7 @@
 //! ([`AmqpAcker`]), and the counters of both ([`AmqpMetrics`]).
 
 mod acker;
+mod gauges;
 mod metrics;
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub struct AmqpSource {
     session: Option<Session>,
     publisher: AmqpPublisher,
     metrics: AmqpMetrics,
+    depth_interval: Duration,
 }
 
 struct Session {
@@ -85,6 +87,7 @@ impl AmqpSource {
             prefetch: 256,
             session: None,
             publisher,
+            depth_interval: Duration::from_secs(15),
         })
     }
 
@@ -101,6 +104,15 @@ impl AmqpSource {
     pub fn with_max_message_bytes(mut self, n: usize) -> Self {
         self.publisher = self.publisher.with_max_message_bytes(n);
         self.metrics = AmqpMetrics::new(Arc::clone(&self.topology), self.publisher.clone());
+        self
+    }
+
+    /// How often the queue depths behind the metrics
+    /// (`consumer.queue.depth`, `consumer.dead_letter_queue.depth`) are
+    /// read, by passive declares on the settle connection (default 15 s:
+    /// a Prometheus scrape interval).
+    pub fn with_depth_interval(mut self, every: Duration) -> Self {
+        self.depth_interval = every.max(Duration::from_millis(10));
         self
     }
 
@@ -176,6 +188,17 @@ impl Source for AmqpSource {
         "rabbitmq"
     }
 
+    fn server(&self) -> Option<(&str, u16)> {
+        server_of(&self.uri)
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+        Some(gauges::AmqpGauges::start(
+            Arc::clone(&self.metrics.inner),
+            self.depth_interval,
+        ))
+    }
+
     fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
         let longest_bucket = self
             .topology
@@ -240,5 +263,53 @@ impl Source for AmqpSource {
             let _ = s.connection.close(200, "consumer stopped".into()).await;
         }
         self.publisher.close().await;
+    }
+}
+
+/// Host and port of an `amqp://` or `amqps://` URI (user info and vhost
+/// left out; the scheme's default port when none is given).
+fn server_of(uri: &str) -> Option<(&str, u16)> {
+    let (scheme, rest) = uri.split_once("://")?;
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let default = if scheme.eq_ignore_ascii_case("amqps") {
+        5671
+    } else {
+        5672
+    };
+    let (host, port) = match host_port.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default,
+    };
+    (!host.is_empty()).then_some((host, port))
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::server_of;
+
+    #[test]
+    fn the_server_is_the_uri_host_and_port() {
+        assert_eq!(
+            server_of("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            Some(("127.0.0.1", 5672))
+        );
+        assert_eq!(
+            server_of("amqps://rabbit.example"),
+            Some(("rabbit.example", 5671))
+        );
+        assert_eq!(server_of("amqp://u:p@[::1]:5673/v"), Some(("::1", 5673)));
+        assert_eq!(server_of("amqp:///"), None);
     }
 }

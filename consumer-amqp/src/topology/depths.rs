@@ -4,6 +4,8 @@ use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 
+use consumer_core::metrics::QueueRole;
+
 use super::Topology;
 use crate::error::{Error, Result};
 use crate::names::short;
@@ -27,31 +29,45 @@ impl Topology {
     /// passive declares on `channel`, which must be a channel of its own: a
     /// passive declare of a missing queue closes it. It is closed after.
     pub async fn depths(&self, channel: Channel) -> Result<Depths> {
-        let count = |name: String| {
-            let channel = channel.clone();
-            async move {
-                channel
-                    .queue_declare(
-                        short(&name)?,
-                        QueueDeclareOptions::durable().passive(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map(|q| u64::from(q.message_count()))
-                    .map_err(Error::amqp("passive queue declare"))
+        let mut depths = Depths::default();
+        for (_, role, n) in self.queue_depths(channel).await? {
+            match role {
+                QueueRole::Work => depths.work += n,
+                QueueRole::DeadLetter => depths.dead_letters += n,
+                QueueRole::Delay => depths.delayed += n,
             }
-        };
-        let work = count(self.queue.clone()).await?;
-        let dead_letters = count(self.dead_letter_queue.clone()).await?;
-        let mut delayed = 0;
-        for (_, name) in self.delay_queues() {
-            delayed += count(name).await?;
+        }
+        Ok(depths)
+    }
+
+    /// Each queue's name, role and ready message count, as
+    /// [`Topology::depths`] reads them.
+    pub(crate) async fn queue_depths(
+        &self,
+        channel: Channel,
+    ) -> Result<Vec<(String, QueueRole, u64)>> {
+        let mut queues = vec![
+            (self.queue.clone(), QueueRole::Work),
+            (self.dead_letter_queue.clone(), QueueRole::DeadLetter),
+        ];
+        queues.extend(
+            self.delay_queues()
+                .into_iter()
+                .map(|(_, name)| (name, QueueRole::Delay)),
+        );
+        let mut out = Vec::with_capacity(queues.len());
+        for (name, role) in queues {
+            let declared = channel
+                .queue_declare(
+                    short(&name)?,
+                    QueueDeclareOptions::durable().passive(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(Error::amqp("passive queue declare"))?;
+            out.push((name, role, u64::from(declared.message_count())));
         }
         let _ = channel.close(200, "depths read".into()).await;
-        Ok(Depths {
-            work,
-            dead_letters,
-            delayed,
-        })
+        Ok(out)
     }
 }

@@ -22,6 +22,7 @@
 //! backend.
 
 mod acker;
+mod gauges;
 mod partition;
 mod source;
 

@@ -24,13 +24,19 @@ pub(super) struct Partition {
 pub(super) struct Stored {
     pub(super) offset: u64,
     pub(super) message: Message,
+    /// When it was appended (for the lag's age).
+    pub(super) at: Instant,
 }
 
 impl Partition {
     pub(super) fn append(&mut self, message: Message) -> u64 {
         let offset = self.next_offset;
         self.next_offset += 1;
-        self.ready.push_back(Stored { offset, message });
+        self.ready.push_back(Stored {
+            offset,
+            message,
+            at: Instant::now(),
+        });
         offset
     }
 
@@ -56,6 +62,13 @@ impl Partition {
     /// When the next retry is due.
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.delayed.iter().map(|(d, _)| *d).min()
+    }
+
+    /// When the oldest message not settled (ready or unacked) was appended.
+    pub(super) fn oldest(&self) -> Option<Instant> {
+        let ready = self.ready.front().map(|s| s.at);
+        let unacked = self.unacked.values().map(|s| s.at).min();
+        ready.into_iter().chain(unacked).min()
     }
 
     /// Messages not settled: ready, delayed and unacked.

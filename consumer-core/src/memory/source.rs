@@ -1,11 +1,15 @@
 //! [`MemorySource`]: consumes one topic of a [`MemoryBroker`].
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::MemoryBroker;
 use super::acker::MemoryAcker;
+use super::gauges::MemoryGauges;
 use crate::envelope::{Envelope, Message, Origin};
 use crate::error::Error;
+use crate::metrics::SourceGauges;
 use crate::source::Source;
 
 /// Unsettled deliveries one partition may have before a source skips it
@@ -104,6 +108,14 @@ impl Source for MemorySource {
 
     fn system(&self) -> &'static str {
         "memory"
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
+        Some(Arc::new(MemoryGauges {
+            broker: self.broker.clone(),
+            topic: Arc::from(self.topic.as_str()),
+            source: self.id,
+        }))
     }
 
     fn check_redelivery(&self, _longest_delay: std::time::Duration) -> Result<(), String> {

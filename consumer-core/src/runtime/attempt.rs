@@ -3,17 +3,20 @@
 //! broker, dead letter).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use opentelemetry::context::FutureExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
 use super::panic::CatchUnwind;
+use super::settle::Redelivered;
 use super::{Shared, jitter};
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::{Envelope, HeaderError};
 use crate::error::BoxError;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
+use crate::metrics::attr::error_type;
 use crate::retry::RetryMode;
 use crate::router::{Route, Routes};
 use crate::settle::RetryCopy;
@@ -54,14 +57,15 @@ where
     A: Acker,
 {
     /// Routes the delivery to its handler, then runs attempts until it is
-    /// settled or released.
-    pub(super) async fn process(&self, envelope: Arc<Envelope>, acker: A) {
+    /// settled (`true`) or released (`false`).
+    pub(super) async fn process(&self, envelope: Arc<Envelope>, acker: A) -> bool {
         match self.routes.route(&envelope) {
             Route::To(handler) => self.run(handler, envelope, acker).await,
             Route::Ignore => {
+                self.metrics.unknown_type(&envelope);
                 self.stats.incr(Counter::UnknownTypesIgnored);
                 tracing::debug!(target: "consumer", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
-                self.ack(acker).await;
+                self.ack(&envelope, acker).await
             }
             Route::Unknown { router, error } => {
                 let attempts = envelope.attempt;
@@ -74,13 +78,14 @@ where
                     attempts,
                     None,
                 )
-                .await;
+                .await
             }
         }
     }
 
-    /// Runs `handler`'s attempts until the delivery is settled or released.
-    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) {
+    /// Runs `handler`'s attempts until the delivery is settled (`true`) or
+    /// released (`false`).
+    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) -> bool {
         let name = handler.name();
         let policy = handler.retry_policy();
         let mut failed_here = false;
@@ -97,12 +102,13 @@ where
                     {
                         tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
                     }
-                    return self.ack(acker).await;
+                    return self.ack(&envelope, acker).await;
                 }
                 Outcome::Duplicate => {
+                    self.metrics.duplicate(&envelope, name);
                     self.stats.incr(Counter::Duplicates);
                     tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
-                    return self.ack(acker).await;
+                    return self.ack(&envelope, acker).await;
                 }
                 Outcome::Failed(f) => f,
             };
@@ -154,14 +160,20 @@ where
             );
             let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
             if policy.mode() == RetryMode::Redeliver {
-                match self.redeliver(name, acker, &copy).await {
-                    Some(refused) => acker = refused,
-                    None => return,
+                match self.redeliver(name, &envelope, acker, &copy).await {
+                    Redelivered::Refused(refused) => acker = refused,
+                    Redelivered::Settled(settled) => {
+                        if settled {
+                            self.metrics.retry(&envelope, name, "redeliver");
+                        }
+                        return settled;
+                    }
                 }
             }
             // In place (the mode, or the fallback for a refused copy).
+            self.metrics.retry(&envelope, name, "in_place");
             if !self.sleep_unless_stopping(delay).await {
-                return self.release(acker).await;
+                return self.release(&envelope, acker).await;
             }
             let mut next = Envelope::clone(&envelope);
             next.attempt = copy.attempt;
@@ -183,16 +195,35 @@ where
         Ok(())
     }
 
+    /// One handler attempt, in its span, timed for
+    /// `messaging.process.duration`.
     async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> Outcome {
         let (span, cx) = trace::consume_span(envelope, handler.name(), self.system);
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
+        let started = Instant::now();
         let run = CatchUnwind::new(handler.handle(&mut invocation))
             .with_context(cx)
             .instrument(span);
-        match run.await {
-            Ok(outcome) => outcome,
-            Err(panic) => Outcome::Failed(Failure::new(FailureKind::Terminal, panic)),
-        }
+        let (outcome, error) = match run.await {
+            Ok(outcome) => {
+                let error = match &outcome {
+                    Outcome::Failed(f) => Some(match f.kind {
+                        FailureKind::Poison => error_type::POISON,
+                        FailureKind::Terminal => error_type::TERMINAL,
+                        FailureKind::Transient => error_type::TRANSIENT,
+                    }),
+                    Outcome::Processed | Outcome::Duplicate => None,
+                };
+                (outcome, error)
+            }
+            Err(panic) => (
+                Outcome::Failed(Failure::new(FailureKind::Terminal, panic)),
+                Some(error_type::PANIC),
+            ),
+        };
+        self.metrics
+            .processed(envelope, handler.name(), started.elapsed(), error);
+        outcome
     }
 
     async fn record_failure(

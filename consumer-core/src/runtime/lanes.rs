@@ -77,12 +77,16 @@ where
         let mut job = first;
         loop {
             if *self.stop.borrow() {
-                self.release(job.acker).await;
+                self.release(&job.envelope, job.acker).await;
+                self.metrics.left(&job.envelope, None);
                 self.stats.leave(None);
             } else {
                 let received = job.received;
-                self.process(job.envelope, job.acker).await;
-                self.stats.leave(Some(received.elapsed()));
+                let envelope = Arc::clone(&job.envelope);
+                let settled = self.process(job.envelope, job.acker).await;
+                let took = settled.then(|| received.elapsed());
+                self.metrics.left(&envelope, took);
+                self.stats.leave(took);
             }
             let next = {
                 let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);

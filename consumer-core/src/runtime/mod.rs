@@ -25,6 +25,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry::metrics::Meter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -34,6 +35,7 @@ pub use panic::HandlerPanicked;
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
+use crate::metrics::consumer::ConsumerMetrics;
 use crate::retry::{RetryMode, RetryPolicy};
 use crate::router::{Router, Routes, Single};
 use crate::source::Source;
@@ -70,6 +72,7 @@ pub struct Consumer<Src, S, R> {
     shutdown_timeout: Duration,
     settle_timeout: Duration,
     stats: Arc<Stats>,
+    meter: Option<Meter>,
 }
 
 impl<Src, S, H> Consumer<Src, S, Single<H>>
@@ -117,6 +120,7 @@ where
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
             stats: Arc::default(),
+            meter: None,
         }
     }
 
@@ -145,6 +149,14 @@ where
     /// fallback; failures that cannot heal take it at once. Default 30 s.
     pub fn with_settle_timeout(mut self, t: Duration) -> Self {
         self.settle_timeout = t;
+        self
+    }
+
+    /// Where this consumer's instruments come from (see
+    /// [`metrics`](crate::metrics)); by default the global meter provider's,
+    /// as installed when `run_until` starts.
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = Some(meter);
         self
     }
 
@@ -190,7 +202,16 @@ where
         self.check()?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut source = self.source;
+        let meter = self.meter.unwrap_or_else(crate::metrics::global_meter);
+        let metrics = ConsumerMetrics::new(
+            &meter,
+            source.system(),
+            source.consumer_group(),
+            source.server(),
+            source.gauges(),
+        );
         let shared = Arc::new(Shared {
+            metrics,
             system: source.system(),
             store: self.store,
             routes: self.routes,
@@ -225,6 +246,9 @@ where
             match next {
                 Ok(Some((envelope, acker))) => {
                     source_errors = 0;
+                    // Metrics first: a test that waits on the stats then
+                    // reads the metrics sees them up to date.
+                    shared.metrics.received(&envelope);
                     shared.stats.incr(Counter::Received);
                     shared.stats.enter();
                     let job = Job {
@@ -280,6 +304,7 @@ struct Job<A> {
 
 /// What every lane task of one consumer shares.
 struct Shared<S, R, A> {
+    metrics: ConsumerMetrics,
     system: &'static str,
     store: S,
     routes: R,

@@ -42,6 +42,7 @@ use super::{STEP_BACKOFF, Shared, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
+use crate::metrics::{self, attr::fallback, attr::operation};
 use crate::router::Routes;
 use crate::settle::RetryCopy;
 use crate::source::Acker;
@@ -70,6 +71,15 @@ enum Published {
     /// Refused for good, or still failing when the budget ran out.
     No(Error),
     Stopping,
+}
+
+/// How sending a retry copy ended.
+pub(super) enum Redelivered<A> {
+    /// The copy is confirmed and the original acked (`true`), or shutdown
+    /// began and the original was released (`false`).
+    Settled(bool),
+    /// The broker did not take the copy: retry in place.
+    Refused(A),
 }
 
 /// How writing to the store's dead-letter table ended.
@@ -129,35 +139,63 @@ where
         }
     }
 
-    pub(super) async fn ack(&self, acker: A) {
-        if let Err(e) = acker.ack().await {
+    /// Records one settle operation's duration and outcome.
+    fn timed(
+        &self,
+        envelope: &Envelope,
+        op: &'static str,
+        started: Instant,
+        r: &Result<(), Error>,
+    ) {
+        let error = r.as_ref().err().map(metrics::error_type);
+        self.metrics
+            .settle_operation(envelope, op, started.elapsed(), error);
+    }
+
+    /// Acks: the delivery is settled (`true`, whether or not the broker
+    /// heard: a lost ack is a redelivery that dedup skips).
+    pub(super) async fn ack(&self, envelope: &Envelope, acker: A) -> bool {
+        let started = Instant::now();
+        let r = acker.ack().await;
+        self.timed(envelope, operation::ACK, started, &r);
+        if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
             tracing::warn!(target: "consumer", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
         }
+        true
     }
 
-    pub(super) async fn release(&self, acker: A) {
+    /// Gives the delivery back unsettled (`false`).
+    pub(super) async fn release(&self, envelope: &Envelope, acker: A) -> bool {
+        self.metrics.released(envelope);
         self.stats.incr(Counter::Released);
-        if let Err(e) = acker.release().await {
+        let started = Instant::now();
+        let r = acker.release().await;
+        self.timed(envelope, operation::RELEASE, started, &r);
+        if let Err(e) = r {
             tracing::warn!(target: "consumer", error = %e, "release failed; the broker redelivers unsettled deliveries");
         }
+        false
     }
 
     /// Sends `copy` through the broker and acks the original once it is
-    /// confirmed (`None`: settled or released). A copy the broker refuses
-    /// for good, or that still fails at the settle timeout, gives the
-    /// acker back (`Some`): the caller retries in place.
+    /// confirmed. A copy the broker refuses for good, or that still fails
+    /// at the settle timeout, gives the acker back: the caller retries in
+    /// place.
     pub(super) async fn redeliver(
         &self,
         handler: &str,
+        envelope: &Envelope,
         mut acker: A,
         copy: &RetryCopy,
-    ) -> Option<A> {
+    ) -> Redelivered<A> {
         let mut budget = self.budget();
         loop {
-            let Err(e) = acker.publish_retry(copy).await else {
-                self.ack(acker).await;
-                return None;
+            let started = Instant::now();
+            let r = acker.publish_retry(copy).await;
+            self.timed(envelope, operation::RETRY, started, &r);
+            let Err(e) = r else {
+                return Redelivered::Settled(self.ack(envelope, acker).await);
             };
             match self
                 .after_failure(&mut budget, "publishing the retry copy", &e)
@@ -165,27 +203,27 @@ where
             {
                 Next::TryAgain => {}
                 Next::Stopping => {
-                    self.release(acker).await;
-                    return None;
+                    return Redelivered::Settled(self.release(envelope, acker).await);
                 }
                 Next::GiveUp => {
+                    self.metrics.fallback(envelope, fallback::RETRY_IN_PLACE);
                     self.stats.incr(Counter::RetryFallbacks);
                     tracing::warn!(
                         target: "consumer",
                         handler,
-                        message_id = %copy.message.headers.get(crate::envelope::names::ID).ok().flatten().unwrap_or_default(),
+                        message_id = %envelope.id,
                         attempt = copy.attempt,
                         error = %chain(&e),
                         "the broker did not take the retry copy; retrying in place"
                     );
-                    return Some(acker);
+                    return Redelivered::Refused(acker);
                 }
             }
         }
     }
 
     /// Dead-letters the delivery down the fallback chain (see the module
-    /// docs), then settles it.
+    /// docs), then settles it; `false` when it was released instead.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn dead_letter(
         &self,
@@ -196,7 +234,7 @@ where
         error: &(dyn std::error::Error + Send + Sync + 'static),
         attempts: u32,
         first_failure: Option<OffsetDateTime>,
-    ) {
+    ) -> bool {
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         tracing::error!(
             target: "consumer",
@@ -212,13 +250,16 @@ where
         match self.was_dead_lettered(&dl).await {
             Some(true) => {
                 tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
-                return self.ack(acker).await;
+                return self.ack(envelope, acker).await;
             }
             Some(false) => {}
-            None => return self.release(acker).await,
+            None => return self.release(envelope, acker).await,
         }
 
-        let refusal = match self.publish_letter(&mut acker, &dl.to_message()).await {
+        let refusal = match self
+            .publish_letter(envelope, &mut acker, &dl.to_message())
+            .await
+        {
             Published::Yes => {
                 if let Err(e) = self
                     .store
@@ -229,12 +270,12 @@ where
                     // original (a lost ack) would send it again.
                     tracing::warn!(target: "consumer", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
                 }
-                self.count_dead_letter(kind);
-                return self.ack(acker).await;
+                self.count_dead_letter(envelope, name, kind);
+                return self.ack(envelope, acker).await;
             }
-            Published::Stopping => return self.release(acker).await,
+            Published::Stopping => return self.release(envelope, acker).await,
             Published::No(e) if e.is_too_large() => {
-                return self.store_too_large(acker, &dl, &e).await;
+                return self.store_too_large(name, envelope, acker, &dl, &e).await;
             }
             Published::No(e) => chain(&e),
         };
@@ -243,8 +284,10 @@ where
         match self.store_letter(&dl, &refusal).await {
             Stored::Yes { first } => {
                 if first {
+                    self.metrics
+                        .fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
                     self.stats.incr(Counter::StoredDeadLetters);
-                    self.count_dead_letter(kind);
+                    self.count_dead_letter(envelope, name, kind);
                 }
                 tracing::error!(
                     target: "consumer",
@@ -253,10 +296,10 @@ where
                     refusal = %refusal,
                     "the broker refused the dead letter; it is in the store's dead-letter table"
                 );
-                self.ack(acker).await;
+                self.ack(envelope, acker).await
             }
-            Stored::No(e) => self.settle_failed(acker, &dl, &e).await,
-            Stored::Stopping => self.release(acker).await,
+            Stored::No(e) => self.settle_failed(envelope, acker, &dl, &e).await,
+            Stored::Stopping => self.release(envelope, acker).await,
         }
     }
 
@@ -288,19 +331,26 @@ where
     /// the store's table (on AMQP nothing else keeps the payload once the
     /// original is acked), then announced on the destination by a letter
     /// without its payload.
-    async fn store_too_large(&self, mut acker: A, dl: &DeadLetter, refused: &Error) {
+    async fn store_too_large(
+        &self,
+        name: &str,
+        envelope: &Envelope,
+        mut acker: A,
+        dl: &DeadLetter,
+        refused: &Error,
+    ) -> bool {
         let refusal = format!(
             "too large for the dead-letter destination ({}); a letter without its payload was sent there",
             chain(refused)
         );
         let first = match self.store_letter(dl, &refusal).await {
             Stored::Yes { first } => first,
-            Stored::No(e) => return self.settle_failed(acker, dl, &e).await,
-            Stored::Stopping => return self.release(acker).await,
+            Stored::No(e) => return self.settle_failed(envelope, acker, dl, &e).await,
+            Stored::Stopping => return self.release(envelope, acker).await,
         };
         if first {
             match self
-                .publish_letter(&mut acker, &dl.without_payload().to_message())
+                .publish_letter(envelope, &mut acker, &dl.without_payload().to_message())
                 .await
             {
                 Published::Yes => {}
@@ -313,9 +363,13 @@ where
                 // Stored and marked: settled whatever happens now.
                 Published::Stopping => {}
             }
+            self.metrics
+                .fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
+            self.metrics
+                .fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
             self.stats.incr(Counter::StoredDeadLetters);
             self.stats.incr(Counter::PayloadOmitted);
-            self.count_dead_letter(dl.kind);
+            self.count_dead_letter(envelope, name, dl.kind);
         }
         tracing::warn!(
             target: "consumer",
@@ -324,7 +378,7 @@ where
             error = %chain(refused),
             "the dead-letter destination refused the letter for its size; it is in the store's dead-letter table"
         );
-        self.ack(acker).await;
+        self.ack(envelope, acker).await
     }
 
     /// Writes the letter to the store's dead-letter table (with its mark)
@@ -346,10 +400,18 @@ where
         }
     }
 
-    async fn publish_letter(&self, acker: &mut A, letter: &Message) -> Published {
+    async fn publish_letter(
+        &self,
+        envelope: &Envelope,
+        acker: &mut A,
+        letter: &Message,
+    ) -> Published {
         let mut budget = self.budget();
         loop {
-            let Err(e) = acker.publish_dead_letter(letter).await else {
+            let started = Instant::now();
+            let r = acker.publish_dead_letter(letter).await;
+            self.timed(envelope, operation::DEAD_LETTER, started, &r);
+            let Err(e) = r else {
                 return Published::Yes;
             };
             match self
@@ -363,7 +425,8 @@ where
         }
     }
 
-    fn count_dead_letter(&self, kind: DeadLetterKind) {
+    fn count_dead_letter(&self, envelope: &Envelope, handler: &str, kind: DeadLetterKind) {
+        self.metrics.dead_letter(envelope, handler, kind.as_str());
         self.stats.incr(match kind {
             DeadLetterKind::Poison => Counter::DeadPoison,
             DeadLetterKind::Terminal => Counter::DeadTerminal,
@@ -373,7 +436,14 @@ where
 
     /// The last resort: nothing took the letter, so the original goes back
     /// to the broker and comes again.
-    async fn settle_failed(&self, acker: A, dl: &DeadLetter, error: &Error) {
+    async fn settle_failed(
+        &self,
+        envelope: &Envelope,
+        acker: A,
+        dl: &DeadLetter,
+        error: &Error,
+    ) -> bool {
+        self.metrics.fallback(envelope, fallback::RELEASE);
         self.stats.incr(Counter::SettleFailures);
         tracing::error!(
             target: "consumer",
@@ -383,6 +453,6 @@ where
             error = %chain(error),
             "could not dead-letter the message on the broker nor in the store; releasing it for redelivery"
         );
-        self.release(acker).await;
+        self.release(envelope, acker).await
     }
 }

@@ -28,11 +28,13 @@
 
 mod acker;
 mod faults;
+pub mod metrics;
 mod publisher;
 mod source;
 
 pub use acker::FaultyAcker;
 pub use faults::Faults;
+pub use metrics::MetricsRecorder;
 pub use publisher::FaultyPublisher;
 pub use source::{FaultySource, Restart};
 

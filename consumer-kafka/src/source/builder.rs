@@ -178,6 +178,8 @@ impl KafkaSourceBuilder {
             }),
             thread: Some(done),
             close_timeout: self.close_timeout,
+            server: first_broker(&self.brokers),
+            group: self.group_id,
         })
     }
 }
@@ -202,5 +204,34 @@ impl KafkaSource {
             max_poll_stall: Duration::from_secs(1),
             close_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+/// The first `host:port` of a bootstrap list (`host:port,host:port`, with
+/// an optional `PLAINTEXT://`-style scheme), if it parses.
+fn first_broker(brokers: &str) -> Option<(String, u16)> {
+    let first = brokers.split(',').next()?.trim();
+    let first = first.rsplit("://").next()?;
+    let (host, port) = first.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod first_broker_tests {
+    use super::first_broker;
+
+    #[test]
+    fn the_first_bootstrap_broker_is_the_server() {
+        assert_eq!(
+            first_broker("10.0.0.1:9092,10.0.0.2:9092"),
+            Some(("10.0.0.1".to_owned(), 9092))
+        );
+        assert_eq!(
+            first_broker("PLAINTEXT://kafka:29092"),
+            Some(("kafka".to_owned(), 29092))
+        );
+        assert_eq!(first_broker("[::1]:9092"), Some(("::1".to_owned(), 9092)));
+        assert_eq!(first_broker("kafka"), None);
     }
 }

@@ -1,7 +1,7 @@
 //! The offset ledger: per assigned partition, the records pending and the
 //! position that is safe to commit.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -91,8 +91,10 @@ pub(super) struct State {
 
 pub(super) struct Partition {
     pub(super) epoch: u64,
-    /// Received and not settled (handed out, queued, or parked).
-    pub(super) pending: BTreeSet<i64>,
+    /// Received and not settled (handed out, queued, or parked), by
+    /// offset, with when each was produced (its timestamp, in Unix
+    /// milliseconds; the time of receipt when it has none).
+    pub(super) pending: BTreeMap<i64, i64>,
     /// The offset after the last record received.
     pub(super) next: Option<i64>,
     /// The position last stored for commit.
@@ -120,7 +122,7 @@ impl Partition {
     pub(super) fn new(epoch: u64) -> Self {
         Self {
             epoch,
-            pending: BTreeSet::new(),
+            pending: BTreeMap::new(),
             next: None,
             stored: None,
             taken: 0,
@@ -135,10 +137,18 @@ impl Partition {
         }
     }
 
+    /// When the oldest record pending was produced (Unix milliseconds).
+    pub(super) fn oldest_pending_ms(&self) -> Option<i64> {
+        self.pending.values().min().copied()
+    }
+
     /// The offset to commit: the lowest unfinished record, or the one after
     /// the last received.
     pub(super) fn position(&self) -> Option<i64> {
-        self.pending.first().copied().or(self.next)
+        self.pending
+            .first_key_value()
+            .map(|(o, _)| *o)
+            .or(self.next)
     }
 }
 
@@ -151,7 +161,7 @@ mod tests {
         let mut p = Partition::new(1);
         assert_eq!(p.position(), None, "nothing received: nothing to commit");
         for o in [10, 11, 12, 15] {
-            p.pending.insert(o);
+            p.pending.insert(o, 0);
             p.next = Some(o + 1);
         }
         assert_eq!(p.position(), Some(10));

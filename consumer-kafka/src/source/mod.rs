@@ -67,6 +67,7 @@ use ledger::{Shared, Tp};
 
 mod acker;
 mod builder;
+mod gauges;
 mod ledger;
 mod metrics;
 mod poller;
@@ -105,6 +106,9 @@ pub struct KafkaSource {
     /// Reports the poll thread's end (and its result).
     thread: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
     close_timeout: Duration,
+    group: String,
+    /// The first bootstrap broker, for `server.address`/`server.port`.
+    server: Option<(String, u16)>,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -154,6 +158,20 @@ impl Source for KafkaSource {
 
     fn system(&self) -> &'static str {
         "kafka"
+    }
+
+    fn consumer_group(&self) -> Option<&str> {
+        Some(&self.group)
+    }
+
+    fn server(&self) -> Option<(&str, u16)> {
+        self.server
+            .as_ref()
+            .map(|(host, port)| (host.as_str(), *port))
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+        Some(Arc::new(gauges::KafkaGauges(Arc::clone(&self.link.shared))))
     }
 
     fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {

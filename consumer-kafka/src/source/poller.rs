@@ -153,6 +153,11 @@ impl Poller {
     /// Records one fetched record as pending and hands it out (or parks it).
     fn take(&self, tp: Tp, record: &rdkafka::message::BorrowedMessage<'_>) {
         let offset = record.offset();
+        let produced_ms = record
+            .timestamp()
+            .to_millis()
+            .filter(|ms| *ms > 0)
+            .unwrap_or_else(now_ms);
         let envelope = headers::envelope_of(record, &tp.topic);
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope.headers)
@@ -168,7 +173,7 @@ impl Poller {
             if p.revoking {
                 return;
             }
-            p.pending.insert(offset);
+            p.pending.insert(offset, produced_ms);
             p.next = Some(offset + 1);
             let delivery = Delivery {
                 envelope,
@@ -286,4 +291,11 @@ fn intern(interned: &mut Vec<Arc<str>>, topic: &str) -> Arc<str> {
     let t: Arc<str> = Arc::from(topic);
     interned.push(Arc::clone(&t));
     t
+}
+
+/// Now, in Unix milliseconds.
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

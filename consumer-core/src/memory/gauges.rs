@@ -1,0 +1,36 @@
+//! What a [`MemorySource`](super::MemorySource) reports at each metrics
+//! collection: the lag of each partition it owns (or may take).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::MemoryBroker;
+use crate::metrics::{SourceGauges, SourceReadings};
+
+pub(super) struct MemoryGauges {
+    pub(super) broker: MemoryBroker,
+    pub(super) topic: Arc<str>,
+    pub(super) source: u64,
+}
+
+impl SourceGauges for MemoryGauges {
+    fn observe(&self, readings: &mut SourceReadings) {
+        let now = Instant::now();
+        let mut state = self.broker.lock();
+        let n = self.broker.inner.partitions;
+        let topic = MemoryBroker::topic(&mut state, &self.topic, n);
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.owner.is_some_and(|o| o != self.source) {
+                continue;
+            }
+            let age = p.oldest().map(|at| now.saturating_duration_since(at));
+            readings.partition(
+                Arc::clone(&self.topic),
+                i32::try_from(index).unwrap_or(i32::MAX),
+                p.depth() as u64,
+                age.unwrap_or_default(),
+            );
+        }
+    }
+}

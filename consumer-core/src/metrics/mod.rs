@@ -1,0 +1,83 @@
+//! Metrics through the OpenTelemetry metrics API, named by the messaging
+//! semantic conventions (v1.44.0) where they have a name, and under the
+//! `consumer.` prefix where they do not.
+//!
+//! This crate depends on the API only: without a meter provider every
+//! instrument is a no-op. The application (or [`Service`](crate::Service)
+//! with its Prometheus endpoint) installs a provider and its exporter;
+//! consumers and relays take their meter from the global provider when
+//! they start running (so install it before `run`), or from
+//! `with_meter`.
+//!
+//! | metric | instrument | unit | what |
+//! |---|---|---|---|
+//! | `messaging.process.duration` | histogram | s | one handler attempt; `error.type` = `poison`, `terminal`, `transient`, `panic` |
+//! | `messaging.client.operation.duration` | histogram | s | settle operations (`ack`, `release`, `dead_letter`, `retry`) and the relay's `send` |
+//! | `messaging.client.consumed.messages` | counter | {message} | deliveries handed to the runtime |
+//! | `messaging.client.sent.messages` | counter | {message} | events the relay sent (failed ones with `error.type`) |
+//! | `consumer.lag` | gauge | {message} | per assigned partition: records not yet settled |
+//! | `consumer.lag.age` | gauge | s | per assigned partition: age of the oldest record held unsettled |
+//! | `consumer.queue.depth` | gauge | {message} | RabbitMQ work and delay queues |
+//! | `consumer.dead_letter_queue.depth` | gauge | {message} | RabbitMQ dead-letter queue |
+//! | `consumer.delivery.duration` | histogram | s | received to settled, retries in place included (the p99 alert) |
+//! | `consumer.in_flight` | updowncounter | {message} | deliveries held |
+//! | `consumer.dead_letters` | counter | {message} | by `consumer.dead_letter.reason` |
+//! | `consumer.retries` | counter | {message} | by `consumer.retry.mode` |
+//! | `consumer.duplicates` | counter | {message} | skipped by the dedup table |
+//! | `consumer.released` | counter | {message} | given back unsettled |
+//! | `consumer.settle.fallbacks` | counter | {message} | by `consumer.settle.fallback` |
+//! | `consumer.unknown_types` | counter | {message} | acked unhandled by a router told to ignore them |
+//! | `consumer.critical_time` | histogram | s | produced (CloudEvents `time`) to settled |
+//! | `consumer.rebalances` | counter | {rebalance} | Kafka: by `consumer.rebalance.event` |
+//! | `consumer.commit.failures` | counter | {commit} | Kafka offset commits that failed |
+//! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened |
+//! | `consumer.outbox.pending` | gauge | {event} | committed, not yet published |
+//! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age |
+//! | `consumer.outbox.blocked_aggregates` | gauge | {aggregate} | stopped at a failed event |
+//! | `consumer.outbox.publish.latency` | histogram | s | commit to broker confirmation |
+//! | `consumer.outbox.failed` | counter | {event} | marked failed |
+//! | `consumer.outbox.round.failures` | counter | {round} | relay rounds that failed |
+//!
+//! The attributes of each are in [`catalogue`]; their keys and closed sets
+//! of values in [`attr`]. None carries a message id, key or offset.
+
+pub mod attr;
+pub mod catalogue;
+pub(crate) mod consumer;
+pub mod source;
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::metrics::Meter;
+
+pub use catalogue::{CATALOGUE, Instrument, MetricSpec};
+pub use source::{QueueRole, SourceGauges, SourceReadings};
+
+/// The instrumentation scope of every instrument: `consumer`, this
+/// crate's version, and the conventions' schema.
+pub fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("consumer")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .with_schema_url("https://opentelemetry.io/schemas/1.44.0")
+        .build()
+}
+
+/// The meter from the global provider, as installed now.
+pub fn global_meter() -> Meter {
+    opentelemetry::global::meter_with_scope(scope())
+}
+
+/// `error.type` of a failed broker or store operation: see
+/// [`attr::error_type`].
+pub(crate) fn error_type(error: &crate::Error) -> &'static str {
+    use crate::BrokerErrorKind as K;
+    use attr::error_type as t;
+    match error.broker_kind() {
+        Some(K::Unavailable) => t::UNAVAILABLE,
+        Some(K::TooLarge) => t::TOO_LARGE,
+        Some(K::NoDestination) => t::NO_DESTINATION,
+        Some(K::NotAuthorized) => t::NOT_AUTHORIZED,
+        Some(K::Rejected) => t::REJECTED,
+        Some(K::Fatal) => t::FATAL,
+        _ => t::OTHER,
+    }
+}

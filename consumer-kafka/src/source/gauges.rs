@@ -1,0 +1,48 @@
+//! What a [`KafkaSource`](super::KafkaSource) reports at each metrics
+//! collection: per assigned partition its lag and the age of its oldest
+//! pending record, and the group's rebalances and failed commits. A
+//! revoked partition leaves the ledger, so its series go away.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use consumer_core::metrics::{SourceGauges, SourceReadings};
+
+use super::ledger::Shared;
+use super::poller::now_ms;
+
+pub(super) struct KafkaGauges(pub(super) Arc<Shared>);
+
+impl SourceGauges for KafkaGauges {
+    fn observe(&self, readings: &mut SourceReadings) {
+        let now = now_ms();
+        {
+            let state = self.0.lock();
+            for (tp, p) in &state.partitions {
+                // Behind the end of the partition: from the high watermark
+                // librdkafka reported, else what is pending here.
+                let lag = match (p.high_watermark, p.position().or(p.committed)) {
+                    (Some(hw), Some(position)) => (hw - position).max(0),
+                    _ => i64::try_from(p.pending.len()).unwrap_or(i64::MAX),
+                };
+                let age = p.oldest_pending_ms().map_or(Duration::ZERO, |at| {
+                    Duration::from_millis(u64::try_from(now - at).unwrap_or(0))
+                });
+                readings.partition(
+                    Arc::clone(&tp.topic),
+                    tp.partition,
+                    u64::try_from(lag).unwrap_or(0),
+                    age,
+                );
+            }
+        }
+        let s = &self.0;
+        readings.rebalances(
+            s.assigns.load(Ordering::Relaxed),
+            s.revokes.load(Ordering::Relaxed),
+            s.lost.load(Ordering::Relaxed),
+        );
+        readings.commit_failures(s.commit_failures.load(Ordering::Relaxed));
+    }
+}

@@ -1,0 +1,314 @@
+//! Metrics (no services: the in-memory broker and store).
+//!
+//! * Every metric the runtime emits is in the catalogue, with its unit,
+//!   instrument, buckets and only documented attributes, and the values
+//!   say what happened.
+//! * The catalogue matches the committed snapshot
+//!   (`tests/snapshots/metrics.txt`), so a rename is a visible change
+//!   (`UPDATE_SNAPSHOTS=1` rewrites it).
+//! * Cardinality is bounded: 10 000 messages with distinct ids and keys
+//!   add no series, and no attribute carries an id or a key.
+//! * A consumer's partition series go away with it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use consumer::testing::MetricsRecorder;
+use consumer::testing::metrics::{Point, check_against_catalogue, total};
+use consumer::{Consumer, MemoryBroker, MemoryStore, MemoryTx, Message, Router, handler};
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Order {
+    id: String,
+    /// Fail this many attempts (transiently), then succeed.
+    #[serde(default)]
+    fail: u32,
+    #[serde(default)]
+    terminal: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("not yet")]
+    NotYet,
+    #[error("never")]
+    Never,
+}
+
+#[handler(
+    event_type = "OrderPlaced",
+    idempotency_key = order.id,
+    retry = exponential(base = "1ms", max_delay = "5ms", attempts = 3),
+    terminal = OrderError::Never,
+)]
+async fn placed(
+    order: Order,
+    _tx: &mut MemoryTx,
+    ctx: &consumer::MessageContext,
+) -> Result<(), OrderError> {
+    if order.terminal {
+        return Err(OrderError::Never);
+    }
+    if ctx.attempt() <= order.fail {
+        return Err(OrderError::NotYet);
+    }
+    Ok(())
+}
+
+fn order(id: &str, key: &str) -> Message {
+    Message::json(
+        "OrderPlaced",
+        &Order {
+            id: id.to_owned(),
+            fail: 0,
+            terminal: false,
+        },
+    )
+    .expect("json")
+    .with_key(key)
+}
+
+fn series(points: &[Point]) -> BTreeSet<String> {
+    points
+        .iter()
+        .map(|p| format!("{}{:?}", p.name, p.attributes))
+        .collect()
+}
+
+/// Runs the router over `topic` until `done` holds for the stats, hands
+/// the collected points to `while_running`, then stops.
+async fn run(
+    broker: &MemoryBroker,
+    recorder: &MetricsRecorder,
+    topic: &str,
+    expected_settled: u64,
+) -> (Vec<Point>, consumer::StatsSnapshot) {
+    let router = Router::builder("orders")
+        .route(placed)
+        .ignore_unknown_types()
+        .build()
+        .expect("router");
+    let consumer = Consumer::router(broker.source(topic), MemoryStore::new(), router)
+        .with_meter(recorder.meter());
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let settled = tokio::time::timeout(
+        Duration::from_secs(60),
+        stats.wait_for(|s| {
+            s.processed + s.duplicates + s.dead_letters() + s.unknown_types_ignored
+                >= expected_settled
+                && s.in_flight == 0
+        }),
+    )
+    .await
+    .expect("the consumer settled everything within 60 s");
+    let points = recorder.collect();
+    let _ = stop.send(());
+    running.await.expect("join").expect("consumer");
+    (points, settled)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_emitted_is_in_the_catalogue_and_says_what_happened() {
+    let broker = MemoryBroker::new(2);
+    let recorder = MetricsRecorder::new();
+    for i in 0..5 {
+        broker
+            .publish("orders", order(&format!("o{i}"), &format!("k{i}")))
+            .await
+            .expect("publish");
+    }
+    // The same order twice: a duplicate.
+    broker
+        .publish("orders", order("o0", "k0"))
+        .await
+        .expect("publish");
+    let flaky = |id: &str, fail, terminal| {
+        Message::json(
+            "OrderPlaced",
+            &Order {
+                id: id.to_owned(),
+                fail,
+                terminal,
+            },
+        )
+        .expect("json")
+        .with_key("k9")
+    };
+    for m in [
+        flaky("once", 1, false),
+        flaky("never", 0, true),
+        flaky("always", 99, false),
+        Message::raw(&b"{not json"[..])
+            .with_header(consumer::envelope::names::TYPE, "OrderPlaced")
+            .with_key("k9"),
+        Message::json("OrderPaid", &serde_json::json!({})).expect("json"),
+    ] {
+        broker.publish("orders", m).await.expect("publish");
+    }
+
+    let (points, s) = run(&broker, &recorder, "orders", 11).await;
+    check_against_catalogue(&points).expect("what is emitted is documented");
+
+    let memory = [
+        ("messaging.system", "memory"),
+        ("messaging.destination.name", "orders"),
+    ];
+    let at = |name, extra: &[(&str, &str)]| {
+        let mut with = memory.to_vec();
+        with.extend_from_slice(extra);
+        total(&points, name, &with)
+    };
+    assert_eq!(at("messaging.client.consumed.messages", &[]), 11.0);
+    assert_eq!(
+        at("consumer.duplicates", &[("consumer.handler", "placed")]),
+        1.0
+    );
+    assert_eq!(at("consumer.unknown_types", &[]), 1.0);
+    for reason in ["poison", "terminal", "exhausted"] {
+        assert_eq!(
+            at(
+                "consumer.dead_letters",
+                &[("consumer.dead_letter.reason", reason)]
+            ),
+            1.0,
+            "{reason}"
+        );
+    }
+    // once: 1 retry; always: 2 (3 attempts).
+    assert_eq!(
+        at("consumer.retries", &[("consumer.retry.mode", "in_place")]),
+        3.0
+    );
+    assert_eq!(at("consumer.in_flight", &[]), 0.0);
+    // Attempts: 5 + the duplicate + once (2) + never + always (3) + the
+    // poison pill (its decoding fails in the handler).
+    let attempts = at(
+        "messaging.process.duration",
+        &[("messaging.operation.name", "process")],
+    );
+    assert_eq!(attempts, 13.0);
+    assert_eq!(
+        at("messaging.process.duration", &[("error.type", "poison")]),
+        1.0
+    );
+    assert_eq!(
+        at("messaging.process.duration", &[("error.type", "transient")]),
+        4.0
+    );
+    assert_eq!(
+        at("messaging.process.duration", &[("error.type", "terminal")]),
+        1.0
+    );
+    assert_eq!(
+        at(
+            "messaging.client.operation.duration",
+            &[("messaging.operation.name", "dead_letter")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        at(
+            "messaging.client.operation.duration",
+            &[
+                ("messaging.operation.name", "ack"),
+                ("messaging.operation.type", "settle")
+            ]
+        ),
+        11.0
+    );
+    assert!(
+        points
+            .iter()
+            .filter(|p| p.name == "messaging.client.operation.duration")
+            .all(|p| !p.attributes.contains_key("error.type")),
+        "no settle operation failed"
+    );
+    assert_eq!(at("consumer.delivery.duration", &[]), 11.0);
+    // Every message but the raw one carries a CloudEvents time.
+    assert_eq!(at("consumer.critical_time", &[]), 10.0);
+    let lags: Vec<&Point> = points.iter().filter(|p| p.name == "consumer.lag").collect();
+    assert_eq!(lags.len(), 2, "one lag series per partition: {lags:?}");
+    assert!(lags.iter().all(|p| p.value == 0.0), "drained: {lags:?}");
+    assert_eq!(s.dead_letters(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumers_partition_series_go_away_with_it() {
+    let broker = MemoryBroker::new(3);
+    let recorder = MetricsRecorder::new();
+    broker.publish("t", order("a", "a")).await.expect("publish");
+    let (running, _) = run(&broker, &recorder, "t", 1).await;
+    assert_eq!(
+        running.iter().filter(|p| p.name == "consumer.lag").count(),
+        3
+    );
+    let after = recorder.collect();
+    assert!(
+        after
+            .iter()
+            .all(|p| p.name != "consumer.lag" && p.name != "consumer.lag.age"),
+        "{:?}",
+        series(&after)
+    );
+    assert!(
+        after
+            .iter()
+            .any(|p| p.name == "messaging.client.consumed.messages"),
+        "counters stay"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_distinct_ids_and_keys_add_no_series() {
+    let broker = MemoryBroker::new(4);
+    let recorder = MetricsRecorder::new();
+    let mut ids = BTreeSet::new();
+    for i in 0..100 {
+        let (id, key) = (format!("first-{i}"), format!("key-first-{i}"));
+        broker
+            .publish("t", order(&id, &key))
+            .await
+            .expect("publish");
+        ids.insert(id);
+        ids.insert(key);
+    }
+    let (first, _) = run(&broker, &recorder, "t", 100).await;
+    for i in 0..10_000 {
+        let (id, key) = (format!("id-{i}"), format!("key-{i}"));
+        broker
+            .publish("t", order(&id, &key))
+            .await
+            .expect("publish");
+        ids.insert(id);
+        ids.insert(key);
+    }
+    let (after, _) = run(&broker, &recorder, "t", 10_000).await;
+    assert_eq!(
+        total(&after, "messaging.client.consumed.messages", &[]),
+        10_100.0
+    );
+    assert_eq!(series(&first), series(&after), "no new series");
+    for p in &after {
+        for v in p.attributes.values() {
+            assert!(!ids.contains(v), "{p} carries an id or key");
+        }
+    }
+}
+
+#[test]
+fn the_catalogue_matches_the_committed_snapshot() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/metrics.txt");
+    let now = consumer::metrics::catalogue::snapshot();
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(path, &now).expect("write the snapshot");
+    }
+    let committed = std::fs::read_to_string(path).expect("tests/snapshots/metrics.txt");
+    assert_eq!(
+        committed, now,
+        "the metrics changed: review the difference, then run with UPDATE_SNAPSHOTS=1"
+    );
+}
