@@ -275,6 +275,10 @@ struct Broker {
 }
 
 impl Publisher for Broker {
+    fn system(&self) -> &'static str {
+        "memory"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::Error>> {
         if !self.delay.is_zero() {
             let us = rand::random_range(0..=self.delay.as_micros() as u64);

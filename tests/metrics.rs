@@ -299,6 +299,65 @@ async fn ten_thousand_distinct_ids_and_keys_add_no_series() {
     }
 }
 
+/// A relay's sends, their latency, an event marked failed, and what
+/// waits in the table (read by `read_backlog`, as `run_until` does every
+/// backlog interval).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
+    use consumer::testing::{Faults, FaultyPublisher};
+    use consumer::{NewEvent, Outbox, OutboxRelay, RetryPolicy, SqliteStore};
+
+    let recorder = MetricsRecorder::new();
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await
+        .expect("in-memory SQLite");
+    SqliteStore::new(pool.clone())
+        .migrate()
+        .await
+        .expect("migrations");
+    let outbox = Outbox::new().with_default_destination("events");
+    let mut tx = pool.begin().await.expect("begin");
+    for i in 0..3 {
+        let event = NewEvent::new("Order", format!("o{i}"), "OrderPlaced", &serde_json::json!({ "i": i }))
+            .expect("event");
+        outbox.enqueue(&mut tx, event).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+
+    let broker = MemoryBroker::new(1);
+    let faults = Faults::new();
+    faults.fail_next_publishes(1);
+    let relay = OutboxRelay::new(pool, outbox, FaultyPublisher::new(broker.clone(), faults))
+        .with_retry_policy(RetryPolicy::none())
+        .with_meter(recorder.meter());
+    assert_eq!(relay.read_backlog().await.expect("backlog").pending, 3);
+    relay.run_once().await.expect("a round");
+    let after = relay.read_backlog().await.expect("backlog");
+    assert_eq!((after.pending, after.blocked), (1, 1), "{after:?}");
+
+    let points = recorder.collect();
+    check_against_catalogue(&points).expect("what is emitted is documented");
+    let events = [("messaging.destination.name", "events"), ("messaging.system", "memory")];
+    assert_eq!(total(&points, "messaging.client.sent.messages", &events), 3.0);
+    assert_eq!(
+        total(
+            &points,
+            "messaging.client.sent.messages",
+            &[("error.type", "unavailable"), ("messaging.operation.name", "send")]
+        ),
+        1.0
+    );
+    assert_eq!(total(&points, "consumer.outbox.failed", &events), 1.0);
+    assert_eq!(total(&points, "consumer.outbox.publish.latency", &events), 2.0);
+    let table = [("consumer.outbox.table", "outbox_events"), ("db.system.name", "sqlite")];
+    assert_eq!(total(&points, "consumer.outbox.pending", &table), 1.0);
+    assert_eq!(total(&points, "consumer.outbox.blocked_aggregates", &table), 1.0);
+    assert!(total(&points, "consumer.outbox.oldest.age", &table) >= 0.0);
+    assert_eq!(broker.depth("events"), 2);
+}
+
 #[test]
 fn the_catalogue_matches_the_committed_snapshot() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/metrics.txt");

@@ -450,6 +450,10 @@ struct Refusing {
 }
 
 impl Publisher for Refusing {
+    fn system(&self) -> &'static str {
+        "memory"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         let refused = self.refused.lock().expect("lock").clone();
         let mut out = Vec::new();

@@ -30,6 +30,10 @@ async fn pool_in(schema: &str, max: u32) -> sqlx::PgPool {
 struct Sink(sqlx::PgPool);
 
 impl Publisher for Sink {
+    fn system(&self) -> &'static str {
+        "memory"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         let mut out = Vec::with_capacity(batch.len());
         for o in batch {

@@ -298,6 +298,10 @@ fn check(confirmation: Confirmation, exchange: &str, routing_key: &str) -> Resul
 }
 
 impl Publisher for AmqpPublisher {
+    fn system(&self) -> &'static str {
+        "rabbitmq"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
         self.publish_batch(batch)
             .await

@@ -25,11 +25,19 @@ pub struct Outgoing {
 /// [`Error::is_retriable`], whether publishing the same message again may
 /// succeed (a broker that is down) or not (a message too large, no route).
 pub trait Publisher: Send + Sync + 'static {
+    /// `messaging.system` for spans and metrics: `kafka`, `rabbitmq`,
+    /// `memory`, ...
+    fn system(&self) -> &'static str;
+
     /// Publishes `batch` and waits for every confirmation.
     fn publish(&self, batch: &[Outgoing]) -> impl Future<Output = Vec<Result<(), Error>>> + Send;
 }
 
 impl Publisher for crate::memory::MemoryBroker {
+    fn system(&self) -> &'static str {
+        "memory"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         let mut results = Vec::with_capacity(batch.len());
         for o in batch {

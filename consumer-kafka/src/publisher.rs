@@ -130,6 +130,10 @@ impl KafkaPublisher {
 }
 
 impl Publisher for KafkaPublisher {
+    fn system(&self) -> &'static str {
+        "kafka"
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {

@@ -28,6 +28,17 @@ pub struct Row {
     pub held: bool,
 }
 
+/// What waits in an outbox table ([`OutboxRelay::read_backlog`](super::OutboxRelay::read_backlog)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Events committed and not published.
+    pub pending: i64,
+    /// When the oldest of them was committed (Unix milliseconds).
+    pub oldest_ms: Option<i64>,
+    /// Aggregates blocked by an event marked failed.
+    pub blocked: i64,
+}
+
 pub(super) mod sealed {
     pub trait Sealed {}
 }
@@ -100,6 +111,17 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
         outbox: &Outbox,
         pool: &sqlx::Pool<Self>,
     ) -> impl Future<Output = Result<i64, Error>> + Send;
+
+    /// `db.system.name` for metrics: `postgresql`, `sqlite`.
+    #[doc(hidden)]
+    const SYSTEM: &'static str;
+
+    /// What waits in the table, for the relay's gauges.
+    #[doc(hidden)]
+    fn backlog(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+    ) -> impl Future<Output = Result<Backlog, Error>> + Send;
 
     /// What a relay holds between claim and finish (PostgreSQL: the open
     /// transaction with its aggregate locks).

@@ -34,11 +34,12 @@ mod listen;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod relay;
+mod relay_metrics;
 mod relay_stats;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use database::{InTransaction, OutboxDatabase, Row, RowOutcome};
+pub use database::{Backlog, InTransaction, OutboxDatabase, Row, RowOutcome};
 pub use event::NewEvent;
 #[cfg(feature = "postgres")]
 pub use listen::listen;

@@ -1,7 +1,7 @@
 use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
 
 use super::database::sealed;
-use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
+use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
 impl sealed::Sealed for Postgres {}
@@ -204,6 +204,28 @@ impl OutboxDatabase for Postgres {
         ))
         .fetch_one(pool)
         .await?)
+    }
+
+    const SYSTEM: &'static str = "postgresql";
+
+    async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
+        let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
+            "SELECT count(*), (extract(epoch FROM min(created_at)) * 1000)::bigint FROM {t} WHERE published_at IS NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?;
+        let blocked: i64 = sqlx::query_scalar(sql(
+            "SELECT count(*) FROM {t}_aggregates WHERE blocked_at IS NOT NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?;
+        Ok(Backlog {
+            pending,
+            oldest_ms,
+            blocked,
+        })
     }
 
     type ClaimGuard = sqlx::Transaction<'static, Postgres>;

@@ -4,16 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+use opentelemetry::metrics::Meter;
 use opentelemetry::trace::TraceContextExt;
 use tokio::sync::Notify;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::relay_metrics::RelayMetrics;
 use super::relay_stats::RelayStats;
-use super::{Outbox, OutboxDatabase, Row, RowOutcome};
+use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::envelope::{Headers, Message, format_time, names};
 use crate::error::{BrokerErrorKind, Error};
 use crate::publish::{Outgoing, Publisher};
@@ -46,6 +48,9 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
     waker: Arc<Notify>,
     stats: Arc<RelayStats>,
     holder: String,
+    meter: Option<Meter>,
+    metrics: OnceLock<RelayMetrics>,
+    backlog_every: Duration,
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
@@ -71,6 +76,9 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             waker: Arc::new(Notify::new()),
             stats: Arc::default(),
             holder: uuid::Uuid::new_v4().to_string(),
+            meter: None,
+            metrics: OnceLock::new(),
+            backlog_every: Duration::from_secs(15),
         }
     }
 
@@ -105,6 +113,38 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         Arc::clone(&self.waker)
     }
 
+    /// Where this relay's instruments come from (see
+    /// [`metrics`](crate::metrics)); by default the global meter provider's,
+    /// as installed when the relay first runs.
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// How often [`run_until`](Self::run_until) counts what waits in the
+    /// table for the gauges (`consumer.outbox.pending`,
+    /// `consumer.outbox.oldest.age`, `consumer.outbox.blocked_aggregates`):
+    /// two indexed counts, default every 15 s.
+    pub fn with_backlog_interval(mut self, every: Duration) -> Self {
+        self.backlog_every = every;
+        self
+    }
+
+    fn metrics(&self) -> &RelayMetrics {
+        self.metrics.get_or_init(|| {
+            let meter = self.meter.clone().unwrap_or_else(crate::metrics::global_meter);
+            RelayMetrics::new(&meter, DB::SYSTEM, self.outbox.table(), self.publisher.system())
+        })
+    }
+
+    /// Counts what waits in the table now and hands it to the gauges
+    /// ([`run_until`](Self::run_until) does this every backlog interval).
+    pub async fn read_backlog(&self) -> Result<Backlog, Error> {
+        let backlog = DB::backlog(&self.outbox, &self.pool).await?;
+        self.metrics().set_backlog(backlog);
+        Ok(backlog)
+    }
+
     /// Live counters.
     pub fn stats(&self) -> Arc<RelayStats> {
         Arc::clone(&self.stats)
@@ -119,6 +159,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 self.stats.claimed.fetch_add(*n as u64, Relaxed);
             }
             Err(_) => {
+                self.metrics().round_failed();
                 self.stats.errors.fetch_add(1, Relaxed);
             }
         }
@@ -151,12 +192,19 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     pub async fn run_until<F: Future<Output = ()> + Send>(self, shutdown: F) -> Result<(), Error> {
         let WakeUp::Poll { min, max } = self.wake;
         let mut wait = min;
+        let mut backlog_read: Option<Instant> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
                 () = std::future::ready(()) => {}
+            }
+            if backlog_read.is_none_or(|at| at.elapsed() >= self.backlog_every) {
+                if let Err(e) = self.read_backlog().await {
+                    tracing::debug!(target: "consumer::outbox", error = %e, "could not count the outbox backlog");
+                }
+                backlog_read = Some(Instant::now());
             }
             match self.run_once().await {
                 Ok(n) if n >= self.batch as usize => {
@@ -216,7 +264,10 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 break;
             }
             let batch: Vec<Outgoing> = wave.iter().map(|r| self.outgoing(r)).collect();
+            let started = Instant::now();
             let results = self.publisher.publish(&batch).await;
+            let took = started.elapsed();
+            let now_ms = crate::store::now_ms();
             let mut results = results.into_iter();
             for row in wave {
                 let result = results.next().unwrap_or_else(|| {
@@ -226,6 +277,15 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                         None,
                     ))
                 });
+                let age = Duration::from_millis(
+                    now_ms.saturating_sub(row.created_at_ms).max(0).cast_unsigned(),
+                );
+                self.metrics().sent(
+                    &row.destination,
+                    took,
+                    age,
+                    result.as_ref().err().map(crate::metrics::error_type),
+                );
                 match result {
                     Ok(()) => {
                         self.stats.published.fetch_add(1, Relaxed);
@@ -237,6 +297,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                         let retry_after = self.retry.delay(attempt, &mut rand::rng());
                         let error = e.to_string();
                         if give_up {
+                            self.metrics().failed(&row.destination);
                             self.stats.failed.fetch_add(1, Relaxed);
                             tracing::error!(
                                 target: "consumer::outbox",

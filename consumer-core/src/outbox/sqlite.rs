@@ -1,7 +1,7 @@
 use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
 
 use super::database::sealed;
-use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
+use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
 impl sealed::Sealed for Sqlite {}
@@ -133,6 +133,28 @@ impl OutboxDatabase for Sqlite {
         ))
         .fetch_one(pool)
         .await?)
+    }
+
+    const SYSTEM: &'static str = "sqlite";
+
+    async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
+        let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
+            "SELECT count(*), min(created_at) FROM {t} WHERE published_at IS NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?;
+        let blocked: i64 = sqlx::query_scalar(sql(
+            "SELECT count(*) FROM {t}_aggregates WHERE blocked_at IS NOT NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?;
+        Ok(Backlog {
+            pending,
+            oldest_ms,
+            blocked,
+        })
     }
 
     type ClaimGuard = ();

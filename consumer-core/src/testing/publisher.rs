@@ -26,6 +26,10 @@ impl<P: Publisher> FaultyPublisher<P> {
 }
 
 impl<P: Publisher> Publisher for FaultyPublisher<P> {
+    fn system(&self) -> &'static str {
+        self.inner.system()
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         // Which messages fail, and how many copies the others get.
         let mut plan = Vec::with_capacity(batch.len());
