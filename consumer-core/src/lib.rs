@@ -56,6 +56,8 @@ pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use router::{Route, Router, RouterBuilder, Routes, Single, UnknownEventType, UnknownTypes};
 pub use runtime::{Consumer, HandlerPanicked, InputError};
+#[cfg(feature = "prometheus")]
+pub use service::PrometheusMetrics;
 pub use service::{Health, PartHealth, PartState, Service, StopSignal, shutdown_signal};
 pub use settle::RetryCopy;
 pub use source::{Acker, Source};

@@ -1,5 +1,7 @@
-//! A small HTTP endpoint for an orchestrator's probes: `GET /livez` and
-//! `GET /readyz` answer 200 or 503 with the parts' states as text.
+//! A small HTTP endpoint for an orchestrator's probes and a metrics
+//! scraper: `GET /livez` and `GET /readyz` answer 200 or 503 with the
+//! parts' states as text; `GET /metrics`, when the service has metrics,
+//! the Prometheus text exposition.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,6 +11,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::Health;
+
+/// Renders the metrics for `GET /metrics`.
+pub(super) type Scrape = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// What the endpoint serves.
+#[derive(Clone)]
+pub(super) struct Served {
+    pub(super) health: Health,
+    pub(super) metrics: Option<Scrape>,
+}
 
 /// Longest request head read; probes send a few hundred bytes.
 const MAX_REQUEST: usize = 8 * 1024;
@@ -36,20 +48,22 @@ pub(super) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(listener)
 }
 
-/// Serves probes on `listener` until the returned task is aborted.
+/// Serves probes (and metrics) on `listener` until the returned task is
+/// aborted.
 pub(super) fn serve(
     listener: std::net::TcpListener,
-    health: Health,
+    served: Served,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::from_std(listener)?;
     let bound = listener.local_addr()?;
-    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz");
-    Ok(tokio::spawn(accept(listener, health)))
+    let metrics = if served.metrics.is_some() { ", /metrics" } else { "" };
+    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}");
+    Ok(tokio::spawn(accept(listener, served)))
 }
 
 /// Accepts until aborted. The connections are tasks of its own, so they
 /// end with it and never outnumber [`MAX_CONNECTIONS`].
-async fn accept(listener: TcpListener, health: Health) {
+async fn accept(listener: TcpListener, served: Served) {
     let mut open = JoinSet::new();
     let mut last_logged: Option<Instant> = None;
     let mut unlogged = 0u64;
@@ -66,9 +80,9 @@ async fn accept(listener: TcpListener, health: Health) {
                 drop(stream);
             }
             Ok((stream, _)) => {
-                let health = health.clone();
+                let served = served.clone();
                 open.spawn(async move {
-                    if let Err(e) = answer(stream, &health).await {
+                    if let Err(e) = answer(stream, &served).await {
                         tracing::debug!(target: "consumer::service", error = %e, "health probe connection failed");
                     }
                 });
@@ -105,18 +119,30 @@ impl Response {
 }
 
 /// One route per path.
-fn respond(method: &str, path: &str, health: &Health) -> Response {
+fn respond(method: &str, path: &str, served: &Served) -> Response {
     if method != "GET" {
         return Response::text("405 Method Not Allowed", "use GET\n".to_owned());
     }
-    match path {
-        "/livez" => probe(health.is_live(), "live", health),
-        "/readyz" => probe(health.is_ready(), "ready", health),
-        _ => Response::text("404 Not Found", "GET /livez or /readyz\n".to_owned()),
+    let health = &served.health;
+    match (path, &served.metrics) {
+        ("/livez", _) => probe(health.is_live(), "live", health),
+        ("/readyz", _) => probe(health.is_ready(), "ready", health),
+        ("/metrics", Some(scrape)) => match scrape() {
+            Ok(body) => Response {
+                status: "200 OK",
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body,
+            },
+            Err(e) => Response::text("500 Internal Server Error", format!("{e}\n")),
+        },
+        _ => Response::text(
+            "404 Not Found",
+            "GET /livez, /readyz or /metrics\n".to_owned(),
+        ),
     }
 }
 
-async fn answer(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let read = async {
@@ -140,7 +166,7 @@ async fn answer(mut stream: TcpStream, health: &Health) -> std::io::Result<()> {
         status,
         content_type,
         body,
-    } = respond(method, path, health);
+    } = respond(method, path, served);
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -200,7 +226,14 @@ mod tests {
             parts: Arc::default(),
             stopping: Arc::default(),
         };
-        let server = serve(listener, health).expect("serve");
+        let server = serve(
+            listener,
+            Served {
+                health,
+                metrics: None,
+            },
+        )
+        .expect("serve");
         // Silent connections: each holds a slot while its head is awaited.
         let mut held = Vec::new();
         for _ in 0..MAX_CONNECTIONS {

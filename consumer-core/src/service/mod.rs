@@ -36,9 +36,14 @@
 //! * **Health.** [`Service::health`] says whether the service is live and
 //!   ready; [`Service::with_health_endpoint`] serves it as `GET /livez` and
 //!   `GET /readyz`.
+//! * **Metrics.** With the `prometheus` feature, [`Service::with_metrics`]
+//!   serves the process's metrics as `GET /metrics` on the same endpoint
+//!   (see [`crate::metrics`] for what is there).
 
 mod endpoint;
 mod health;
+#[cfg(feature = "prometheus")]
+mod prometheus;
 mod signal;
 
 use std::future::Future;
@@ -52,6 +57,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use health::{Health, PartHealth, PartState};
+#[cfg(feature = "prometheus")]
+pub use prometheus::PrometheusMetrics;
 pub use signal::shutdown_signal;
 
 use crate::error::Error;
@@ -86,6 +93,7 @@ pub struct Service {
     parts: Vec<(Arc<Part>, Runner)>,
     shutdown_timeout: Duration,
     endpoint: Option<std::net::TcpListener>,
+    metrics: Option<endpoint::Scrape>,
     stopping: Arc<AtomicBool>,
 }
 
@@ -109,6 +117,7 @@ impl Service {
             parts: Vec::new(),
             shutdown_timeout: Duration::from_secs(60),
             endpoint: None,
+            metrics: None,
             stopping: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -192,6 +201,16 @@ impl Service {
         Ok(self)
     }
 
+    /// Serves `metrics` as `GET /metrics` on the health endpoint, in
+    /// Prometheus' text format. Install them ([`PrometheusMetrics::install`])
+    /// before the service runs, so its consumers and relays record to them.
+    #[cfg(feature = "prometheus")]
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: PrometheusMetrics) -> Self {
+        self.metrics = Some(Arc::new(move || metrics.scrape().map_err(|e| e.to_string())));
+        self
+    }
+
     /// Where the health endpoint listens (its port, when `0` was asked).
     pub fn health_endpoint(&self) -> Option<SocketAddr> {
         self.endpoint.as_ref().and_then(|l| l.local_addr().ok())
@@ -220,7 +239,13 @@ impl Service {
         let health = self.health();
         let endpoint = match self.endpoint {
             Some(listener) => Some(
-                endpoint::serve(listener, health.clone())
+                endpoint::serve(
+                    listener,
+                    endpoint::Served {
+                        health: health.clone(),
+                        metrics: self.metrics.clone(),
+                    },
+                )
                     .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
             ),
             None => None,
