@@ -24,7 +24,7 @@
 
 use bytes::Bytes;
 use consumer_core::envelope::names;
-use consumer_core::{Envelope, Headers, Message, Origin};
+use consumer_core::{Envelope, Headers, Message, Origin, Placement};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use time::OffsetDateTime;
@@ -145,6 +145,11 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
             "{}/{}#{}",
             delivery.exchange, routing_key, delivery.delivery_tag
         ),
+        placement: Placement::Exchange {
+            exchange: delivery.exchange.to_owned(),
+            routing_key: routing_key.to_owned(),
+            delivery_tag: delivery.delivery_tag,
+        },
     };
     let message_id = props.message_id().as_ref().map(|m| m.as_str().to_owned());
     let body = payload.clone();

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use consumer_core::trace::Sends;
 use consumer_core::{Message, Outgoing, Publisher};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
@@ -303,10 +304,14 @@ impl Publisher for AmqpPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
-        self.publish_batch(batch)
+        let sends = Sends::start(self.system(), batch);
+        let results: Vec<_> = self
+            .publish_batch(sends.batch())
             .await
             .into_iter()
             .map(|r| r.map_err(consumer_core::Error::from))
-            .collect()
+            .collect();
+        sends.finish(&results);
+        results
     }
 }

@@ -293,6 +293,7 @@ impl DeadLetter {
             origin: Origin {
                 destination: text(headers::DESTINATION)?,
                 position: text(headers::POSITION)?,
+                ..Origin::default()
             },
             original_headers,
             payload: message.payload.clone(),
@@ -359,6 +360,7 @@ mod tests {
             Origin {
                 destination: "orders".into(),
                 position: "2/17".into(),
+                ..Origin::default()
             },
             || unreachable!(),
         );

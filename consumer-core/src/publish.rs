@@ -39,14 +39,16 @@ impl Publisher for crate::memory::MemoryBroker {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+        let sends = crate::trace::Sends::start(self.system(), batch);
         let mut results = Vec::with_capacity(batch.len());
-        for o in batch {
+        for o in sends.batch() {
             results.push(
                 crate::memory::MemoryBroker::publish(self, &o.destination, o.message.clone())
                     .await
                     .map(|_| ()),
             );
         }
+        sends.finish(&results);
         results
     }
 }

@@ -20,7 +20,7 @@
 //!   is stable across redeliveries.
 
 use bytes::Bytes;
-use consumer_core::{Envelope, Headers, Message, Origin};
+use consumer_core::{Envelope, Headers, Message, Origin, Placement};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 
@@ -102,6 +102,7 @@ where
     let origin = Origin {
         destination: topic.to_owned(),
         position: position(None, partition, offset),
+        placement: Placement::Log { partition, offset },
     };
     Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
         position(Some(topic), partition, offset)

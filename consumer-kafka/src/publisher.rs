@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use consumer_core::trace::Sends;
 use consumer_core::{Outgoing, Publisher};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -135,6 +136,16 @@ impl Publisher for KafkaPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+        let sends = Sends::start(self.system(), batch);
+        let results = self.publish_all(sends.batch()).await;
+        sends.finish(&results);
+        results
+    }
+}
+
+impl KafkaPublisher {
+    /// Enqueues every record of `batch`, then waits for each report.
+    async fn publish_all(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {
             pending.push(self.enqueue(out).await);

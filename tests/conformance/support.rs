@@ -277,13 +277,37 @@ pub fn process_span(
     exporter: &opentelemetry_sdk::trace::InMemorySpanExporter,
     job_id: &str,
 ) -> Option<opentelemetry_sdk::trace::SpanData> {
-    let spans = exporter.get_finished_spans().ok()?;
-    spans.into_iter().find(|s| {
-        s.attributes.iter().any(|kv| {
-            kv.key.as_str() == "messaging.message.id"
-                && message_ids_of(job_id).contains(&kv.value.to_string())
+    spans_of(exporter, job_id, "process ").into_iter().next()
+}
+
+/// The exported spans about `job_id`'s messages whose name starts with
+/// `prefix` (`process `, `send `, `ack `, ...).
+pub fn spans_of(
+    exporter: &opentelemetry_sdk::trace::InMemorySpanExporter,
+    job_id: &str,
+    prefix: &str,
+) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    let Ok(spans) = exporter.get_finished_spans() else {
+        return Vec::new();
+    };
+    spans
+        .into_iter()
+        .filter(|s| {
+            s.name.starts_with(prefix)
+                && s.attributes.iter().any(|kv| {
+                    kv.key.as_str() == "messaging.message.id"
+                        && message_ids_of(job_id).contains(&kv.value.to_string())
+                })
         })
-    })
+        .collect()
+}
+
+/// The value of attribute `key` on `span`, as text.
+pub fn attribute(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
 }
 
 fn message_id_index() -> &'static Mutex<HashMap<String, Vec<String>>> {

@@ -301,12 +301,110 @@ pub async fn handler_span_continues_the_producers_trace<B: BrokerHarness>() {
         handler_span.span_kind,
         opentelemetry::trace::SpanKind::Consumer
     );
-    let root = support::process_span(&spans, &malformed.id).expect("span exported");
-    assert_ne!(root.span_context.trace_id().to_string(), producer_trace);
+    // Our publisher sends its own span's context in place of the garbage:
+    // the trace starts at that send, a new root.
+    let process = support::process_span(&spans, &malformed.id).expect("span exported");
+    assert_ne!(process.span_context.trace_id().to_string(), producer_trace);
+    let root = support::spans_of(&spans, &malformed.id, "send ")
+        .into_iter()
+        .find(|s| s.span_context.span_id() == process.parent_span_id)
+        .expect("the handler's span is a child of the send span");
     assert_eq!(
         root.parent_span_id,
         opentelemetry::trace::SpanId::INVALID,
-        "a new root span"
+        "a malformed traceparent never continues a trace: a new root"
+    );
+    spans_follow_the_messaging_conventions(&spans, &job.id, &producer_trace);
+}
+
+/// The send, process and settle spans of one message, as the
+/// OpenTelemetry messaging conventions name and nest them.
+fn spans_follow_the_messaging_conventions(
+    spans: &opentelemetry_sdk::trace::InMemorySpanExporter,
+    job_id: &str,
+    producer_trace: &str,
+) {
+    use opentelemetry::trace::SpanKind;
+    use support::attribute;
+
+    let process = support::process_span(spans, job_id).expect("process span");
+    let system = attribute(&process, "messaging.system").expect("messaging.system");
+    let send = support::spans_of(spans, job_id, "send ")
+        .into_iter()
+        .find(|s| s.span_context.trace_id().to_string() == producer_trace)
+        .expect("the publisher's send span, in the producer's trace");
+    assert_eq!(send.span_kind, SpanKind::Producer);
+    assert_eq!(
+        attribute(&send, "messaging.operation.type").as_deref(),
+        Some("send")
+    );
+    assert_eq!(
+        process.parent_span_id,
+        send.span_context.span_id(),
+        "the handler's span is a child of the send span"
+    );
+
+    assert_eq!(process.span_kind, SpanKind::Consumer);
+    let destination = attribute(&process, "messaging.destination.name").expect("destination");
+    assert!(
+        process.name.starts_with("process "),
+        "span name {:?}",
+        process.name
+    );
+    for (key, value) in [
+        ("messaging.operation.name", "process"),
+        ("messaging.operation.type", "process"),
+        ("consumer.handler", "work"),
+        ("consumer.delivery.attempt", "1"),
+    ] {
+        assert_eq!(attribute(&process, key).as_deref(), Some(value), "{key}");
+    }
+    for gone in ["messaging.delivery.attempt", "messaging.partition.key"] {
+        assert_eq!(
+            attribute(&process, gone),
+            None,
+            "{gone} is not a convention name"
+        );
+    }
+    match system.as_str() {
+        "kafka" => {
+            assert!(attribute(&process, "messaging.kafka.offset").is_some());
+            assert!(attribute(&process, "messaging.destination.partition.id").is_some());
+            assert!(attribute(&process, "messaging.kafka.message.key").is_some());
+            let group = attribute(&process, "messaging.consumer.group.name")
+                .expect("the Kafka group on the span");
+            assert_ne!(group, "work", "the group, not the handler's name");
+        }
+        "rabbitmq" => {
+            assert!(attribute(&process, "messaging.rabbitmq.message.delivery_tag").is_some());
+            assert_eq!(attribute(&process, "messaging.consumer.group.name"), None);
+        }
+        _ => {
+            assert!(attribute(&process, "messaging.destination.partition.id").is_some());
+        }
+    }
+
+    let ack = support::spans_of(spans, job_id, "ack ")
+        .into_iter()
+        .find(|s| s.span_context.trace_id().to_string() == producer_trace)
+        .expect("an ack span in the producer's trace");
+    assert_eq!(ack.span_kind, SpanKind::Client);
+    assert_eq!(
+        attribute(&ack, "messaging.operation.type").as_deref(),
+        Some("settle")
+    );
+    assert_eq!(
+        attribute(&ack, "messaging.operation.name").as_deref(),
+        Some("ack")
+    );
+    assert_eq!(
+        attribute(&ack, "messaging.destination.name"),
+        Some(destination)
+    );
+    assert_eq!(
+        ack.parent_span_id,
+        process.span_context.span_id(),
+        "the ack is a child of the attempt's span"
     );
 }
 

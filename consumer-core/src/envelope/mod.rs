@@ -13,7 +13,7 @@ mod origin;
 pub use delivery::Envelope;
 pub use headers::{HeaderError, Headers};
 pub use message::Message;
-pub use origin::Origin;
+pub use origin::{Origin, Placement};
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::MemoryBroker;
 use super::acker::MemoryAcker;
 use super::gauges::MemoryGauges;
-use crate::envelope::{Envelope, Message, Origin};
+use crate::envelope::{Envelope, Message, Origin, Placement};
 use crate::error::Error;
 use crate::metrics::SourceGauges;
 use crate::source::Source;
@@ -84,6 +84,10 @@ impl MemorySource {
             let origin = Origin {
                 destination: self.topic.clone(),
                 position: format!("{index}/{}", stored.offset),
+                placement: Placement::Log {
+                    partition: i32::try_from(index).unwrap_or(i32::MAX),
+                    offset: i64::try_from(stored.offset).unwrap_or(i64::MAX),
+                },
             };
             let Message {
                 key,

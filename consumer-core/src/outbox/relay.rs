@@ -9,9 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
-use opentelemetry::trace::TraceContextExt;
 use tokio::sync::Notify;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::relay_metrics::RelayMetrics;
 use super::relay_stats::RelayStats;
@@ -132,8 +130,16 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
 
     fn metrics(&self) -> &RelayMetrics {
         self.metrics.get_or_init(|| {
-            let meter = self.meter.clone().unwrap_or_else(crate::metrics::global_meter);
-            RelayMetrics::new(&meter, DB::SYSTEM, self.outbox.table(), self.publisher.system())
+            let meter = self
+                .meter
+                .clone()
+                .unwrap_or_else(crate::metrics::global_meter);
+            RelayMetrics::new(
+                &meter,
+                DB::SYSTEM,
+                self.outbox.table(),
+                self.publisher.system(),
+            )
         })
     }
 
@@ -278,7 +284,10 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     ))
                 });
                 let age = Duration::from_millis(
-                    now_ms.saturating_sub(row.created_at_ms).max(0).cast_unsigned(),
+                    now_ms
+                        .saturating_sub(row.created_at_ms)
+                        .max(0)
+                        .cast_unsigned(),
                 );
                 self.metrics().sent(
                     &row.destination,
@@ -372,8 +381,9 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 
     /// Restores the enqueuing transaction's context from the row (never the
-    /// relay's own), runs a `send` span under it when tracing is on, and
-    /// injects that into the headers.
+    /// relay's own): the publisher's `send` span is its child (see
+    /// [`trace::Sends`](crate::trace::Sends)), so the trace goes from the
+    /// transaction through the relay to the consumers.
     fn inject_trace(&self, row: &Row, headers: &mut Headers) {
         let Some(meta) = &row.trace_metadata else {
             return;
@@ -386,29 +396,8 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         for (k, v) in map {
             saved.insert(k, v);
         }
-        let Ok(Some(parent)) = crate::trace::extract(&saved) else {
-            return;
-        };
-        let span = tracing::info_span!(
-            target: "consumer::outbox",
-            "send",
-            otel.name = %format_args!("send {}", row.destination),
-            otel.kind = "producer",
-            messaging.operation.type = "send",
-            messaging.destination.name = %row.destination,
-            messaging.message.id = %row.id,
-        );
-        let cx = if span.is_disabled() {
-            parent
-        } else {
-            let _ = span.set_parent(parent.clone());
-            let cx = span.context();
-            if cx.span().span_context().is_valid() {
-                cx
-            } else {
-                parent
-            }
-        };
-        crate::trace::inject(&cx, headers);
+        if let Ok(Some(parent)) = crate::trace::extract(&saved) {
+            crate::trace::inject(&parent, headers);
+        }
     }
 }

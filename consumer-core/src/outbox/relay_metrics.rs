@@ -106,7 +106,10 @@ impl RelayMetrics {
         if error.is_none() {
             let mut l = self.table.to_vec();
             l.push(KeyValue::new(attr::MESSAGING_SYSTEM, self.system));
-            l.push(KeyValue::new(attr::DESTINATION_NAME, destination.to_owned()));
+            l.push(KeyValue::new(
+                attr::DESTINATION_NAME,
+                destination.to_owned(),
+            ));
             self.latency.record(age.as_secs_f64(), &l);
         }
     }
@@ -115,7 +118,10 @@ impl RelayMetrics {
     pub(super) fn failed(&self, destination: &str) {
         let mut l = self.table.to_vec();
         l.push(KeyValue::new(attr::MESSAGING_SYSTEM, self.system));
-        l.push(KeyValue::new(attr::DESTINATION_NAME, destination.to_owned()));
+        l.push(KeyValue::new(
+            attr::DESTINATION_NAME,
+            destination.to_owned(),
+        ));
         self.failed.add(1, &l);
     }
 

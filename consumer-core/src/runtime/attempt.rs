@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use opentelemetry::Context;
 use opentelemetry::context::FutureExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
@@ -90,8 +91,13 @@ where
         let policy = handler.retry_policy();
         let mut failed_here = false;
         loop {
-            let outcome = match self.precheck(&envelope) {
-                Err(e) => Outcome::Failed(Failure::new(FailureKind::Poison, e)),
+            // Settle spans are children of the attempt's span (of the
+            // delivery's context when no attempt ran).
+            let (outcome, cx) = match self.precheck(&envelope) {
+                Err(e) => (
+                    Outcome::Failed(Failure::new(FailureKind::Poison, e)),
+                    Context::current(),
+                ),
                 Ok(()) => self.attempt(handler, &envelope).await,
             };
             let failure = match outcome {
@@ -102,13 +108,13 @@ where
                     {
                         tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
                     }
-                    return self.ack(&envelope, acker).await;
+                    return self.ack(&envelope, acker).with_context(cx).await;
                 }
                 Outcome::Duplicate => {
                     self.metrics.duplicate(&envelope, name);
                     self.stats.incr(Counter::Duplicates);
                     tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
-                    return self.ack(&envelope, acker).await;
+                    return self.ack(&envelope, acker).with_context(cx).await;
                 }
                 Outcome::Failed(f) => f,
             };
@@ -129,6 +135,7 @@ where
                         attempts,
                         None,
                     )
+                    .with_context(cx)
                     .await;
             }
 
@@ -145,6 +152,7 @@ where
                         record.attempts,
                         Some(record.first_failure),
                     )
+                    .with_context(cx)
                     .await;
             }
             let delay = jitter(&policy, record.attempts);
@@ -160,7 +168,11 @@ where
             );
             let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
             if policy.mode() == RetryMode::Redeliver {
-                match self.redeliver(name, &envelope, acker, &copy).await {
+                match self
+                    .redeliver(name, &envelope, acker, &copy)
+                    .with_context(cx.clone())
+                    .await
+                {
                     Redelivered::Refused(refused) => acker = refused,
                     Redelivered::Settled(settled) => {
                         if settled {
@@ -173,7 +185,7 @@ where
             // In place (the mode, or the fallback for a refused copy).
             self.metrics.retry(&envelope, name, "in_place");
             if !self.sleep_unless_stopping(delay).await {
-                return self.release(&envelope, acker).await;
+                return self.release(&envelope, acker).with_context(cx).await;
             }
             let mut next = Envelope::clone(&envelope);
             next.attempt = copy.attempt;
@@ -197,12 +209,13 @@ where
 
     /// One handler attempt, in its span, timed for
     /// `messaging.process.duration`.
-    async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> Outcome {
-        let (span, cx) = trace::consume_span(envelope, handler.name(), self.system);
+    async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> (Outcome, Context) {
+        let (span, cx) = trace::consume_span(envelope, handler.name(), &self.spans);
+        let recorded = span.clone();
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
         let started = Instant::now();
         let run = CatchUnwind::new(handler.handle(&mut invocation))
-            .with_context(cx)
+            .with_context(cx.clone())
             .instrument(span);
         let (outcome, error) = match run.await {
             Ok(outcome) => {
@@ -223,7 +236,10 @@ where
         };
         self.metrics
             .processed(envelope, handler.name(), started.elapsed(), error);
-        outcome
+        if let Some(e) = error {
+            trace::record_error(&recorded, e);
+        }
+        (outcome, cx)
     }
 
     async fn record_failure(

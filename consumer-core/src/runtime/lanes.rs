@@ -14,6 +14,8 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::{Arc, PoisonError};
 
+use opentelemetry::context::FutureExt as _;
+
 use super::{Job, Shared};
 use crate::envelope::Envelope;
 use crate::router::Routes;
@@ -76,14 +78,19 @@ where
     pub(super) async fn run_lane(self: Arc<Self>, lane: u64, first: Job<A>) {
         let mut job = first;
         loop {
+            // Everything done for the delivery continues the producer's
+            // trace, whatever the subscriber records.
+            let cx = crate::trace::delivery_context(&job.envelope);
             if *self.stop.borrow() {
-                self.release(&job.envelope, job.acker).await;
+                self.release(&job.envelope, job.acker)
+                    .with_context(cx)
+                    .await;
                 self.metrics.left(&job.envelope, None);
                 self.stats.leave(None);
             } else {
                 let received = job.received;
                 let envelope = Arc::clone(&job.envelope);
-                let settled = self.process(job.envelope, job.acker).await;
+                let settled = self.process(job.envelope, job.acker).with_context(cx).await;
                 let took = settled.then(|| received.elapsed());
                 self.metrics.left(&envelope, took);
                 self.stats.leave(took);

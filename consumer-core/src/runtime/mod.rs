@@ -212,7 +212,11 @@ where
         );
         let shared = Arc::new(Shared {
             metrics,
-            system: source.system(),
+            spans: crate::trace::SpanScope {
+                system: source.system(),
+                group: source.consumer_group().map(Box::from),
+                server: source.server().map(|(a, p)| (Box::from(a), p)),
+            },
             store: self.store,
             routes: self.routes,
             stats: self.stats,
@@ -305,7 +309,8 @@ struct Job<A> {
 /// What every lane task of one consumer shares.
 struct Shared<S, R, A> {
     metrics: ConsumerMetrics,
-    system: &'static str,
+    /// What every span of this consumer carries.
+    spans: crate::trace::SpanScope,
     store: S,
     routes: R,
     stats: Arc<Stats>,

@@ -34,7 +34,10 @@
 //! own send timeouts, and the other deliveries of the key go on once the
 //! fallback completed.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use time::OffsetDateTime;
 
@@ -48,6 +51,7 @@ use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
 use crate::store::DedupStore;
+use crate::trace;
 
 /// What a settle step may still spend on failures that can heal.
 struct StepBudget {
@@ -139,25 +143,28 @@ where
         }
     }
 
-    /// Records one settle operation's duration and outcome.
-    fn timed(
-        &self,
-        envelope: &Envelope,
-        op: &'static str,
-        started: Instant,
-        r: &Result<(), Error>,
-    ) {
+    /// Runs one settle operation in its span, and records its duration
+    /// and outcome.
+    async fn settle_op<F>(&self, envelope: &Envelope, op: &'static str, run: F) -> Result<(), Error>
+    where
+        F: Future<Output = Result<(), Error>>,
+    {
+        let span = trace::settle_span(envelope, op, &self.spans);
+        let started = Instant::now();
+        let r = run.instrument(span.clone()).await;
         let error = r.as_ref().err().map(metrics::error_type);
+        if let Some(e) = error {
+            trace::record_error(&span, e);
+        }
         self.metrics
             .settle_operation(envelope, op, started.elapsed(), error);
+        r
     }
 
     /// Acks: the delivery is settled (`true`, whether or not the broker
     /// heard: a lost ack is a redelivery that dedup skips).
     pub(super) async fn ack(&self, envelope: &Envelope, acker: A) -> bool {
-        let started = Instant::now();
-        let r = acker.ack().await;
-        self.timed(envelope, operation::ACK, started, &r);
+        let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
             tracing::warn!(target: "consumer", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
@@ -169,9 +176,9 @@ where
     pub(super) async fn release(&self, envelope: &Envelope, acker: A) -> bool {
         self.metrics.released(envelope);
         self.stats.incr(Counter::Released);
-        let started = Instant::now();
-        let r = acker.release().await;
-        self.timed(envelope, operation::RELEASE, started, &r);
+        let r = self
+            .settle_op(envelope, operation::RELEASE, acker.release())
+            .await;
         if let Err(e) = r {
             tracing::warn!(target: "consumer", error = %e, "release failed; the broker redelivers unsettled deliveries");
         }
@@ -191,9 +198,9 @@ where
     ) -> Redelivered<A> {
         let mut budget = self.budget();
         loop {
-            let started = Instant::now();
-            let r = acker.publish_retry(copy).await;
-            self.timed(envelope, operation::RETRY, started, &r);
+            let r = self
+                .settle_op(envelope, operation::RETRY, acker.publish_retry(copy))
+                .await;
             let Err(e) = r else {
                 return Redelivered::Settled(self.ack(envelope, acker).await);
             };
@@ -408,9 +415,13 @@ where
     ) -> Published {
         let mut budget = self.budget();
         loop {
-            let started = Instant::now();
-            let r = acker.publish_dead_letter(letter).await;
-            self.timed(envelope, operation::DEAD_LETTER, started, &r);
+            let r = self
+                .settle_op(
+                    envelope,
+                    operation::DEAD_LETTER,
+                    acker.publish_dead_letter(letter),
+                )
+                .await;
             let Err(e) = r else {
                 return Published::Yes;
             };

@@ -56,7 +56,11 @@ pub(super) fn serve(
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::from_std(listener)?;
     let bound = listener.local_addr()?;
-    let metrics = if served.metrics.is_some() { ", /metrics" } else { "" };
+    let metrics = if served.metrics.is_some() {
+        ", /metrics"
+    } else {
+        ""
+    };
     tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}");
     Ok(tokio::spawn(accept(listener, served)))
 }

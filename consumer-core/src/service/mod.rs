@@ -207,7 +207,9 @@ impl Service {
     #[cfg(feature = "prometheus")]
     #[must_use]
     pub fn with_metrics(mut self, metrics: PrometheusMetrics) -> Self {
-        self.metrics = Some(Arc::new(move || metrics.scrape().map_err(|e| e.to_string())));
+        self.metrics = Some(Arc::new(move || {
+            metrics.scrape().map_err(|e| e.to_string())
+        }));
         self
     }
 
@@ -246,7 +248,7 @@ impl Service {
                         metrics: self.metrics.clone(),
                     },
                 )
-                    .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
+                .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
             ),
             None => None,
         };

@@ -74,7 +74,6 @@ impl PrometheusMetrics {
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
             .map_err(|e| Error::Config(format!("the metrics cannot be encoded: {e}")))?;
-        String::from_utf8(out)
-            .map_err(|e| Error::Config(format!("the metrics are not UTF-8: {e}")))
+        String::from_utf8(out).map_err(|e| Error::Config(format!("the metrics are not UTF-8: {e}")))
     }
 }

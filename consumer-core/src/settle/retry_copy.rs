@@ -89,6 +89,7 @@ mod tests {
             Origin {
                 destination: "orders".into(),
                 position: "0/7".into(),
+                ..Origin::default()
             },
             || "orders/0/7".into(),
         );

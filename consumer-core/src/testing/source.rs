@@ -124,6 +124,19 @@ impl<S: Source> Source for FaultySource<S> {
         self.system
     }
 
+    fn consumer_group(&self) -> Option<&str> {
+        self.inner.as_ref()?.consumer_group()
+    }
+
+    fn server(&self) -> Option<(&str, u16)> {
+        self.inner.as_ref()?.server()
+    }
+
+    /// The first inner source's (the runtime asks once, at start).
+    fn gauges(&self) -> Option<std::sync::Arc<dyn crate::metrics::SourceGauges>> {
+        self.inner.as_ref()?.gauges()
+    }
+
     fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
         match &self.inner {
             Some(s) => s.check_redelivery(longest_delay),

@@ -12,10 +12,12 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+mod send;
 mod span;
 mod traceparent;
 
-pub use span::consume_span;
+pub use send::Sends;
+pub use span::{SpanScope, consume_span, delivery_context, record_error, settle_span};
 use traceparent::is_w3c_traceparent;
 
 use crate::envelope::{Headers, names};

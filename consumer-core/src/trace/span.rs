@@ -6,10 +6,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Context;
 use opentelemetry::trace::TraceContextExt;
+use tracing::Span;
+use tracing::field::{Empty, display};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::extract;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Placement};
 
 /// A malformed trace context is logged at most once per this many seconds
 /// (with how many went unlogged): a producer that writes garbage must not
@@ -19,56 +21,177 @@ const MALFORMED_LOG_EVERY_SECS: u64 = 10;
 static MALFORMED_LAST_LOGGED: AtomicU64 = AtomicU64::new(0);
 static MALFORMED_UNLOGGED: AtomicU64 = AtomicU64::new(0);
 
-/// The span a handler runs in, and the OpenTelemetry context to attach to
-/// its task: a child of the producer's context when the headers carry a
-/// valid one, else a root span. Attributes follow the OTel messaging
-/// semantic conventions.
+/// What every span of one consumer carries besides the delivery's own
+/// attributes.
+#[derive(Debug, Clone)]
+pub struct SpanScope {
+    /// `messaging.system`.
+    pub system: &'static str,
+    /// `messaging.consumer.group.name`: the Kafka consumer group.
+    pub group: Option<Box<str>>,
+    /// `server.address` and `server.port`.
+    pub server: Option<(Box<str>, u16)>,
+}
+
+/// The context a delivery is processed in: the producer's, from its
+/// headers, or none (a root). A malformed trace context is logged (at most
+/// once per [`MALFORMED_LOG_EVERY_SECS`]) and ignored.
+///
+/// The runtime attaches it to everything it does for the delivery, so the
+/// handler's span ([`consume_span`]) and the settle spans
+/// ([`settle_span`]) continue the producer's trace even when the
+/// application's subscriber records none of them.
+pub fn delivery_context(envelope: &Envelope) -> Context {
+    match extract(&envelope.headers) {
+        Ok(parent) => parent.unwrap_or_default(),
+        Err(e) => {
+            log_malformed(&envelope.id, &e);
+            Context::new()
+        }
+    }
+}
+
+/// The span a handler runs in (`process <destination>`, kind CONSUMER),
+/// and the OpenTelemetry context to attach to its task: a child of the
+/// current context (the delivery's: see [`delivery_context`]). Attributes
+/// follow the OpenTelemetry messaging conventions; what they do not name
+/// is under `consumer.`.
 ///
 /// The context does not depend on the span being recorded: when the
 /// application's subscriber filters the span out (a global filter at
 /// WARN, say), the context is the producer's own, so what the handler
 /// sends on ([`trace::inject_current`](super::inject_current), the outbox)
 /// still continues the producer's trace.
-pub fn consume_span(
-    envelope: &Envelope,
-    handler: &str,
-    system: &'static str,
-) -> (tracing::Span, Context) {
+pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (Span, Context) {
+    let parent = Context::current();
     let span = tracing::info_span!(
         target: "consumer",
         "process",
         otel.name = %format_args!("process {}", envelope.origin.destination),
         otel.kind = "consumer",
-        messaging.system = system,
+        otel.status_code = Empty,
+        messaging.system = scope.system,
+        messaging.operation.name = "process",
         messaging.operation.type = "process",
-        messaging.destination.name = %envelope.origin.destination,
-        messaging.consumer.group.name = handler,
+        messaging.destination.name = Empty,
+        messaging.destination.partition.id = Empty,
+        messaging.consumer.group.name = Empty,
         messaging.message.id = %envelope.id,
         messaging.message.body.size = envelope.payload.len(),
-        messaging.delivery.attempt = envelope.attempt,
-        messaging.partition.key = envelope.key.as_deref().unwrap_or(""),
+        messaging.kafka.message.key = Empty,
+        messaging.kafka.offset = Empty,
+        messaging.rabbitmq.destination.routing_key = Empty,
+        messaging.rabbitmq.message.delivery_tag = Empty,
+        server.address = Empty,
+        server.port = Empty,
+        error.type = Empty,
+        consumer.handler = handler,
+        consumer.delivery.attempt = envelope.attempt,
+        consumer.message.key = Empty,
+        consumer.offset = Empty,
     );
-    let parent = match extract(&envelope.headers) {
-        Ok(parent) => parent,
-        Err(e) => {
-            log_malformed(&envelope.id, &e);
-            None
-        }
-    };
     if span.is_disabled() {
-        return (span, parent.unwrap_or_default());
+        return (span, parent);
     }
-    if let Some(parent) = &parent {
-        let _ = span.set_parent(parent.clone());
+    record_delivery(&span, envelope, scope);
+    if let Some(key) = &envelope.key {
+        if scope.system == "kafka" {
+            span.record("messaging.kafka.message.key", key.as_str());
+        } else {
+            span.record("consumer.message.key", key.as_str());
+        }
     }
+    let _ = span.set_parent(parent.clone());
     let cx = span.context();
     if !cx.span().span_context().is_valid() {
         // Recorded by no OpenTelemetry layer (a fmt-only subscriber, or an
         // OpenTelemetry layer with a filter of its own): go on in the
         // producer's context.
-        return (span, parent.unwrap_or_default());
+        return (span, parent);
     }
     (span, cx)
+}
+
+/// A span for one settle operation on a delivery (`ack`, `release`,
+/// `retry`, `dead_letter`, named `<operation> <destination>`, kind
+/// CLIENT, `messaging.operation.type` `settle`), a child of the current
+/// context: the handler's last attempt, else the delivery's.
+pub fn settle_span(envelope: &Envelope, operation: &'static str, scope: &SpanScope) -> Span {
+    let span = tracing::info_span!(
+        target: "consumer",
+        "settle",
+        otel.name = %format_args!("{operation} {}", envelope.origin.destination),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        messaging.system = scope.system,
+        messaging.operation.name = operation,
+        messaging.operation.type = "settle",
+        messaging.destination.name = Empty,
+        messaging.destination.partition.id = Empty,
+        messaging.consumer.group.name = Empty,
+        messaging.message.id = %envelope.id,
+        messaging.kafka.offset = Empty,
+        messaging.rabbitmq.destination.routing_key = Empty,
+        messaging.rabbitmq.message.delivery_tag = Empty,
+        server.address = Empty,
+        server.port = Empty,
+        error.type = Empty,
+        consumer.offset = Empty,
+    );
+    if !span.is_disabled() {
+        record_delivery(&span, envelope, scope);
+        let _ = span.set_parent(Context::current());
+    }
+    span
+}
+
+/// Marks `span` failed with `error_type` (from the closed set of
+/// [`metrics::attr::error_type`](crate::metrics::attr::error_type)).
+pub fn record_error(span: &Span, error_type: &'static str) {
+    if !span.is_disabled() {
+        span.record("error.type", error_type);
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The attributes every span about one delivery has: destination, where
+/// it sat, the group and the broker.
+fn record_delivery(span: &Span, envelope: &Envelope, scope: &SpanScope) {
+    span.record(
+        "messaging.destination.name",
+        &*envelope.origin.span_destination(),
+    );
+    match &envelope.origin.placement {
+        Placement::Log { partition, offset } => {
+            span.record("messaging.destination.partition.id", display(partition));
+            if scope.system == "kafka" {
+                span.record("messaging.kafka.offset", offset);
+            } else {
+                span.record("consumer.offset", offset);
+            }
+        }
+        Placement::Exchange {
+            routing_key,
+            delivery_tag,
+            ..
+        } => {
+            if !routing_key.is_empty() {
+                span.record(
+                    "messaging.rabbitmq.destination.routing_key",
+                    routing_key.as_str(),
+                );
+            }
+            span.record("messaging.rabbitmq.message.delivery_tag", delivery_tag);
+        }
+        _ => {}
+    }
+    if let Some(group) = &scope.group {
+        span.record("messaging.consumer.group.name", &**group);
+    }
+    if let Some((address, port)) = &scope.server {
+        span.record("server.address", &**address);
+        span.record("server.port", port);
+    }
 }
 
 fn log_malformed(message_id: &str, error: &super::TraceContextError) {
