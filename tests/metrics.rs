@@ -320,8 +320,13 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
     let outbox = Outbox::new().with_default_destination("events");
     let mut tx = pool.begin().await.expect("begin");
     for i in 0..3 {
-        let event = NewEvent::new("Order", format!("o{i}"), "OrderPlaced", &serde_json::json!({ "i": i }))
-            .expect("event");
+        let event = NewEvent::new(
+            "Order",
+            format!("o{i}"),
+            "OrderPlaced",
+            &serde_json::json!({ "i": i }),
+        )
+        .expect("event");
         outbox.enqueue(&mut tx, event).await.expect("enqueue");
     }
     tx.commit().await.expect("commit");
@@ -339,21 +344,39 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
 
     let points = recorder.collect();
     check_against_catalogue(&points).expect("what is emitted is documented");
-    let events = [("messaging.destination.name", "events"), ("messaging.system", "memory")];
-    assert_eq!(total(&points, "messaging.client.sent.messages", &events), 3.0);
+    let events = [
+        ("messaging.destination.name", "events"),
+        ("messaging.system", "memory"),
+    ];
+    assert_eq!(
+        total(&points, "messaging.client.sent.messages", &events),
+        3.0
+    );
     assert_eq!(
         total(
             &points,
             "messaging.client.sent.messages",
-            &[("error.type", "unavailable"), ("messaging.operation.name", "send")]
+            &[
+                ("error.type", "unavailable"),
+                ("messaging.operation.name", "send")
+            ]
         ),
         1.0
     );
     assert_eq!(total(&points, "consumer.outbox.failed", &events), 1.0);
-    assert_eq!(total(&points, "consumer.outbox.publish.latency", &events), 2.0);
-    let table = [("consumer.outbox.table", "outbox_events"), ("db.system.name", "sqlite")];
+    assert_eq!(
+        total(&points, "consumer.outbox.publish.latency", &events),
+        2.0
+    );
+    let table = [
+        ("consumer.outbox.table", "outbox_events"),
+        ("db.system.name", "sqlite"),
+    ];
     assert_eq!(total(&points, "consumer.outbox.pending", &table), 1.0);
-    assert_eq!(total(&points, "consumer.outbox.blocked_aggregates", &table), 1.0);
+    assert_eq!(
+        total(&points, "consumer.outbox.blocked_aggregates", &table),
+        1.0
+    );
     assert!(total(&points, "consumer.outbox.oldest.age", &table) >= 0.0);
     assert_eq!(broker.depth("events"), 2);
 }

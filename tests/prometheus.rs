@@ -64,7 +64,11 @@ async fn the_service_serves_metrics_that_promtool_finds_nothing_wrong_with() {
         broker.publish("orders", m).await.expect("publish");
     }
     broker
-        .publish("orders", Message::raw(&b"{not json"[..]).with_header(consumer::envelope::names::TYPE, "OrderPlaced"))
+        .publish(
+            "orders",
+            Message::raw(&b"{not json"[..])
+                .with_header(consumer::envelope::names::TYPE, "OrderPlaced"),
+        )
         .await
         .expect("publish");
     let router = Router::builder("orders")
@@ -86,7 +90,8 @@ async fn the_service_serves_metrics_that_promtool_finds_nothing_wrong_with() {
         .expect("migrations");
     let outbox = Outbox::new().with_default_destination("events");
     let mut tx = pool.begin().await.expect("begin");
-    let event = NewEvent::new("Order", "o1", "OrderShipped", &serde_json::json!({})).expect("event");
+    let event =
+        NewEvent::new("Order", "o1", "OrderShipped", &serde_json::json!({})).expect("event");
     outbox.enqueue(&mut tx, event).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let relay = OutboxRelay::new(pool, outbox, broker.clone()).with_meter(metrics.meter());
