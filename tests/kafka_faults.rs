@@ -34,6 +34,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use consumer::kafka::{KafkaMetrics, KafkaPublisher, KafkaSource, KafkaSourceBuilder, Topics};
+use consumer::testing::MetricsRecorder;
+use consumer::testing::metrics::total;
 use consumer::{
     Consumer, Handler, Message, MessageContext, Outgoing, PgTx, Publisher, Stats, StatsSnapshot,
     Store, handler,
@@ -174,8 +176,24 @@ impl Running {
     where
         H: Handler<Store<sqlx::Postgres>>,
     {
+        Self::start_with_meter(source, store, handler, None)
+    }
+
+    /// [`start`](Self::start), recording metrics on `meter`.
+    fn start_with_meter<H>(
+        source: KafkaSource,
+        store: Store<sqlx::Postgres>,
+        handler: H,
+        meter: Option<opentelemetry::metrics::Meter>,
+    ) -> Self
+    where
+        H: Handler<Store<sqlx::Postgres>>,
+    {
         let metrics = source.metrics();
-        let consumer = Consumer::new(source, store, handler).with_max_in_flight(64);
+        let mut consumer = Consumer::new(source, store, handler).with_max_in_flight(64);
+        if let Some(meter) = meter {
+            consumer = consumer.with_meter(meter);
+        }
         let stats = consumer.stats();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(consumer.run_until(async move {
@@ -954,6 +972,90 @@ async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_
     assert_eq!(s2.processed, 0, "every record had been processed once");
     assert_once_each_in_key_order(&h, "record", &all).await;
     assert_all_committed(&bootstrap, &group, &topic, 2).await;
+}
+
+/// The partitions `recorder`'s consumer reports lag for on `topic`.
+fn lag_partitions(recorder: &MetricsRecorder, topic: &str) -> HashSet<String> {
+    recorder
+        .collect()
+        .into_iter()
+        .filter(|p| {
+            p.name == "consumer.lag"
+                && p.attributes
+                    .get("messaging.destination.name")
+                    .map(String::as_str)
+                    == Some(topic)
+        })
+        .filter_map(|p| {
+            p.attributes
+                .get("messaging.destination.partition.id")
+                .cloned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_partitions_series_go_away_and_the_rebalance_is_counted() {
+    let h = PgHarness::new().await;
+    let Fixture {
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 4).await;
+    let topics = || Topics::new(&topic).expect("topic").without_retry_topic();
+    let member =
+        || source_builder(&bootstrap, &group, topics()).with_property("session.timeout.ms", "6000");
+    let (meter_a, meter_b) = (MetricsRecorder::new(), MetricsRecorder::new());
+    let a = Running::start_with_meter(
+        member().connect().expect("source A"),
+        h.store(),
+        record,
+        Some(meter_a.meter()),
+    );
+    until("A to report lag for all four partitions", || async {
+        lag_partitions(&meter_a, &topic).len() == 4
+    })
+    .await;
+    let b = Running::start_with_meter(
+        member().connect().expect("source B"),
+        h.store(),
+        record,
+        Some(meter_b.meter()),
+    );
+    until(
+        "the group to share the partitions between A and B",
+        || async {
+            let (on_a, on_b) = (
+                lag_partitions(&meter_a, &topic),
+                lag_partitions(&meter_b, &topic),
+            );
+            !on_a.is_empty()
+                && !on_b.is_empty()
+                && on_a.len() + on_b.len() == 4
+                && on_a.is_disjoint(&on_b)
+        },
+    )
+    .await;
+    let points = meter_a.collect();
+    assert!(
+        total(
+            &points,
+            "consumer.rebalances",
+            &[("consumer.rebalance.event", "revoked")]
+        ) >= 1.0,
+        "A's revocation is counted"
+    );
+    assert_eq!(
+        points
+            .iter()
+            .filter(|p| p.name == "consumer.lag.age")
+            .count(),
+        lag_partitions(&meter_a, &topic).len(),
+        "the age series follow the lag series"
+    );
+    b.stop().await;
+    a.stop().await;
 }
 
 // ---------------------------------------------------------------------------
