@@ -342,3 +342,154 @@ async fn retries_longer_than_the_longest_delay_queue_are_refused_at_start() {
     );
     assert!(err.to_string().contains("with_max_retry_delay"), "{err}");
 }
+
+/// A message without an id, handed out again by RabbitMQ (requeued, and on a
+/// quorum queue counted in `x-delivery-count`) and then dead-lettered
+/// through another exchange with `x-death`, keeps its content-hash id;
+/// another message that differs only in a header's type gets another one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_content_hash_id_survives_requeue_and_dead_lettering_on_rabbitmq() {
+    use lapin::options::{BasicNackOptions, BasicRejectOptions, QueueDeclareOptions};
+    use lapin::types::{AMQPValue, FieldTable};
+
+    for quorum in [false, true] {
+        let work = unique_prefix("cid");
+        let dead = format!("{work}.dead");
+        let conn = connect().await;
+        let channel = conn.create_channel().await.expect("channel");
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        let mut expiring = FieldTable::default();
+        expiring.insert("x-expires".into(), AMQPValue::LongInt(600_000));
+        if quorum {
+            expiring.insert(
+                "x-queue-type".into(),
+                AMQPValue::LongString("quorum".into()),
+            );
+        }
+        let mut args = expiring.clone();
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("".into()),
+        );
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(dead.as_str().into()),
+        );
+        channel
+            .queue_declare(work.as_str().into(), durable, args)
+            .await
+            .expect("declare work queue");
+        channel
+            .queue_declare(dead.as_str().into(), durable, expiring)
+            .await
+            .expect("declare dead queue");
+        let publish = |n: AMQPValue| {
+            let mut headers = FieldTable::default();
+            headers.insert("n".into(), n);
+            let props = BasicProperties::default()
+                .with_content_type("application/json".into())
+                .with_headers(headers);
+            let channel = channel.clone();
+            let work = work.clone();
+            async move {
+                channel
+                    .basic_publish(
+                        "".into(),
+                        work.as_str().into(),
+                        BasicPublishOptions::default(),
+                        b"{}",
+                        props,
+                    )
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("confirm");
+            }
+        };
+        publish(AMQPValue::LongInt(1)).await;
+        publish(AMQPValue::LongString("1".into())).await;
+
+        let get = |queue: String| {
+            let channel = channel.clone();
+            async move {
+                support::within(async {
+                    loop {
+                        if let Some(got) = channel
+                            .basic_get(
+                                queue.as_str().into(),
+                                lapin::options::BasicGetOptions::default(),
+                            )
+                            .await
+                            .expect("basic.get")
+                        {
+                            break got.delivery;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await
+            }
+        };
+        let id = |queue: &str, d: &lapin::message::Delivery| {
+            consumer::amqp::headers::to_envelope(queue, d, d.data.clone().into()).id
+        };
+
+        let first = get(work.clone()).await;
+        let other = get(work.clone()).await;
+        let (first_id, other_id) = (id(&work, &first), id(&work, &other));
+        assert!(first_id.starts_with("amqp-"), "{first_id}");
+        assert_ne!(first_id, other_id, "n = 1 and n = \"1\" are two messages");
+        other
+            .ack(lapin::options::BasicAckOptions::default())
+            .await
+            .expect("ack");
+        first
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..BasicNackOptions::default()
+            })
+            .await
+            .expect("nack");
+
+        let again = get(work.clone()).await;
+        assert!(again.redelivered);
+        if quorum {
+            let count = again
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get("x-delivery-count").cloned());
+            assert!(
+                count.is_some(),
+                "a quorum queue counts deliveries: {:?}",
+                again.properties
+            );
+        }
+        assert_eq!(id(&work, &again), first_id, "requeued (quorum: {quorum})");
+        again
+            .reject(BasicRejectOptions { requeue: false })
+            .await
+            .expect("reject");
+
+        let dead_lettered = get(dead.clone()).await;
+        let headers = dead_lettered
+            .properties
+            .headers()
+            .clone()
+            .unwrap_or_default();
+        assert!(headers.inner().contains_key("x-death"), "{headers:?}");
+        assert_eq!(dead_lettered.routing_key.as_str(), dead);
+        assert_eq!(
+            id(&dead, &dead_lettered),
+            first_id,
+            "dead-lettered (quorum: {quorum})"
+        );
+        dead_lettered
+            .ack(lapin::options::BasicAckOptions::default())
+            .await
+            .expect("ack");
+    }
+}

@@ -186,7 +186,7 @@ fn normalize_cloudevents(headers: &mut Headers) {
     }
 }
 
-pub(crate) fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
+fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
     Some(match value {
         AMQPValue::LongString(s) => s.as_bytes().to_vec(),
         AMQPValue::ShortString(s) => s.as_str().as_bytes().to_vec(),

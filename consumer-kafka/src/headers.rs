@@ -16,10 +16,17 @@
 //! * a header with a null value is kept with an empty value, and a header
 //!   name that is not UTF-8 is read lossily (`U+FFFD` for each bad byte
 //!   sequence): Kafka clients may write any bytes there;
+//! * a header name with a NUL byte, which librdkafka hands out cut at the
+//!   NUL, is read with that NUL (`ce_id\0` for `ce_id\0junk`), so it
+//!   stands for no other header; when what comes before the NUL is a
+//!   framework header (`ce_*`, `content-type`, `traceparent`,
+//!   `tracestate`, `x-consumer-*`, `x-dlq-*`), the record is malformed and
+//!   goes to the dead letters as a poison pill naming the header;
 //! * the message id is `ce_id`, else `<topic>/<partition>/<offset>`, which
 //!   is stable across redeliveries.
 
 use bytes::Bytes;
+use consumer_core::envelope::HeaderError;
 use consumer_core::{Envelope, Headers, Message, Origin, Placement};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
@@ -104,9 +111,49 @@ where
         position: position(None, partition, offset),
         placement: Placement::Log { partition, offset },
     };
-    Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
-        position(Some(topic), partition, offset)
-    })
+    let mut envelope =
+        Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
+            position(Some(topic), partition, offset)
+        });
+    refuse_nul_in_framework_names(&mut envelope);
+    envelope
+}
+
+/// A header whose name holds a NUL byte is kept under that name, so it
+/// matches none the framework reads; but one that reads as a framework
+/// header up to the NUL (`ce_id\0junk`, which librdkafka's C strings show
+/// as `ce_id`) is a forgery or a broken producer, and the record is refused
+/// as malformed (a poison pill, dead-lettered with this reason) rather than
+/// read with or without it.
+fn refuse_nul_in_framework_names(envelope: &mut Envelope) {
+    let forged: Vec<String> = envelope
+        .headers
+        .iter()
+        .filter_map(|(name, _)| {
+            let (visible, _) = name.split_once('\0')?;
+            is_framework_header(visible).then(|| visible.to_owned())
+        })
+        .collect();
+    for name in forged {
+        envelope.defects.push(HeaderError {
+            reason: format!(
+                "may be forged: the record has a header named `{name}` followed by a NUL \
+                 byte, which clients that read names as C strings (librdkafka) take for \
+                 `{name}`; the record is refused rather than read with either"
+            ),
+            name,
+        });
+    }
+}
+
+/// Names the framework reads or writes: the CloudEvents attributes, the
+/// trace context, the retry and dead-letter headers.
+fn is_framework_header(name: &str) -> bool {
+    use consumer_core::envelope::names;
+    [names::CONTENT_TYPE, names::TRACEPARENT, names::TRACESTATE].contains(&name)
+        || ["ce_", "x-consumer-", "x-dlq-"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
 }
 
 /// A header as read: its name lossily as text.
@@ -197,6 +244,59 @@ mod tests {
         producer
             .flush(Duration::from_secs(10))
             .expect("delivery of the raw record");
+    }
+
+    #[test]
+    fn a_header_name_cut_at_a_nul_byte_cannot_pass_for_a_framework_header() {
+        let cluster = MockCluster::new(1).expect("librdkafka mock cluster");
+        cluster.create_topic("nul", 1, 1).expect("topic");
+        let bootstrap = cluster.bootstrap_servers();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .expect("producer");
+        produce_raw(
+            &producer,
+            "nul",
+            &[
+                (b"ce_id", b"e-1"),
+                (b"ce_id\0junk", b"e-forged"),
+                (b"x-tenant\0x", b"other"),
+                (b"x-tenant", b"acme"),
+            ],
+        );
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", "nul")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("nul", 0, Offset::Beginning)
+            .expect("partition");
+        consumer.assign(&tpl).expect("assign");
+        let record = match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(record)) => record,
+            Some(Err(e)) => panic!("consume: {e}"),
+            None => panic!("no record within 10 s from the mock cluster"),
+        };
+
+        let envelope = envelope_of(&record, "nul");
+        assert_eq!(envelope.id, "e-1", "the forged id does not win");
+        let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
+        assert_eq!(
+            headers,
+            vec![
+                ("ce_id", &b"e-1"[..]),
+                ("ce_id\0", &b"e-forged"[..]),
+                ("x-tenant\0", &b"other"[..]),
+                ("x-tenant", &b"acme"[..]),
+            ],
+            "every header kept, a cut name with the NUL it was cut at"
+        );
+        assert_eq!(envelope.headers.get("x-tenant"), Ok(Some("acme")));
+        let defects: Vec<&str> = envelope.defects.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(defects, vec!["ce_id"], "a poison pill naming the header");
     }
 
     #[test]

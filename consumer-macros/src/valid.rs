@@ -219,11 +219,8 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
             let mut seen: Vec<String> = Vec::new();
             for lit in given {
                 let v = lit.value();
-                if v.trim().is_empty() {
-                    errors.push(
-                        lit.span(),
-                        "an event type must not be empty: it is matched against the message's `ce_type`",
-                    );
+                if let Err(why) = check_event_type(&v) {
+                    errors.push(lit.span(), why);
                 } else if seen.contains(&v) {
                     errors.push(lit.span(), format_args!("event type `{v}` is listed twice"));
                 } else {
@@ -233,11 +230,20 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
             seen
         }
         // The message type's own name: `OrderPlaced` for `events::OrderPlaced`.
-        None => message
-            .as_ref()
-            .and_then(|(_, ty)| last_ident(ty))
-            .map(|i| vec![i.to_string()])
-            .unwrap_or_default(),
+        None => match message.as_ref().map(|(_, ty)| (ty, named_type(ty))) {
+            Some((_, Some(name))) => vec![name.to_string()],
+            Some((ty, None)) => {
+                errors.push_spanned(
+                    ty,
+                    "without `event_type` the event type is the message type's name, and this \
+                     type's name says nothing about the event: name the types the handler \
+                     takes with `event_type = \"OrderPlaced\"` (or a list), or take a message \
+                     type of your own",
+                );
+                Vec::new()
+            }
+            None => Vec::new(),
+        },
     };
 
     let krate: syn::Path = args
@@ -268,6 +274,62 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         terminal: args.terminal,
         event_types,
     })
+}
+
+/// Why `v` cannot be an event type, if it cannot: it is compared byte for
+/// byte with `ce_type`, so an empty name, whitespace or a control
+/// character would only ever match a producer's typo.
+fn check_event_type(v: &str) -> Result<(), String> {
+    const WHY: &str = "an event type is matched byte for byte against the message's `ce_type`";
+    if v.is_empty() {
+        return Err(
+            "an event type must not be empty: it is matched against the message's `ce_type`"
+                .to_owned(),
+        );
+    }
+    if v.trim() != v {
+        return Err(format!(
+            "event type {v:?} starts or ends with whitespace: remove it ({WHY})"
+        ));
+    }
+    if let Some(c) = v.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        let what = if c.is_control() {
+            format!("the control character {c:?}")
+        } else {
+            format!("whitespace ({c:?})")
+        };
+        return Err(format!(
+            "event type {v:?} contains {what}: use a name such as `OrderPlaced` or \
+             `com.example.order.placed` ({WHY})"
+        ));
+    }
+    Ok(())
+}
+
+/// The name a message type gives its events by default: a plain path to a
+/// type of the user's own (`OrderPlaced`, `events::OrderPlaced`). `None` for
+/// types whose name says nothing about the event: generic ones (`Vec<u8>`,
+/// `Box<T>`, `Option<T>`), tuples, references and other non-paths, and the
+/// standard and serde catch-alls (`String`, `serde_json::Value`, `Bytes`).
+fn named_type(ty: &Type) -> Option<&Ident> {
+    const MEANINGLESS: &[&str] = &[
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f32", "f64", "String", "Value", "RawValue", "Map", "Bytes",
+        "BytesMut", "Vec", "Box", "Option", "Result", "Rc", "Arc", "Cow", "HashMap", "BTreeMap",
+        "Self",
+    ];
+    let p = match ty {
+        Type::Paren(t) => return named_type(&t.elem),
+        Type::Group(t) => return named_type(&t.elem),
+        Type::Path(p) if p.qself.is_none() => p,
+        _ => return None,
+    };
+    let last = p.path.segments.last()?;
+    if !matches!(last.arguments, PathArguments::None) || MEANINGLESS.iter().any(|m| last.ident == m)
+    {
+        return None;
+    }
+    Some(&last.ident)
 }
 
 /// The last path segment's name: `SqliteTx` for `consumer::SqliteTx`.
