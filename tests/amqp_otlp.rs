@@ -35,6 +35,8 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
         system: "rabbitmq",
         // The default exchange, straight to the queue.
         send_destination: format!("/{queue}"),
+        // The conventions' {exchange}:{routing key}, the exchange empty.
+        send_span_destination: queue.clone(),
         process_destination: queue.clone(),
         group: None,
     };

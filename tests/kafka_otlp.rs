@@ -34,6 +34,7 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
     let expected = otlp::Expected {
         system: "kafka",
         send_destination: topics.topic().to_owned(),
+        send_span_destination: topics.topic().to_owned(),
         process_destination: topics.topic().to_owned(),
         group: Some(group.clone()),
     };

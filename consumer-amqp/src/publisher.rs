@@ -1,10 +1,11 @@
 //! Publishing with publisher confirms: the outbox relay's publisher and the
 //! channel the settle glue sends retry copies and dead letters on.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer_core::trace::Sends;
+use consumer_core::trace::{SendTarget, Sends};
 use consumer_core::{Message, Outgoing, Publisher};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
@@ -281,6 +282,31 @@ fn route(out: &Outgoing) -> (&str, String) {
     }
 }
 
+/// A send span's names by the RabbitMQ conventions: `{exchange}:{routing
+/// key}` (empty parts left out; `amq.default` when both are), and the span
+/// named by the exchange, or by the routing key on the default exchange
+/// (a queue's name), never by a key that comes from the message.
+fn send_target(out: &Outgoing) -> SendTarget<'_> {
+    let (exchange, routing_key) = route(out);
+    let name = match (exchange.is_empty(), routing_key.is_empty()) {
+        (true, true) => "amq.default".to_owned(),
+        (false, true) => exchange.to_owned(),
+        (true, false) => routing_key.clone(),
+        (false, false) => format!("{exchange}:{routing_key}"),
+    };
+    let explicit_key = out.destination.contains('/');
+    let span_name = if exchange.is_empty() || (explicit_key && !routing_key.is_empty()) {
+        name.clone()
+    } else {
+        exchange.to_owned()
+    };
+    SendTarget {
+        name: Cow::Owned(name),
+        span_name: Cow::Owned(span_name),
+        routing_key: (!routing_key.is_empty()).then(|| Cow::Owned(routing_key)),
+    }
+}
+
 fn check(confirmation: Confirmation, exchange: &str, routing_key: &str) -> Result<()> {
     match confirmation {
         Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
@@ -304,7 +330,7 @@ impl Publisher for AmqpPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
-        let sends = Sends::start(self.system(), batch);
+        let sends = Sends::start_with(self.system(), batch, send_target);
         let results: Vec<_> = self
             .publish_batch(sends.batch())
             .await
@@ -313,5 +339,52 @@ impl Publisher for AmqpPublisher {
             .collect();
         sends.finish(&results);
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(destination: &str, key: Option<&str>) -> (String, String, Option<String>) {
+        let mut message = Message::raw(&b"{}"[..]);
+        message.key = key.map(str::to_owned);
+        let out = Outgoing {
+            destination: destination.to_owned(),
+            message,
+        };
+        let t = send_target(&out);
+        (
+            t.name.into_owned(),
+            t.span_name.into_owned(),
+            t.routing_key.map(Cow::into_owned),
+        )
+    }
+
+    #[test]
+    fn send_spans_name_exchange_and_routing_key_as_the_rabbitmq_conventions_say() {
+        // Straight to a queue through the default exchange.
+        assert_eq!(
+            target("/billing", None),
+            ("billing".into(), "billing".into(), Some("billing".into()))
+        );
+        // An exchange with the message's key: the key is not in the span name.
+        assert_eq!(
+            target("orders", Some("o-17")),
+            ("orders:o-17".into(), "orders".into(), Some("o-17".into()))
+        );
+        // An exchange and a configured routing key.
+        assert_eq!(
+            target("orders/eu", Some("o-17")),
+            ("orders:eu".into(), "orders:eu".into(), Some("eu".into()))
+        );
+        assert_eq!(
+            target("orders", None),
+            ("orders".into(), "orders".into(), None)
+        );
+        assert_eq!(
+            target("/", None),
+            ("amq.default".into(), "amq.default".into(), None)
+        );
     }
 }

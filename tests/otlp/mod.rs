@@ -232,8 +232,11 @@ async fn ship_order(_order: OrderPlaced, _tx: &mut PgTx) -> Result<(), std::conv
 pub struct Expected {
     /// `messaging.system`: `kafka`, `rabbitmq`.
     pub system: &'static str,
-    /// The relay's destination (the outbox's): `send <this>`.
+    /// The relay's destination (the outbox's, and its metrics').
     pub send_destination: String,
+    /// What the publisher's span calls it (`send <this>`, and
+    /// `messaging.destination.name`): the conventions' form on RabbitMQ.
+    pub send_span_destination: String,
     /// The handler's destination (topic, queue): `process <this>`.
     pub process_destination: String,
     /// `messaging.consumer.group.name` of the handler's span and metrics:
@@ -381,7 +384,7 @@ pub fn check(receiver: &Receiver, telemetry: &Telemetry, run: &Run, expected: &E
     telemetry.shutdown();
 
     let trace = run.request_trace.as_str();
-    let send_name = format!("send {}", expected.send_destination);
+    let send_name = format!("send {}", expected.send_span_destination);
     let process_name = format!("process {}", expected.process_destination);
     let metrics = [
         "messaging.client.sent.messages",
@@ -483,7 +486,7 @@ pub fn check(receiver: &Receiver, telemetry: &Telemetry, run: &Run, expected: &E
         )
     });
     for (s, operation, destination) in [
-        (send, "send", &expected.send_destination),
+        (send, "send", &expected.send_span_destination),
         (process, "process", &expected.process_destination),
     ] {
         problems.attribute(s, "messaging.system", Some(expected.system));

@@ -16,7 +16,7 @@ mod send;
 mod span;
 mod traceparent;
 
-pub use send::Sends;
+pub use send::{SendTarget, Sends};
 pub use span::{SpanScope, consume_span, delivery_context, record_error, settle_span};
 use traceparent::is_w3c_traceparent;
 

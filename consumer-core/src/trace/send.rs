@@ -33,13 +33,49 @@ pub struct Sends<'a> {
     spans: Vec<Span>,
 }
 
+/// How a span names where a message goes, where the system's conventions
+/// say more than [`Outgoing::destination`] (RabbitMQ: the exchange and
+/// the routing key).
+#[derive(Debug, Clone)]
+pub struct SendTarget<'a> {
+    /// `messaging.destination.name`.
+    pub name: Cow<'a, str>,
+    /// What the span name says after `send`: the destination, or a part
+    /// of it that does not grow with traffic (the conventions want few
+    /// span names).
+    pub span_name: Cow<'a, str>,
+    /// `messaging.rabbitmq.destination.routing_key`.
+    pub routing_key: Option<Cow<'a, str>>,
+}
+
+impl<'a> SendTarget<'a> {
+    /// The destination as given, for both names.
+    pub fn of(out: &'a Outgoing) -> Self {
+        Self {
+            name: Cow::Borrowed(&out.destination),
+            span_name: Cow::Borrowed(&out.destination),
+            routing_key: None,
+        }
+    }
+}
+
 impl<'a> Sends<'a> {
-    /// Starts a span for each message of `batch`.
+    /// Starts a span for each message of `batch`, named by its
+    /// destination.
     pub fn start(system: &'static str, batch: &'a [Outgoing]) -> Self {
+        Self::start_with(system, batch, |out| SendTarget::of(out))
+    }
+
+    /// [`start`](Self::start), with the backend saying how each message's
+    /// destination is named.
+    pub fn start_with<F>(system: &'static str, batch: &'a [Outgoing], target: F) -> Self
+    where
+        F: for<'o> Fn(&'o Outgoing) -> SendTarget<'o>,
+    {
         let mut spans = Vec::new();
         let mut rewritten: Option<Vec<Outgoing>> = None;
         for (i, out) in batch.iter().enumerate() {
-            let span = send_span(system, out);
+            let span = send_span(system, out, &target);
             if span.is_disabled() {
                 continue;
             }
@@ -80,17 +116,22 @@ impl<'a> Sends<'a> {
     }
 }
 
-fn send_span(system: &'static str, out: &Outgoing) -> Span {
+fn send_span<F>(system: &'static str, out: &Outgoing, target: &F) -> Span
+where
+    F: for<'o> Fn(&'o Outgoing) -> SendTarget<'o>,
+{
+    // Names are only worked out for a span that is recorded.
     let span = tracing::info_span!(
         target: "consumer",
         "send",
-        otel.name = %format_args!("send {}", out.destination),
+        otel.name = Empty,
         otel.kind = "producer",
         otel.status_code = Empty,
         messaging.system = system,
         messaging.operation.name = "send",
         messaging.operation.type = "send",
-        messaging.destination.name = %out.destination,
+        messaging.destination.name = Empty,
+        messaging.rabbitmq.destination.routing_key = Empty,
         messaging.message.id = Empty,
         messaging.message.body.size = out.message.payload.len(),
         messaging.kafka.message.key = Empty,
@@ -99,6 +140,12 @@ fn send_span(system: &'static str, out: &Outgoing) -> Span {
     );
     if span.is_disabled() {
         return span;
+    }
+    let target = target(out);
+    span.record("otel.name", format!("send {}", target.span_name));
+    span.record("messaging.destination.name", &*target.name);
+    if let Some(rk) = &target.routing_key {
+        span.record("messaging.rabbitmq.destination.routing_key", &**rk);
     }
     if let Ok(Some(id)) = out.message.headers.get(names::ID) {
         span.record("messaging.message.id", id);
