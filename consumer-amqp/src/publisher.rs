@@ -303,7 +303,7 @@ fn send_target(out: &Outgoing) -> SendTarget<'_> {
     SendTarget {
         name: Cow::Owned(name),
         span_name: Cow::Owned(span_name),
-        routing_key: (!routing_key.is_empty()).then(|| Cow::Owned(routing_key)),
+        routing_key: (!routing_key.is_empty()).then_some(Cow::Owned(routing_key)),
     }
 }
 
