@@ -1,13 +1,11 @@
 //! The instruments of one consumer, recorded by the runtime.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
 use opentelemetry::{KeyValue, Value};
 use smallvec::SmallVec;
-use time::OffsetDateTime;
 
 use super::attr::{self, operation};
 use super::catalogue;
@@ -20,7 +18,9 @@ type Attrs = SmallVec<[KeyValue; 8]>;
 pub(crate) struct ConsumerMetrics {
     series: SourceSeries,
     server: Option<(Value, i64)>,
-    destinations: RwLock<HashMap<Box<str>, Value>>,
+    /// The attribute sets of each destination seen, built once (a
+    /// consumer reads a handful of destinations: a scan beats hashing).
+    destinations: RwLock<Vec<Series>>,
     process: Histogram<f64>,
     operation: Histogram<f64>,
     consumed: Counter<u64>,
@@ -35,6 +35,25 @@ pub(crate) struct ConsumerMetrics {
     critical_time: Histogram<f64>,
     _source: Option<SourceInstruments>,
 }
+
+/// The attribute sets of one destination that every delivery records
+/// with, built once so the hot path borrows them: no allocation, no
+/// reference counting per message.
+struct Series {
+    destination: Box<str>,
+    /// `messaging.system`, the group, the destination.
+    base: Box<[KeyValue]>,
+    /// `base`, the server, `messaging.operation.name = receive`.
+    received: Box<[KeyValue]>,
+    /// `base`, the server, `ack`, `settle`: a successful ack.
+    acked: Box<[KeyValue]>,
+    /// `base`, the server, `process`, and each handler: a successful
+    /// attempt.
+    processed: RwLock<Vec<HandlerSet>>,
+}
+
+/// A handler's name and its attribute set.
+type HandlerSet = (&'static str, Box<[KeyValue]>);
 
 /// Why a settle operation failed, for `error.type`.
 pub(crate) type ErrorType = &'static str;
@@ -72,38 +91,62 @@ impl ConsumerMetrics {
         }
     }
 
-    /// The destination's name as an attribute value, made once per
-    /// destination (a consumer reads a handful).
-    fn destination(&self, name: &str) -> Value {
-        if let Some(v) = self
-            .destinations
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
+    /// Runs `f` with the attribute sets of `destination`, building them
+    /// the first time it is seen.
+    fn with_series<T>(&self, destination: &str, f: impl FnOnce(&Series) -> T) -> T {
         {
-            return v.clone();
+            let all = self
+                .destinations
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(s) = all.iter().find(|s| &*s.destination == destination) {
+                return f(s);
+            }
         }
-        let v = Value::from(Arc::<str>::from(name));
-        self.destinations
+        let mut all = self
+            .destinations
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(name.into())
-            .or_insert(v)
-            .clone()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !all.iter().any(|s| &*s.destination == destination) {
+            let series = self.new_series(destination);
+            all.push(series);
+        }
+        let s = all
+            .iter()
+            .find(|s| &*s.destination == destination)
+            .unwrap_or_else(|| unreachable!("pushed above"));
+        f(s)
     }
 
-    /// `messaging.system`, the group, the destination.
-    fn base(&self, envelope: &Envelope) -> Attrs {
-        let mut a = Attrs::new();
-        a.push(KeyValue::new(attr::MESSAGING_SYSTEM, self.series.system));
+    fn new_series(&self, destination: &str) -> Series {
+        let mut base = Attrs::new();
+        base.push(KeyValue::new(attr::MESSAGING_SYSTEM, self.series.system));
         if let Some(g) = &self.series.group {
-            a.push(KeyValue::new(attr::CONSUMER_GROUP, Arc::clone(g)));
+            base.push(KeyValue::new(attr::CONSUMER_GROUP, Arc::clone(g)));
         }
-        a.push(KeyValue::new(
+        base.push(KeyValue::new(
             attr::DESTINATION_NAME,
-            self.destination(&envelope.origin.destination),
+            Value::from(Arc::<str>::from(destination)),
         ));
-        a
+        let mut received = self.with_server(base.clone());
+        received.push(KeyValue::new(attr::OPERATION_NAME, operation::RECEIVE));
+        let mut acked = self.with_server(base.clone());
+        acked.push(KeyValue::new(attr::OPERATION_NAME, operation::ACK));
+        acked.push(KeyValue::new(attr::OPERATION_TYPE, "settle"));
+        Series {
+            destination: destination.into(),
+            base: base.into_iter().collect(),
+            received: received.into_iter().collect(),
+            acked: acked.into_iter().collect(),
+            processed: RwLock::default(),
+        }
+    }
+
+    /// `messaging.system`, the group, the destination: to extend.
+    fn base(&self, envelope: &Envelope) -> Attrs {
+        self.with_series(&envelope.origin.destination, |s| {
+            s.base.iter().cloned().collect()
+        })
     }
 
     fn with_server(&self, mut a: Attrs) -> Attrs {
@@ -115,24 +158,32 @@ impl ConsumerMetrics {
     }
 
     pub(crate) fn received(&self, envelope: &Envelope) {
-        let base = self.base(envelope);
-        self.in_flight.add(1, &base);
-        let mut a = self.with_server(base);
-        a.push(KeyValue::new(attr::OPERATION_NAME, operation::RECEIVE));
-        self.consumed.add(1, &a);
+        self.with_series(&envelope.origin.destination, |s| {
+            self.in_flight.add(1, &s.base);
+            self.consumed.add(1, &s.received);
+        });
     }
 
     /// The delivery left the runtime: settled after `took` since it was
     /// received, or released (`None`).
     pub(crate) fn left(&self, envelope: &Envelope, took: Option<Duration>) {
-        let base = self.base(envelope);
-        self.in_flight.add(-1, &base);
-        let Some(took) = took else { return };
-        self.delivery.record(took.as_secs_f64(), &base);
-        if let Some(produced) = envelope.time {
-            let age = (OffsetDateTime::now_utc() - produced).as_seconds_f64();
-            self.critical_time.record(age.max(0.0), &base);
-        }
+        self.with_series(&envelope.origin.destination, |s| {
+            self.in_flight.add(-1, &s.base);
+            let Some(took) = took else { return };
+            self.delivery.record(took.as_secs_f64(), &s.base);
+            if let Some(produced) = envelope.time {
+                // In Unix nanoseconds: `OffsetDateTime::now_utc` and its
+                // calendar arithmetic cost several times a clock read.
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let age_ns =
+                    i128::try_from(now).unwrap_or(i128::MAX) - produced.unix_timestamp_nanos();
+                #[allow(clippy::cast_precision_loss)]
+                let age = age_ns.max(0) as f64 / 1e9;
+                self.critical_time.record(age, &s.base);
+            }
+        });
     }
 
     /// One handler attempt ended, failed with `error` or not.
@@ -143,13 +194,43 @@ impl ConsumerMetrics {
         took: Duration,
         error: Option<ErrorType>,
     ) {
+        let took = took.as_secs_f64();
+        let Some(e) = error else {
+            self.with_series(&envelope.origin.destination, |s| {
+                self.record_processed(s, handler, took);
+            });
+            return;
+        };
         let mut a = self.with_server(self.base(envelope));
         a.push(KeyValue::new(attr::OPERATION_NAME, operation::PROCESS));
         a.push(KeyValue::new(attr::HANDLER, handler));
-        if let Some(e) = error {
-            a.push(KeyValue::new(attr::ERROR_TYPE, e));
+        a.push(KeyValue::new(attr::ERROR_TYPE, e));
+        self.process.record(took, &a);
+    }
+
+    /// A successful attempt of `handler`, on the set built for it.
+    fn record_processed(&self, s: &Series, handler: &'static str, took: f64) {
+        {
+            let sets = s
+                .processed
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((_, a)) = sets.iter().find(|(h, _)| *h == handler) {
+                self.process.record(took, a);
+                return;
+            }
         }
-        self.process.record(took.as_secs_f64(), &a);
+        let mut a = self.with_server(s.base.iter().cloned().collect());
+        a.push(KeyValue::new(attr::OPERATION_NAME, operation::PROCESS));
+        a.push(KeyValue::new(attr::HANDLER, handler));
+        self.process.record(took, &a);
+        let mut sets = s
+            .processed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !sets.iter().any(|(h, _)| *h == handler) {
+            sets.push((handler, a.into_iter().collect()));
+        }
     }
 
     /// A settle operation (`ack`, `release`, `dead_letter`, `retry`) ended.
@@ -160,6 +241,12 @@ impl ConsumerMetrics {
         took: Duration,
         error: Option<ErrorType>,
     ) {
+        if op == operation::ACK && error.is_none() {
+            self.with_series(&envelope.origin.destination, |s| {
+                self.operation.record(took.as_secs_f64(), &s.acked);
+            });
+            return;
+        }
         let mut a = self.with_server(self.base(envelope));
         a.push(KeyValue::new(attr::OPERATION_NAME, op));
         a.push(KeyValue::new(attr::OPERATION_TYPE, "settle"));

@@ -15,6 +15,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::{Arc, PoisonError};
 
 use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 
 use super::{Job, Shared};
 use crate::envelope::Envelope;
@@ -79,18 +80,29 @@ where
         let mut job = first;
         loop {
             // Everything done for the delivery continues the producer's
-            // trace, whatever the subscriber records.
+            // trace, whatever the subscriber records. Without one, the
+            // lane's own (empty) context is the same thing, and attaching
+            // it on every poll would cost for nothing.
             let cx = crate::trace::delivery_context(&job.envelope);
+            let traced = cx.span().span_context().is_valid();
             if *self.stop.borrow() {
-                self.release(&job.envelope, job.acker)
-                    .with_context(cx)
-                    .await;
+                let release = self.release(&job.envelope, job.acker);
+                if traced {
+                    release.with_context(cx).await;
+                } else {
+                    release.await;
+                }
                 self.metrics.left(&job.envelope, None);
                 self.stats.leave(None);
             } else {
                 let received = job.received;
                 let envelope = Arc::clone(&job.envelope);
-                let settled = self.process(job.envelope, job.acker).with_context(cx).await;
+                let process = self.process(job.envelope, job.acker);
+                let settled = if traced {
+                    process.with_context(cx).await
+                } else {
+                    process.await
+                };
                 let took = settled.then(|| received.elapsed());
                 self.metrics.left(&envelope, took);
                 self.stats.leave(took);

@@ -151,7 +151,11 @@ where
     {
         let span = trace::settle_span(envelope, op, &self.spans);
         let started = Instant::now();
-        let r = run.instrument(span.clone()).await;
+        let r = if span.is_disabled() {
+            run.await
+        } else {
+            run.instrument(span.clone()).await
+        };
         let error = r.as_ref().err().map(metrics::error_type);
         if let Some(e) = error {
             trace::record_error(&span, e);
