@@ -348,3 +348,35 @@ mod tests {
         assert_eq!(envelope.kind.as_deref(), Some("order.placed"));
     }
 }
+
+#[cfg(test)]
+mod placement_tests {
+    use consumer_core::Placement;
+    use consumer_core::dead_letter::{DeadLetter, DeadLetterKind};
+
+    use super::record_envelope;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("poison")]
+    struct Poison;
+
+    /// Found by the `kafka_record` fuzz target (partition and offset -1):
+    /// the record's placement is its partition and offset for spans, while
+    /// its dead letter carries the destination and position as text only.
+    #[test]
+    fn a_records_placement_is_for_spans_and_its_dead_letter_keeps_the_position() {
+        let envelope = record_envelope("topic", -1, -1, None, b"", 0, std::iter::empty());
+        assert_eq!(
+            envelope.origin.placement,
+            Placement::Log {
+                partition: -1,
+                offset: -1
+            }
+        );
+        let letter = DeadLetter::new(DeadLetterKind::Poison, &Poison, &envelope, "h", 1, None);
+        let back = DeadLetter::from_message(&letter.to_message()).expect("parses back");
+        assert_eq!(back.origin.destination, "topic");
+        assert_eq!(back.origin.position, envelope.origin.position);
+        assert_eq!(back.origin.placement, Placement::Unknown);
+    }
+}
