@@ -38,7 +38,7 @@ use crate::names::short;
 ///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
 ///   Retry copies and dead letters ([`publish_to`](Self::publish_to)) are
 ///   sent as they were received.
-/// * Headers map as the [`headers`](crate::headers) module says, the
+/// * Headers map as the [`headers`] module says, the
 ///   attributes named by the [prefix](Self::with_attribute_prefix).
 ///
 /// Clones share one connection and channel.
@@ -117,7 +117,7 @@ impl AmqpPublisher {
 
     /// How the CloudEvents attributes are named in the headers written
     /// (default [`AttributePrefix::CeDash`], what the CloudEvents SDKs read
-    /// on RabbitMQ); see [`headers`](crate::headers).
+    /// on RabbitMQ); see [`headers`].
     pub fn with_attribute_prefix(self, prefix: AttributePrefix) -> Self {
         self.map_inner(|i| i.prefix = prefix)
     }
