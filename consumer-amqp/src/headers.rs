@@ -1,16 +1,25 @@
 //! How a framework message maps onto AMQP 0-9-1, both ways.
 //!
-//! AMQP 0-9-1 has no CloudEvents binding of its own. The framework keeps
-//! the attribute names every backend reads (`ce_id`, `ce_type`,
-//! `ce_source`, `ce_subject`, `ce_time`, `ce_specversion`,
-//! `ce_partitionkey`, `content-type`, `traceparent`, `tracestate`) as AMQP
-//! headers, byte for byte, so a message moves between the in-memory broker,
-//! Kafka and RabbitMQ unchanged and a consumer reads one set of names.
-//! The CloudEvents AMQP (1.0) binding's `cloudEvents:` and `cloudEvents_`
-//! prefixes, and the `ce-` prefix the CloudEvents SDKs write on RabbitMQ,
-//! are accepted on receipt (`cloudEvents:type` or `ce-type` reads as
-//! `ce_type` when no `ce_type` is present), and so is the AMQP `type`
-//! property; they are not written, to keep one name per attribute.
+//! AMQP 0-9-1 has no CloudEvents binding in the CloudEvents specification;
+//! RabbitMQ has one of its own (the [RabbitMQ protocol binding] of
+//! knative eventing-rabbitmq), which names each attribute `ce-<attribute>`
+//! in the headers table and puts `datacontenttype` in the `content-type`
+//! property. That is what the CloudEvents SDKs' RabbitMQ bindings read and
+//! write (the Python SDK 2.x: `cloudevents.core.bindings.rabbitmq`), so a
+//! publisher writes it by default: the framework's `ce_id`, `ce_type`,
+//! `ce_source`, `ce_specversion`, `ce_time`, `ce_subject`,
+//! `ce_partitionkey`, ... go out as `ce-id`, `ce-type`, ...
+//! [`AttributePrefix`] (set with
+//! [`AmqpPublisher::with_attribute_prefix`](crate::AmqpPublisher::with_attribute_prefix))
+//! chooses `ce_` (the Kafka binding's names, what earlier versions wrote)
+//! or the CloudEvents AMQP 1.0 binding's `cloudEvents_` / `cloudEvents:`
+//! instead. `content-type`, `traceparent` and `tracestate` keep their names.
+//!
+//! On receipt every one of these is read: `ce-type`, `cloudEvents:type`
+//! and `cloudEvents_type` read as `ce_type` when no `ce_type` is present,
+//! and so does the AMQP `type` property; a structured-mode event
+//! (`content-type: application/cloudevents+json`, header or property) is
+//! read from the body (see [`Envelope::from_parts`]).
 //!
 //! Besides the headers, a published message sets the native properties
 //! other AMQP tools show: `message-id` (from `ce_id`), `content-type`,
@@ -21,6 +30,8 @@
 //! Header values are bytes; AMQP values that are not strings are read as
 //! text (`42`, `true`); arrays and tables (RabbitMQ's own `x-death`) are
 //! not carried into the envelope.
+//!
+//! [RabbitMQ protocol binding]: https://github.com/knative-extensions/eventing-rabbitmq/blob/main/cloudevents-protocol-spec/spec.md
 
 use bytes::Bytes;
 use consumer_core::envelope::names;
@@ -33,11 +44,53 @@ use time::format_description::well_known::Rfc3339;
 use crate::content_id::content_id;
 use crate::error::{Error, Result};
 
-/// The properties and headers a message is published with.
-pub(crate) fn to_properties(message: &Message) -> Result<BasicProperties> {
+/// How the CloudEvents attributes are named in the headers a publisher
+/// writes; every one of them is read on receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AttributePrefix {
+    /// `ce-type`: the RabbitMQ protocol binding, what the CloudEvents SDKs
+    /// read on RabbitMQ. The default.
+    #[default]
+    CeDash,
+    /// `ce_type`: the Kafka binding's names, the framework's own.
+    CeUnderscore,
+    /// `cloudEvents_type`: the AMQP 1.0 binding (the JMS-compatible form).
+    CloudEventsUnderscore,
+    /// `cloudEvents:type`: the AMQP 1.0 binding.
+    CloudEventsColon,
+}
+
+impl AttributePrefix {
+    /// The prefix itself, e.g. `ce-`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CeDash => "ce-",
+            Self::CeUnderscore => "ce_",
+            Self::CloudEventsUnderscore => "cloudEvents_",
+            Self::CloudEventsColon => "cloudEvents:",
+        }
+    }
+
+    /// `name` as written: a framework `ce_` attribute under this prefix,
+    /// any other header unchanged.
+    fn rename<'a>(self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        match name.strip_prefix("ce_") {
+            Some(attr) if self != Self::CeUnderscore && !attr.is_empty() => {
+                std::borrow::Cow::Owned(format!("{}{attr}", self.as_str()))
+            }
+            _ => std::borrow::Cow::Borrowed(name),
+        }
+    }
+}
+
+/// The properties and headers a message is published with, its
+/// CloudEvents attributes named with `prefix`.
+pub(crate) fn to_properties(message: &Message, prefix: AttributePrefix) -> Result<BasicProperties> {
     let mut table = FieldTable::default();
     for (name, value) in message.headers.iter() {
-        let key = ShortString::try_new(name).map_err(|_| {
+        let name = prefix.rename(name);
+        let key = ShortString::try_new(&*name).map_err(|_| {
             Error::Unencodable(format!(
                 "header name `{}…` is longer than 255 bytes",
                 name.chars().take(32).collect::<String>()
@@ -49,7 +102,7 @@ pub(crate) fn to_properties(message: &Message) -> Result<BasicProperties> {
         && message.headers.get_bytes(names::PARTITION_KEY).is_none()
     {
         table.insert(
-            names::PARTITION_KEY.into(),
+            ShortString::from(&*prefix.rename(names::PARTITION_KEY)),
             AMQPValue::LongString(LongString::from(key.as_bytes().to_vec())),
         );
     }
@@ -282,7 +335,7 @@ mod tests {
     fn headers_round_trip_and_cloudevents_prefixes_are_read() {
         let mut m = Message::raw(&b"x"[..]).with_key("k").with_id("m-1");
         m.headers.insert("bin", vec![0xff_u8, 0x00]);
-        let props = to_properties(&m).expect("encodes");
+        let props = to_properties(&m, AttributePrefix::CeUnderscore).expect("encodes");
         assert_eq!(props.message_id().as_ref().map(|s| s.as_str()), Some("m-1"));
         assert_eq!(props.delivery_mode(), &Some(2));
         let mut table = props.headers().clone().unwrap_or_default();
@@ -323,6 +376,94 @@ mod tests {
     #[test]
     fn an_overlong_header_name_is_an_error_not_a_panic() {
         let m = Message::raw(&b"x"[..]).with_header("h".repeat(300), "v");
-        assert!(matches!(to_properties(&m), Err(Error::Unencodable(_))));
+        assert!(matches!(
+            to_properties(&m, AttributePrefix::CeUnderscore),
+            Err(Error::Unencodable(_))
+        ));
+    }
+
+    #[test]
+    fn attributes_go_out_under_the_prefix_and_come_back_under_any() {
+        let m = Message::json("OrderPlaced", &1)
+            .unwrap_or_else(|_| Message::raw(""))
+            .with_key("k")
+            .with_source("/orders")
+            .with_header("x-tenant", "acme");
+        for prefix in [
+            AttributePrefix::default(),
+            AttributePrefix::CeUnderscore,
+            AttributePrefix::CloudEventsUnderscore,
+            AttributePrefix::CloudEventsColon,
+        ] {
+            let props = to_properties(&m, prefix).expect("encodes");
+            let table = props.headers().clone().unwrap_or_default();
+            let names: Vec<&str> = table.inner().keys().map(|k| k.as_str()).collect();
+            let p = prefix.as_str();
+            for attr in [
+                "id",
+                "type",
+                "source",
+                "specversion",
+                "time",
+                "partitionkey",
+            ] {
+                assert!(
+                    names.contains(&format!("{p}{attr}").as_str()),
+                    "{p}{attr} in {names:?}"
+                );
+            }
+            if prefix != AttributePrefix::CeUnderscore {
+                assert!(!names.iter().any(|n| n.starts_with("ce_")), "{names:?}");
+            }
+            assert!(names.contains(&"x-tenant") && names.contains(&"content-type"));
+            let mut d = delivery(1, table, "q");
+            d.properties = props;
+            let e = to_envelope("q", &d, Bytes::new());
+            assert_eq!(e.kind.as_deref(), Some("OrderPlaced"), "{p}");
+            assert_eq!(e.source.as_deref(), Some("/orders"), "{p}");
+            assert_eq!(e.key.as_deref(), Some("k"), "{p}");
+            assert!(e.time.is_some() && e.defects.is_empty(), "{p}");
+        }
+        assert_eq!(
+            AttributePrefix::default().as_str(),
+            "ce-",
+            "what the SDKs read on RabbitMQ"
+        );
+    }
+
+    #[test]
+    fn every_input_prefix_is_read() {
+        for p in ["ce-", "ce_", "cloudEvents_", "cloudEvents:"] {
+            let mut t = FieldTable::default();
+            for (attr, v) in [
+                ("id", "e-1"),
+                ("type", "T"),
+                ("source", "/s"),
+                ("specversion", "1.0"),
+            ] {
+                t.insert(format!("{p}{attr}").into(), AMQPValue::LongString(v.into()));
+            }
+            let e = to_envelope("q", &delivery(1, t, "q"), Bytes::new());
+            assert_eq!(
+                (e.id.as_str(), e.kind.as_deref(), e.source.as_deref()),
+                ("e-1", Some("T"), Some("/s")),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_structured_event_in_the_content_type_property_is_read_from_the_body() {
+        let mut d = delivery(1, FieldTable::default(), "q");
+        d.properties = BasicProperties::default()
+            .with_content_type("application/cloudevents+json".into())
+            .with_headers(FieldTable::default());
+        let body = br#"{"specversion":"1.0","id":"e-9","source":"/py","type":"T","data":{"n":1}}"#;
+        let e = to_envelope("q", &d, Bytes::from_static(body));
+        assert!(e.defects.is_empty(), "{:?}", e.defects);
+        assert_eq!((e.id.as_str(), e.source.as_deref()), ("e-9", Some("/py")));
+        assert_eq!(&e.payload[..], br#"{"n":1}"#);
+        let bad = to_envelope("q", &d, Bytes::from_static(b"{}"));
+        assert_eq!(bad.defects.len(), 1, "a poison pill with a reason");
     }
 }

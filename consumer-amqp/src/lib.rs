@@ -41,6 +41,7 @@ pub mod source;
 pub mod topology;
 
 pub use error::{Error, Result};
+pub use headers::AttributePrefix;
 pub use names::validate_name;
 pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
 pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};

@@ -12,7 +12,7 @@ use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::headers;
+use crate::headers::{self, AttributePrefix};
 use crate::names::short;
 
 /// Publishes with publisher confirms, persistent delivery mode and
@@ -31,7 +31,15 @@ use crate::names::short;
 ///   [`Error::Unroutable`], not retriable; a `basic.nack` is
 ///   [`Error::Nacked`], retriable; a lost connection fails the messages not
 ///   yet confirmed as retriable, and the next publish reconnects.
-/// * Headers map as the [`headers`](crate::headers) module says.
+/// * Every message is a valid CloudEvent, or does not claim to be one:
+///   a message with a `ce_type` and no `ce_source` gets the publisher's
+///   [source](Self::with_source), one with no `ce_id` a UUIDv7, and
+///   `ce_specversion: 1.0`; a message with no type loses any
+///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
+///   Retry copies and dead letters ([`publish_to`](Self::publish_to)) are
+///   sent as they were received.
+/// * Headers map as the [`headers`] module says, the
+///   attributes named by the [prefix](Self::with_attribute_prefix).
 ///
 /// Clones share one connection and channel.
 #[derive(Clone, Debug)]
@@ -45,6 +53,8 @@ struct Inner {
     name: String,
     max_unconfirmed: usize,
     max_message_bytes: usize,
+    source: String,
+    prefix: AttributePrefix,
     state: Mutex<Option<(Connection, Channel)>>,
 }
 
@@ -61,6 +71,8 @@ impl AmqpPublisher {
                 name: "consumer-publisher".to_owned(),
                 max_unconfirmed: 1024,
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+                source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
+                prefix: AttributePrefix::default(),
                 state: Mutex::new(None),
             }),
         }
@@ -95,6 +107,21 @@ impl AmqpPublisher {
         Ok(())
     }
 
+    /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
+    /// `urn:acme:orders`) of messages that name none; default
+    /// [`DEFAULT_SOURCE`](consumer_core::envelope::cloudevent::DEFAULT_SOURCE).
+    pub fn with_source(self, source: impl Into<String>) -> Self {
+        let source = source.into();
+        self.map_inner(|i| i.source = source)
+    }
+
+    /// How the CloudEvents attributes are named in the headers written
+    /// (default [`AttributePrefix::CeDash`], what the CloudEvents SDKs read
+    /// on RabbitMQ); see [`headers`].
+    pub fn with_attribute_prefix(self, prefix: AttributePrefix) -> Self {
+        self.map_inner(|i| i.prefix = prefix)
+    }
+
     /// The connection name RabbitMQ shows (default `consumer-publisher`).
     pub fn with_connection_name(self, name: impl Into<String>) -> Self {
         let name = name.into();
@@ -107,6 +134,8 @@ impl AmqpPublisher {
             name: shared.name.clone(),
             max_unconfirmed: shared.max_unconfirmed,
             max_message_bytes: shared.max_message_bytes,
+            source: shared.source.clone(),
+            prefix: shared.prefix,
             state: Mutex::new(None),
         });
         f(&mut inner);
@@ -183,7 +212,7 @@ impl AmqpPublisher {
     ) -> Result<()> {
         self.check_size(message, routing_key)?;
         let channel = self.channel().await?;
-        let mut props = headers::to_properties(message)?;
+        let mut props = headers::to_properties(message, self.inner.prefix)?;
         if let Some(ttl) = expiration {
             props = props.with_expiration(short(&ttl.as_millis().to_string())?);
         }
@@ -228,7 +257,7 @@ impl AmqpPublisher {
                 let (exchange, routing_key) = route(out);
                 let sent = async {
                     self.check_size(&out.message, &routing_key)?;
-                    let props = headers::to_properties(&out.message)?;
+                    let props = headers::to_properties(&out.message, self.inner.prefix)?;
                     channel
                         .basic_publish(
                             short(exchange)?,
@@ -330,7 +359,7 @@ impl Publisher for AmqpPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
-        let sends = Sends::start_with(self.system(), batch, send_target);
+        let sends = Sends::start_from(self.system(), &self.inner.source, batch, send_target);
         let results: Vec<_> = self
             .publish_batch(sends.batch())
             .await

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use consumer_core::trace::Sends;
+use consumer_core::trace::{SendTarget, Sends};
 use consumer_core::{Outgoing, Publisher};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -30,6 +30,11 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 ///   binary-mode attributes (`ce_id`, `ce_type`, `ce_source`,
 ///   `ce_specversion`, `ce_time`, `content-type`, ...) and the W3C
 ///   `traceparent`/`tracestate` restored from the row.
+/// * Every record is a valid CloudEvent, or does not claim to be one:
+///   a message with a `ce_type` and no `ce_source` gets the publisher's
+///   [source](KafkaPublisherBuilder::with_source), one with no `ce_id` a
+///   UUIDv7, and `ce_specversion: 1.0`; a message with no type loses any
+///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
 /// * A batch is enqueued whole (pipelined), and each result is `Ok` only
 ///   once that record's delivery report succeeded.
 ///
@@ -44,6 +49,7 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 #[derive(Clone)]
 pub struct KafkaPublisher {
     producer: FutureProducer,
+    source: std::sync::Arc<str>,
 }
 
 impl fmt::Debug for KafkaPublisher {
@@ -58,6 +64,7 @@ impl fmt::Debug for KafkaPublisher {
 pub struct KafkaPublisherBuilder {
     brokers: String,
     properties: Vec<(String, String)>,
+    source: String,
 }
 
 impl KafkaPublisherBuilder {
@@ -65,6 +72,14 @@ impl KafkaPublisherBuilder {
     /// off here, but then a producer retry may duplicate or reorder records.
     pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
+    /// `urn:acme:orders`) of messages that name none; default
+    /// [`DEFAULT_SOURCE`](consumer_core::envelope::cloudevent::DEFAULT_SOURCE).
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
         self
     }
 
@@ -82,7 +97,10 @@ impl KafkaPublisherBuilder {
             context: "creating the producer",
             source,
         })?;
-        Ok(KafkaPublisher { producer })
+        Ok(KafkaPublisher {
+            producer,
+            source: self.source.into(),
+        })
     }
 }
 
@@ -92,6 +110,7 @@ impl KafkaPublisher {
         KafkaPublisherBuilder {
             brokers: brokers.into(),
             properties: Vec::new(),
+            source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
         }
     }
 
@@ -136,7 +155,7 @@ impl Publisher for KafkaPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
-        let sends = Sends::start(self.system(), batch);
+        let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
         let results = self.publish_all(sends.batch()).await;
         sends.finish(&results);
         results

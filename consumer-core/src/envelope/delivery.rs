@@ -5,6 +5,7 @@ use bytes::Bytes;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::cloudevent::{from_structured, is_structured};
 use super::headers::not_utf8;
 use super::{HeaderError, Headers, Origin, names};
 
@@ -46,22 +47,32 @@ impl Envelope {
     /// Reads the CloudEvents attributes and framework headers out of a
     /// received message. `fallback_id` is used when the producer set no
     /// `ce_id`: it must be stable across redeliveries (the broker position).
+    ///
+    /// A message whose `content-type` is `application/cloudevents+json` is a
+    /// structured-mode event: its attributes are read from the body, and the
+    /// payload is the event's `data` (or decoded `data_base64`), as
+    /// [`cloudevent`](super::cloudevent) says; a body that is not a valid
+    /// event is a defect.
     pub fn from_parts(
-        payload: Bytes,
-        headers: Headers,
+        mut payload: Bytes,
+        mut headers: Headers,
         key: Option<String>,
         origin: Origin,
         fallback_id: impl FnOnce() -> String,
     ) -> Self {
-        // One pass over the headers, each name matched by its length
-        // first; the last value of an attribute wins, as with `Headers::get`.
-        let mut found: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
-        for (name, value) in headers.iter_bytes() {
-            if let Some(attr) = Attr::of(name) {
-                found[attr as usize] = Some(value);
+        // The last value of an attribute wins, as with `Headers::get`.
+        let mut found = scan(&headers);
+        let mut defects = Vec::new();
+        if found[Attr::ContentType as usize].is_some_and(is_structured) {
+            match from_structured(&headers, &payload) {
+                Ok((h, p)) => {
+                    headers = h;
+                    payload = p;
+                    found = scan(&headers);
+                }
+                Err(e) => defects.push(e),
             }
         }
-        let mut defects = Vec::new();
         let mut text = |attr: Attr| {
             let value = found[attr as usize]?;
             match std::str::from_utf8(value) {
@@ -125,6 +136,18 @@ impl Envelope {
     }
 }
 
+/// The last value of each attribute among `headers`, in one pass, each
+/// name matched by its length first.
+fn scan(headers: &Headers) -> [Option<&[u8]>; Attr::COUNT] {
+    let mut found: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
+    for (name, value) in headers.iter_bytes() {
+        if let Some(attr) = Attr::of(name) {
+            found[attr as usize] = Some(value);
+        }
+    }
+    found
+}
+
 /// The attributes [`Envelope::from_parts`] reads, in the order it reports
 /// their defects.
 #[derive(Clone, Copy)]
@@ -137,10 +160,11 @@ enum Attr {
     Attempt,
     FirstFailure,
     PartitionKey,
+    ContentType,
 }
 
 impl Attr {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
 
     /// Every attribute, in defect order.
     const ALL: [Self; Self::COUNT] = [
@@ -152,6 +176,7 @@ impl Attr {
         Self::Attempt,
         Self::FirstFailure,
         Self::PartitionKey,
+        Self::ContentType,
     ];
 
     /// The attribute a header name stands for (case-insensitively):
@@ -173,6 +198,7 @@ impl Attr {
             Self::Attempt => names::ATTEMPT,
             Self::FirstFailure => names::FIRST_FAILURE,
             Self::PartitionKey => names::PARTITION_KEY,
+            Self::ContentType => names::CONTENT_TYPE,
         }
     }
 }
@@ -260,5 +286,108 @@ mod tests {
         assert_eq!(e.attempt, 2);
         assert_eq!(e.key.as_deref(), Some("k"));
         assert!(e.defects.is_empty());
+    }
+
+    fn structured(body: &str) -> Envelope {
+        let h: Headers = [
+            (
+                names::CONTENT_TYPE,
+                "application/cloudevents+json; charset=utf-8",
+            ),
+            ("x-tenant", "acme"),
+            (names::TYPE, "transport-says"),
+        ]
+        .into_iter()
+        .collect();
+        Envelope::from_parts(
+            Bytes::from(body.to_owned()),
+            h,
+            None,
+            Origin::default(),
+            || "fallback".into(),
+        )
+    }
+
+    #[test]
+    fn a_structured_event_is_read_from_the_body() {
+        let e = structured(
+            r#"{"specversion":"1.0","id":"e-1","source":"/orders","type":"OrderPlaced",
+                "subject":"o-7","time":"2026-01-02T03:04:05Z","partitionkey":"o-7",
+                "traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                "datacontenttype":"application/json","data":{"total":3}}"#,
+        );
+        assert!(e.defects.is_empty(), "{:?}", e.defects);
+        assert_eq!(e.id, "e-1");
+        assert_eq!(e.kind.as_deref(), Some("OrderPlaced"), "the body wins");
+        assert_eq!(e.source.as_deref(), Some("/orders"));
+        assert_eq!(e.subject.as_deref(), Some("o-7"));
+        assert_eq!(e.key.as_deref(), Some("o-7"));
+        assert!(e.time.is_some());
+        assert_eq!(&e.payload[..], br#"{"total":3}"#);
+        assert_eq!(
+            e.headers.get(names::CONTENT_TYPE),
+            Ok(Some("application/json"))
+        );
+        assert_eq!(e.headers.get("x-tenant"), Ok(Some("acme")));
+        assert!(e.headers.get_bytes(names::TRACEPARENT).is_some());
+    }
+
+    #[test]
+    fn structured_data_base64_and_text_data_are_the_payload() {
+        let e = structured(
+            r#"{"specversion":"1.0","id":"e","source":"/s","type":"T","data_base64":"AP8="}"#,
+        );
+        assert!(e.defects.is_empty(), "{:?}", e.defects);
+        assert_eq!(&e.payload[..], &[0x00, 0xff]);
+        let e = structured(
+            r#"{"specversion":"1.0","id":"e","source":"/s","type":"T",
+                "datacontenttype":"text/plain","data":"hello"}"#,
+        );
+        assert_eq!(&e.payload[..], b"hello");
+        let e = structured(r#"{"specversion":"1.0","id":"e","source":"/s","type":"T"}"#);
+        assert!(e.defects.is_empty() && e.payload.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_structured_event_is_a_defect_that_says_why() {
+        for (body, why) in [
+            ("not json", "is not JSON"),
+            ("[1]", "is not a JSON object"),
+            (
+                r#"{"specversion":"1.0","source":"/s","type":"T"}"#,
+                "has no `id`",
+            ),
+            (
+                r#"{"specversion":"1.0","id":"e","source":"/s","type":7}"#,
+                "`type` that is not a string",
+            ),
+            (
+                r#"{"specversion":"1.0","id":"","source":"/s","type":"T"}"#,
+                "empty `id`",
+            ),
+            (
+                r#"{"specversion":"1.0","id":"e","source":"/s","type":"T","data":1,"data_base64":"AA=="}"#,
+                "both `data` and `data_base64`",
+            ),
+            (
+                r#"{"specversion":"1.0","id":"e","source":"/s","type":"T","data_base64":"!!"}"#,
+                "not base64",
+            ),
+        ] {
+            let e = structured(body);
+            assert_eq!(e.defects.len(), 1, "{body}");
+            assert_eq!(e.defects[0].name, names::CONTENT_TYPE);
+            assert!(
+                e.defects[0].reason.contains(why),
+                "{body}: {}",
+                e.defects[0].reason
+            );
+            assert_eq!(e.id, "fallback");
+            assert_eq!(
+                &e.payload[..],
+                body.as_bytes(),
+                "the body is kept for the dead letter"
+            );
+        }
     }
 }

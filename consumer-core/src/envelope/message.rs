@@ -8,8 +8,11 @@ use super::{Headers, format_time, names};
 /// A message to publish: payload, partition key and headers.
 ///
 /// `Message::json` fills in the CloudEvents attributes a consumer needs
-/// (`ce_id`, `ce_specversion`, `ce_time`, `content-type`), so the simplest
-/// publish is already a valid binary-mode CloudEvent.
+/// (`ce_id`, `ce_type`, `ce_specversion`, `ce_time`, `content-type`), and
+/// every publisher gives a message that names no `ce_source` its own
+/// default source ([`cloudevent::complete`](super::cloudevent::complete)),
+/// so the simplest publish is a valid binary-mode CloudEvent. A message
+/// without a `ce_type` ([`Message::raw`]) is sent as a plain message.
 #[derive(Debug, Clone)]
 pub struct Message {
     /// Partition key; `None` lets the broker spread messages.

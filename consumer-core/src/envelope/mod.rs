@@ -5,6 +5,7 @@
 //! has a native field for an attribute (AMQP's `message-id`) map it when they
 //! build the [`Envelope`].
 
+pub mod cloudevent;
 mod delivery;
 mod headers;
 mod message;

@@ -9,6 +9,7 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{extract, inject, record_error};
+use crate::envelope::cloudevent::{self, DEFAULT_SOURCE};
 use crate::envelope::names;
 use crate::error::Error;
 use crate::publish::Outgoing;
@@ -61,9 +62,10 @@ impl<'a> SendTarget<'a> {
 
 impl<'a> Sends<'a> {
     /// Starts a span for each message of `batch`, named by its
-    /// destination.
+    /// destination; messages that name no source get
+    /// [`DEFAULT_SOURCE`](crate::envelope::cloudevent::DEFAULT_SOURCE).
     pub fn start(system: &'static str, batch: &'a [Outgoing]) -> Self {
-        Self::start_with(system, batch, |out| SendTarget::of(out))
+        Self::start_from(system, DEFAULT_SOURCE, batch, |out| SendTarget::of(out))
     }
 
     /// [`start`](Self::start), with the backend saying how each message's
@@ -72,9 +74,33 @@ impl<'a> Sends<'a> {
     where
         F: for<'o> Fn(&'o Outgoing) -> SendTarget<'o>,
     {
+        Self::start_from(system, DEFAULT_SOURCE, batch, target)
+    }
+
+    /// [`start_with`](Self::start_with), completing each message as a
+    /// CloudEvent with `source` as its default source
+    /// ([`cloudevent::complete`](crate::envelope::cloudevent::complete)):
+    /// every message a publisher sends through this is either a valid
+    /// CloudEvent or, without a type, claims not to be one.
+    pub fn start_from<F>(
+        system: &'static str,
+        source: &str,
+        batch: &'a [Outgoing],
+        target: F,
+    ) -> Self
+    where
+        F: for<'o> Fn(&'o Outgoing) -> SendTarget<'o>,
+    {
         let mut spans = Vec::new();
         let mut rewritten: Option<Vec<Outgoing>> = None;
         for (i, out) in batch.iter().enumerate() {
+            if cloudevent::needs_completion(&out.message.headers) {
+                let copy = rewritten.get_or_insert_with(|| batch.to_vec());
+                if let Some(o) = copy.get_mut(i) {
+                    cloudevent::complete(&mut o.message.headers, source);
+                }
+            }
+            let out = rewritten.as_ref().and_then(|c| c.get(i)).unwrap_or(out);
             let span = send_span(system, out, &target);
             if span.is_disabled() {
                 continue;
@@ -158,4 +184,50 @@ where
         }
     }
     span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Message;
+
+    fn out(message: Message) -> Outgoing {
+        Outgoing {
+            destination: "t".to_owned(),
+            message,
+        }
+    }
+
+    #[test]
+    fn every_typed_message_goes_out_a_valid_cloudevent_even_untraced() {
+        let json = Message::json("OrderPlaced", &1).unwrap_or_else(|_| Message::raw(""));
+        let batch = [
+            out(json),
+            out(Message::raw("r")),
+            out(Message::raw("m")
+                .with_header(names::TYPE, "T")
+                .with_source("/mine")),
+        ];
+        let sends = Sends::start_from("memory", "/orders", &batch, |o| SendTarget::of(o));
+        let sent = sends.batch();
+        let get = |i: usize, name| sent[i].message.headers.get(name).ok().flatten();
+        assert_eq!(get(0, names::SOURCE), Some("/orders"));
+        assert_eq!(get(1, names::SOURCE), None, "no type: not a CloudEvent");
+        assert_eq!(get(1, names::SPEC_VERSION), None);
+        assert_eq!(get(2, names::SOURCE), Some("/mine"));
+        assert_eq!(get(2, names::SPEC_VERSION), Some("1.0"));
+        assert!(get(2, names::ID).is_some());
+    }
+
+    #[test]
+    fn a_complete_batch_is_not_copied() {
+        let m = Message::raw("x")
+            .with_header(names::TYPE, "T")
+            .with_header(names::SPEC_VERSION, "1.0")
+            .with_id("e")
+            .with_source("/s");
+        let batch = [out(m)];
+        let sends = Sends::start("memory", &batch);
+        assert!(matches!(sends.batch, Cow::Borrowed(_)));
+    }
 }
