@@ -1597,3 +1597,101 @@ async fn a_blocked_key_pauses_only_its_partition_at_the_bound_and_the_rest_flows
         p0.pending
     );
 }
+
+// ---------------------------------------------------------------------------
+// 7. Static membership (`group.instance.id`).
+//
+// The mock cluster implements KIP-345 for the KIP-848 protocol only: under
+// the classic protocol the source uses, it finds members by member id, so
+// a restarted static member joins as a new member and the old one stays
+// until its session times out (librdkafka's rdkafka_mock_cgrp.c,
+// `rd_kafka_mock_cgrp_classic_member_add`). What is tested here is what the
+// option must not break: close commits although no LeaveGroup is sent, the
+// restarted instance goes on from there, and a fenced member stops.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_stopped_and_restarted_with_its_id_loses_and_repeats_nothing() {
+    let h = PgHarness::new().await;
+    let Fixture {
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 1).await;
+    let member = || {
+        source_builder(
+            &bootstrap,
+            &group,
+            Topics::new(&topic).expect("topic").without_retry_topic(),
+        )
+        .with_static_membership("t-instance-0")
+        .connect()
+        .expect("static source")
+    };
+    let ks = keys("s", 4);
+    let first = jobs(&ks, 0, 10, None);
+    publish(&bootstrap, &topic, &first).await;
+    let a = Running::start(member(), h.store(), record);
+    wait_effects(&h, "record", first.len()).await;
+    wait_caught_up(&[&a.metrics], &topic, 1).await;
+    let s = a.stop().await;
+    assert_eq!(s.duplicates, 0);
+    // A static member sends no LeaveGroup, but close committed.
+    assert_all_committed(&bootstrap, &group, &topic, 1).await;
+
+    let second = jobs(&ks, 10, 10, None);
+    publish(&bootstrap, &topic, &second).await;
+    let b = Running::start(member(), h.store(), record);
+    let all: Vec<Job> = first.iter().chain(&second).cloned().collect();
+    wait_effects(&h, "record", all.len()).await;
+    wait_caught_up(&[&b.metrics], &topic, 1).await;
+    let s = b.stop().await;
+
+    // Nothing of the first run came again: it resumed from the commit.
+    assert_eq!(s.duplicates, 0, "{s:?}");
+    assert_once_each_in_key_order(&h, "record", &all).await;
+    assert_all_committed(&bootstrap, &group, &topic, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_static_member_stops_with_an_error_that_says_so_instead_of_rejoining() {
+    let h = PgHarness::new().await;
+    let Fixture {
+        host,
+        topic,
+        group,
+        bootstrap,
+        ..
+    } = fixture(1, 2).await;
+    let source = source_builder(
+        &bootstrap,
+        &group,
+        Topics::new(&topic).expect("topic").without_retry_topic(),
+    )
+    .with_static_membership("t-instance-0")
+    .connect()
+    .expect("static source");
+    let ks = keys("f", 2);
+    let batch = jobs(&ks, 0, 5, None);
+    publish(&bootstrap, &topic, &batch).await;
+    let a = Running::start(source, h.store(), record);
+    wait_effects(&h, "record", batch.len()).await;
+
+    // What the broker answers a member whose id another instance took over.
+    host.request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID; 4],
+    );
+    let ended = support::within(a.task)
+        .await
+        .expect("consumer task")
+        .expect_err("a fenced member stops with an error");
+    host.clear_request_errors(RDKafkaApiKey::Heartbeat);
+    assert!(!ended.is_retriable(), "{ended}");
+    let message = ended.to_string();
+    assert!(
+        message.contains("group.instance.id `t-instance-0`") && message.contains("fenced"),
+        "{message}"
+    );
+    assert_once_each_in_key_order(&h, "record", &batch).await;
+}

@@ -43,6 +43,33 @@ pub enum Error {
         /// The name given.
         name: String,
     },
+    /// A `group.instance.id` Kafka would refuse
+    /// ([`KafkaSourceBuilder::with_static_membership`]).
+    ///
+    /// [`KafkaSourceBuilder::with_static_membership`]: crate::KafkaSourceBuilder::with_static_membership
+    #[error(
+        "invalid Kafka group.instance.id {id:?}: use 1 to 249 characters of [A-Za-z0-9._-], not `.` or `..`, one stable id per instance (a pod name, say)"
+    )]
+    InvalidInstanceId {
+        /// The id given.
+        id: String,
+    },
+    /// Another consumer joined the group with this static member's
+    /// `group.instance.id`, and the broker fenced this one out: the source
+    /// stops (librdkafka's fatal `FENCED_INSTANCE_ID` or
+    /// `UNRELEASED_INSTANCE_ID`). Not retriable: rejoining would fence the
+    /// other instance in turn.
+    #[error(
+        "Kafka: another consumer joined group `{group}` with the same group.instance.id `{instance_id}` ({code}), so this one was fenced out and stops: give every live instance an id of its own"
+    )]
+    Fenced {
+        /// The consumer group.
+        group: String,
+        /// The static member's id.
+        instance_id: String,
+        /// librdkafka's error code.
+        code: RDKafkaErrorCode,
+    },
     /// librdkafka refused the client's configuration.
     #[error("Kafka: {context}: the configuration was refused")]
     Config {
@@ -90,8 +117,12 @@ impl Error {
                     .map_or(BrokerErrorKind::Unavailable, kind_of),
             },
             Self::TopicCreation { code, .. } => kind_of(*code),
-            Self::InvalidTopic { .. } | Self::Config { .. } => BrokerErrorKind::Fatal,
-            Self::Fatal { .. } | Self::PollThread(_) => BrokerErrorKind::Fatal,
+            Self::InvalidTopic { .. } | Self::InvalidInstanceId { .. } | Self::Config { .. } => {
+                BrokerErrorKind::Fatal
+            }
+            Self::Fatal { .. } | Self::Fenced { .. } | Self::PollThread(_) => {
+                BrokerErrorKind::Fatal
+            }
             Self::NoDeliveryReport { .. } => BrokerErrorKind::Unavailable,
         }
     }
@@ -99,6 +130,27 @@ impl Error {
     /// Whether the same operation may succeed if tried again.
     pub fn is_retriable(&self) -> bool {
         self.kind().is_retriable()
+    }
+
+    /// A fatal error that fenced the static member `instance_id` of
+    /// `group` as [`Error::Fenced`]; any other error as it is.
+    pub(crate) fn fenced(self, group: &str, instance_id: Option<&str>) -> Self {
+        match (self, instance_id) {
+            (
+                Self::Fatal {
+                    code:
+                        code @ (RDKafkaErrorCode::FencedInstanceId
+                        | RDKafkaErrorCode::UnreleasedInstanceId),
+                    ..
+                },
+                Some(id),
+            ) => Self::Fenced {
+                group: group.to_owned(),
+                instance_id: id.to_owned(),
+                code,
+            },
+            (e, _) => e,
+        }
     }
 }
 
@@ -243,7 +295,9 @@ impl From<Error> for consumer_core::Error {
             _ => None,
         };
         match e {
-            Error::InvalidTopic { .. } => consumer_core::Error::Config(e.to_string()),
+            Error::InvalidTopic { .. } | Error::InvalidInstanceId { .. } => {
+                consumer_core::Error::Config(e.to_string())
+            }
             e => consumer_core::Error::broker(e.kind(), e.to_string(), source),
         }
     }
@@ -430,6 +484,38 @@ mod tests {
         ] {
             assert_eq!(kind_of(code), kind, "{code:?}");
         }
+    }
+
+    #[test]
+    fn a_fenced_static_member_is_told_so_and_does_not_retry() {
+        let fatal = |code| Error::Fatal {
+            code,
+            reason: "Fatal consumer error".to_owned(),
+        };
+        for code in [
+            RDKafkaErrorCode::FencedInstanceId,
+            RDKafkaErrorCode::UnreleasedInstanceId,
+        ] {
+            let e = fatal(code).fenced("billing", Some("billing-0"));
+            assert!(matches!(e, Error::Fenced { .. }), "{e}");
+            assert!(!e.is_retriable());
+            let message = e.to_string();
+            assert!(
+                message.contains("billing-0") && message.contains("`billing`"),
+                "{message}"
+            );
+            let core: consumer_core::Error = e.into();
+            assert!(!core.is_retriable(), "{core}");
+        }
+        // A dynamic member has no instance id to be fenced on.
+        assert!(matches!(
+            fatal(RDKafkaErrorCode::FencedInstanceId).fenced("billing", None),
+            Error::Fatal { .. }
+        ));
+        assert!(matches!(
+            fatal(RDKafkaErrorCode::Fatal).fenced("billing", Some("billing-0")),
+            Error::Fatal { .. }
+        ));
     }
 
     #[test]

@@ -19,6 +19,11 @@
 //! poll thread finishes on its own; what it could not commit comes again,
 //! and dedup skips it).
 //!
+//! A static member ([`KafkaSourceBuilder::with_static_membership`]) commits
+//! the same way on close but does not leave the group: its partitions stay
+//! its own for `session.timeout.ms`, for the same instance to take back at
+//! once when it restarts, and wait that long if it does not.
+//!
 //! # Bounded work, without stopping the poll
 //!
 //! When a partition has `max_per_partition` records pending, the poll
@@ -225,7 +230,7 @@ impl Source for KafkaSource {
 impl Drop for KafkaSource {
     fn drop(&mut self) {
         // Stops the poll thread if `close` was never called (it commits and
-        // leaves the group on its own).
+        // leaves the group on its own; a static member only commits).
         self.link.shared.closing.store(true, Ordering::SeqCst);
     }
 }

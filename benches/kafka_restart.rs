@@ -1,0 +1,337 @@
+//! Kafka: how long a crashed consumer's partitions wait, with and without
+//! static group membership (`KafkaSourceBuilder::with_static_membership`,
+//! KIP-345).
+//!
+//! Each run: a consumer process (this program re-run as a child) joins a
+//! fresh group on a fresh one-partition topic, receives and acks a first
+//! record, lives on for 1.5 s (its offset is auto-committed every second),
+//! and is SIGKILLed: it sends no LeaveGroup, like a crashed pod. A second
+//! record is produced, and a new `KafkaSource` for the same group (and, when
+//! static, the same `group.instance.id`) connects in this process. The time
+//! printed runs from that `connect` to the first record its `recv` returns
+//! (acked at once, no handler: what is measured is the group, not the
+//! runtime).
+//!
+//! For reference, a third column ends the first instance with SIGTERM
+//! instead: it closes, and as a dynamic member leaves the group, so its
+//! partitions move at once (a planned restart without static membership).
+//!
+//! Without static membership the new member's join waits for the dead one
+//! to rejoin or to time out (`session.timeout.ms`), then the group
+//! rebalances; with it, a broker that implements KIP-345 hands the
+//! restarted instance the dead one's member id and assignment at once.
+//!
+//! Both members use `session.timeout.ms=10000` (`BENCH_SESSION_TIMEOUT_MS`)
+//! and librdkafka's default heartbeat (3 s). Brokers: librdkafka's mock
+//! cluster (in this process; the child connects to it over TCP) and the
+//! out-of-process broker at `KAFKA_BROKERS` (default 127.0.0.1:9092, tansu
+//! from `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
+//! `BENCH_BROKERS` (`mock,external`), `BENCH_MODES`
+//! (`dynamic,static,closed`),
+//! `BENCH_RESTART_TIMEOUT_S` (how long a restarted member may wait for a
+//! record, default 120), `BENCH_CONSUMER_PROPERTIES` (`key=value ...` on
+//! every member, e.g. `debug=cgrp` with `BENCH_LOG=debug`), `BENCH_LOG`
+//! (an `EnvFilter` for the backend's log on stderr).
+//!
+//! ```sh
+//! scripts/services kafka
+//! cargo bench --profile dev --bench kafka_restart --features kafka
+//! ```
+//!
+//! The timings are protocol waits of seconds, not CPU work: the dev
+//! profile measures them as well as a release build.
+//!
+//! What the brokers do, read from their source: librdkafka's mock cluster
+//! (2.12.1) finds classic-protocol members by member id only
+//! (`rd_kafka_mock_cgrp_classic_member_add`), so a restarted static member
+//! is a new member there, and every membership change holds the join for
+//! `session.timeout.ms - 1 s`: all three columns come out near 9 s. tansu
+//! 0.6 gives a static member with a known `group.instance.id` its old
+//! member id and assignment back, but holds each static JoinGroup for at
+//! least 3 s (`PAUSE_MS` in its group coordinator); and it did not hand a
+//! SIGKILLed dynamic member's partition to the new member at all in these
+//! runs (the new member was assigned nothing, with `cooperative-sticky`
+//! and with `range`, for 400 s), so that column shows the restart timeout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use consumer::Acker as _;
+use consumer::Source as _;
+use consumer::kafka::{KafkaSource, Topics};
+use rdkafka::ClientConfig;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+const CHILD: &str = "--restart-bench-child";
+
+fn session_timeout_ms() -> String {
+    std::env::var("BENCH_SESSION_TIMEOUT_MS").unwrap_or_else(|_| "10000".to_owned())
+}
+
+fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> KafkaSource {
+    let mut b = KafkaSource::builder(
+        bootstrap,
+        group,
+        Topics::new(topic)
+            .expect("topic name")
+            .without_retry_topic(),
+    )
+    .with_property("session.timeout.ms", session_timeout_ms());
+    for kv in std::env::var("BENCH_CONSUMER_PROPERTIES")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        let (k, v) = kv
+            .split_once('=')
+            .expect("BENCH_CONSUMER_PROPERTIES is `key=value ...`");
+        b = b.with_property(k, v);
+    }
+    if let Some(id) = instance {
+        b = b.with_static_membership(id);
+    }
+    b.connect().expect("connect the source")
+}
+
+/// The child: consumes and acks, printing `got` per record, until killed;
+/// on SIGTERM it closes (commits, and leaves the group unless static).
+async fn child(args: &[String]) {
+    let [bootstrap, topic, group, instance] = args else {
+        panic!("{CHILD} bootstrap topic group instance|-");
+    };
+    let instance = (instance != "-").then_some(instance.as_str());
+    let mut s = source(bootstrap, topic, group, instance);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            next = s.recv() => {
+                let Some((_, acker)) = next.expect("child recv") else { break };
+                acker.ack().await.expect("child ack");
+                println!("got");
+                let _ = std::io::stdout().flush();
+            }
+        }
+    }
+    s.close().await;
+}
+
+/// How the first instance ends.
+#[derive(Clone, Copy)]
+enum End {
+    /// SIGKILL: no commit on close, no LeaveGroup.
+    Killed,
+    /// SIGTERM: `close` commits and, for a dynamic member, leaves.
+    Closed,
+}
+
+/// librdkafka's mock cluster on a thread of its own, alive until the end.
+fn mock_cluster() -> (String, std_mpsc::Sender<(String, std_mpsc::Sender<()>)>) {
+    let (tx, rx) = std_mpsc::channel::<(String, std_mpsc::Sender<()>)>();
+    let (boot_tx, boot_rx) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        let _ = boot_tx.send(cluster.bootstrap_servers());
+        while let Ok((topic, done)) = rx.recv() {
+            cluster.create_topic(&topic, 1, 1).expect("mock topic");
+            let _ = done.send(());
+        }
+    });
+    (boot_rx.recv().expect("mock bootstrap"), tx)
+}
+
+enum Broker {
+    Mock(std_mpsc::Sender<(String, std_mpsc::Sender<()>)>),
+    External,
+}
+
+impl Broker {
+    async fn create(&self, bootstrap: &str, topic: &str) {
+        match self {
+            Self::Mock(tx) => {
+                let (done, wait) = std_mpsc::channel();
+                tx.send((topic.to_owned(), done)).expect("mock thread");
+                wait.recv().expect("mock topic created");
+            }
+            Self::External => Topics::new(topic)
+                .expect("topic")
+                .without_retry_topic()
+                .create(bootstrap, 1, 1)
+                .await
+                .expect("create the topic"),
+        }
+    }
+}
+
+async fn produce(bootstrap: &str, topic: &str, n: u32) {
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    let payload = format!("record {n}");
+    p.send(
+        FutureRecord::<str, _>::to(topic).payload(&payload).key("k"),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("produce");
+}
+
+fn restart_timeout() -> Duration {
+    Duration::from_secs(
+        std::env::var("BENCH_RESTART_TIMEOUT_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(120),
+    )
+}
+
+/// One end of an instance and its restart; the seconds from the new
+/// `connect` to its first record, `None` past the restart timeout.
+async fn run(
+    broker: &Broker,
+    bootstrap: &str,
+    name: &str,
+    instance: Option<&str>,
+    end: End,
+) -> Option<f64> {
+    let topic = format!("restart-{name}-{}", uuid::Uuid::new_v4().simple());
+    let group = format!("g-{topic}");
+    broker.create(bootstrap, &topic).await;
+    let mut child = spawn_child(bootstrap, &topic, &group, instance);
+    produce(bootstrap, &topic, 1).await;
+    let stdout = child.stdout.take().expect("child stdout");
+    let (got_tx, got_rx) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line == "got" {
+                let _ = got_tx.send(());
+            }
+        }
+    });
+    got_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the child received its first record within 60 s");
+    std::thread::sleep(Duration::from_millis(1500));
+    match end {
+        End::Killed => child.kill().expect("SIGKILL the child"),
+        End::Closed => {
+            let status = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .expect("kill -TERM");
+            assert!(status.success(), "kill -TERM the child: {status}");
+        }
+    }
+    let _ = child.wait();
+    produce(bootstrap, &topic, 2).await;
+
+    let started = Instant::now();
+    let mut s = source(bootstrap, &topic, &group, instance);
+    let Ok(first) = tokio::time::timeout(restart_timeout(), s.recv()).await else {
+        s.close().await;
+        return None;
+    };
+    let took = started.elapsed().as_secs_f64();
+    let (_, acker) = first.expect("recv").expect("a record");
+    acker.ack().await.expect("ack");
+    s.close().await;
+    Some(took)
+}
+
+fn spawn_child(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> Child {
+    Command::new(std::env::current_exe().expect("this program"))
+        .args([CHILD, bootstrap, topic, group, instance.unwrap_or("-")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the child consumer")
+}
+
+fn summary(xs: &[Option<f64>]) -> String {
+    if xs.is_empty() {
+        return "not run".to_owned();
+    }
+    let list: Vec<String> = xs
+        .iter()
+        .map(|x| {
+            x.map_or_else(
+                || format!(">{}", restart_timeout().as_secs()),
+                |x| format!("{x:.2}"),
+            )
+        })
+        .collect();
+    let done: Vec<f64> = xs.iter().flatten().copied().collect();
+    let mean = if done.len() == xs.len() {
+        format!(
+            "mean {:5.2} s",
+            done.iter().sum::<f64>() / done.len() as f64
+        )
+    } else {
+        format!(
+            "{} of {} never got a record",
+            xs.len() - done.len(),
+            xs.len()
+        )
+    };
+    format!("{mean} ({} s)", list.join(", "))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == CHILD) {
+        return child(&args[i + 1..]).await;
+    }
+    let reps: usize = std::env::var("BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "dynamic,static,closed".to_owned());
+    let only = std::env::var("BENCH_BROKERS").unwrap_or_else(|_| "mock,external".to_owned());
+    let external = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
+    let (mock_bootstrap, mock) = mock_cluster();
+    let mut brokers = Vec::new();
+    if only.contains("mock") {
+        brokers.push(("mock cluster", mock_bootstrap, Broker::Mock(mock)));
+    }
+    if only.contains("external") {
+        brokers.push(("KAFKA_BROKERS", external, Broker::External));
+    }
+    println!(
+        "restart -> first record, session.timeout.ms={}, {reps} runs each",
+        session_timeout_ms()
+    );
+    for (label, bootstrap, broker) in &brokers {
+        let mut dynamic = Vec::new();
+        let mut fixed = Vec::new();
+        let mut closed = Vec::new();
+        for rep in 0..reps {
+            // Alternating, so a slow moment of the machine hits each.
+            if modes.contains("dynamic") {
+                dynamic.push(run(broker, bootstrap, "dyn", None, End::Killed).await);
+            }
+            if modes.contains("static") {
+                let id = format!("bench-instance-{rep}");
+                fixed.push(run(broker, bootstrap, "static", Some(&id), End::Killed).await);
+            }
+            if modes.contains("closed") {
+                closed.push(run(broker, bootstrap, "closed", None, End::Closed).await);
+            }
+        }
+        println!("{label} ({bootstrap}):");
+        println!("  killed, dynamic           {}", summary(&dynamic));
+        println!("  killed, static            {}", summary(&fixed));
+        println!("  closed (SIGTERM), dynamic {}", summary(&closed));
+    }
+}
