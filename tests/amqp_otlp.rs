@@ -8,6 +8,7 @@
 
 mod conformance;
 mod otlp;
+mod tools;
 
 use conformance::amqp::{amqp_url, test_topology, unique_prefix};
 use consumer::amqp::{AmqpPublisher, AmqpSource};

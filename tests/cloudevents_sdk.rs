@@ -6,7 +6,9 @@
 //! with the SDK's kafka and rabbitmq bindings, and what the SDK produces,
 //! binary and structured, reads in our consumers as the event it is.
 
-use std::process::{Command, Stdio};
+mod tools;
+
+use std::process::Command;
 use std::time::Duration;
 
 use consumer::amqp::AmqpPublisher;
@@ -15,37 +17,20 @@ use consumer::{Envelope, Message, Outgoing, Publisher};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use serde_json::{Value, json};
 
-const PYTHON_VAR: &str = "CLOUDEVENTS_SDK_PYTHON";
 const SDK_TYPE: &str = "com.example.sdk.OrderPlaced";
 const SDK_SOURCE: &str = "/python-sdk";
 
-/// The SDK's python: `CLOUDEVENTS_SDK_PYTHON`, else the venv `scripts/tools
-/// cloudevents-sdk` makes; one without the SDK fails the test with what to
-/// run.
+/// The SDK's python: `CLOUDEVENTS_SDK_PYTHON`, else the venv
+/// `scripts/tools cloudevents-sdk` makes.
 fn sdk_python() -> String {
-    let python = std::env::var(PYTHON_VAR).unwrap_or_else(|_| {
-        let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
-            format!(
-                "{}/.cache/consumer-rs/tools",
-                std::env::var("HOME").unwrap_or_default()
-            )
-        });
-        format!("{tools}/cloudevents-venv/bin/python")
-    });
-    let imports = Command::new(&python)
-        .args([
-            "-c",
-            "import cloudevents.core.bindings.kafka, cloudevents.core.bindings.rabbitmq, confluent_kafka, pika",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        imports,
-        "the CloudEvents interop tests need a python with the CloudEvents SDK, confluent-kafka and pika, and {python} is not one: run `scripts/tools cloudevents-sdk` (scripts/test does) and set {PYTHON_VAR} to the path it prints"
-    );
-    python
+    tools::Venv {
+        env: "CLOUDEVENTS_SDK_PYTHON",
+        dir: "cloudevents-venv",
+        tool: "cloudevents-sdk",
+        imports: "import cloudevents.core.bindings.kafka, cloudevents.core.bindings.rabbitmq, confluent_kafka, pika",
+        needs: "the CloudEvents SDK, confluent-kafka and pika",
+    }
+    .python()
 }
 
 /// Runs scripts/cloudevents_sdk.py; each line it prints is one event the

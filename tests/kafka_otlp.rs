@@ -9,6 +9,7 @@
 
 mod conformance;
 mod otlp;
+mod tools;
 
 use conformance::kafka::{check_external, external_brokers};
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};

@@ -30,38 +30,21 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// The env var `scripts/test` sets to the receiver's python.
-const PYTHON_VAR: &str = "OTLP_RECEIVER_PYTHON";
 const SERVICE_NAME: &str = "consumer-otlp-test";
 /// How long the receiver may take to show what the test waits for.
 const RECEIVE_WITHIN: Duration = Duration::from_secs(20);
 
 /// The receiver's python: `OTLP_RECEIVER_PYTHON`, else the venv
-/// `scripts/tools otlp-receiver` makes; one that cannot import
-/// opentelemetry.proto fails the test with what to run.
+/// `scripts/tools otlp-receiver` makes.
 fn receiver_python() -> String {
-    let python = std::env::var(PYTHON_VAR).unwrap_or_else(|_| {
-        let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
-            format!(
-                "{}/.cache/consumer-rs/tools",
-                std::env::var("HOME").unwrap_or_default()
-            )
-        });
-        format!("{tools}/venv/bin/python")
-    });
-    let imports = Command::new(&python)
-        .args([
-            "-c",
-            "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        imports,
-        "the OTLP receiver needs a python with opentelemetry-proto, and {python} is not one: run `scripts/tools otlp-receiver` (scripts/test does) and set {PYTHON_VAR} to the path it prints"
-    );
-    python
+    crate::tools::Venv {
+        env: "OTLP_RECEIVER_PYTHON",
+        dir: "venv",
+        tool: "otlp-receiver",
+        imports: "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+        needs: "opentelemetry-proto",
+    }
+    .python()
 }
 
 /// `scripts/otlp_receiver.py` as a child process, killed on drop, writing
