@@ -86,6 +86,23 @@ pub enum Error {
         /// Its routing key.
         routing_key: String,
     },
+    /// The broker holds a partitioned queue with another number of
+    /// partitions than this process was given: starting would send keys to
+    /// other partitions than the running instances and break their order.
+    #[error(
+        "the partitioned queue `{queue}` has {found} partition queues on the broker ({queue}.p0 .. {queue}.p{last}), \
+         but this process is configured with {configured}: keys would move to other partitions and lose their order. \
+         Configure {found}, or change the count as the README's \"Changing the partition count\" says",
+        last = found.saturating_sub(1)
+    )]
+    PartitionCount {
+        /// The logical queue.
+        queue: String,
+        /// The count this process was given.
+        configured: u32,
+        /// The partition queues found on the broker.
+        found: u32,
+    },
     /// The delivery's channel closed before it could be settled; RabbitMQ
     /// delivers it again.
     #[error("the channel of this delivery is closed; RabbitMQ redelivers it")]
@@ -105,7 +122,9 @@ impl Error {
             Self::TooLarge { .. } => BrokerErrorKind::TooLarge,
             Self::Unroutable { .. } => BrokerErrorKind::NoDestination,
             Self::Unencodable(_) => BrokerErrorKind::Rejected,
-            Self::InvalidName { .. } | Self::Topology { .. } => BrokerErrorKind::Fatal,
+            Self::InvalidName { .. } | Self::Topology { .. } | Self::PartitionCount { .. } => {
+                BrokerErrorKind::Fatal
+            }
         }
     }
 
@@ -120,6 +139,13 @@ impl Error {
     pub(crate) fn amqp(context: &'static str) -> impl FnOnce(lapin::Error) -> Self {
         move |source| Self::Amqp { context, source }
     }
+}
+
+/// Whether RabbitMQ answered `404 NOT_FOUND` (a passive declare of a queue
+/// that does not exist).
+pub(crate) fn is_not_found(error: &lapin::Error) -> bool {
+    matches!(error.kind(), ErrorKind::ProtocolError(amqp)
+        if matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
 }
 
 /// The kind of a lapin error: the channel-closing refusals RabbitMQ gives a
@@ -157,7 +183,9 @@ impl From<Error> for consumer_core::Error {
             _ => None,
         };
         match e {
-            Error::InvalidName { .. } => consumer_core::Error::Config(e.to_string()),
+            Error::InvalidName { .. } | Error::PartitionCount { .. } => {
+                consumer_core::Error::Config(e.to_string())
+            }
             e => consumer_core::Error::broker(e.kind(), e.to_string(), source),
         }
     }

@@ -14,6 +14,7 @@ use tokio::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::headers::{self, AttributePrefix};
 use crate::names::short;
+use crate::partition_route::PartitionRoutes;
 
 /// Publishes with publisher confirms, persistent delivery mode and
 /// `mandatory`.
@@ -55,6 +56,7 @@ struct Inner {
     max_message_bytes: usize,
     source: String,
     prefix: AttributePrefix,
+    partitions: Arc<PartitionRoutes>,
     state: Mutex<Option<(Connection, Channel)>>,
 }
 
@@ -73,6 +75,7 @@ impl AmqpPublisher {
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
                 prefix: AttributePrefix::default(),
+                partitions: Arc::default(),
                 state: Mutex::new(None),
             }),
         }
@@ -122,6 +125,17 @@ impl AmqpPublisher {
         self.map_inner(|i| i.prefix = prefix)
     }
 
+    /// Sends what is published to `/<name>` (the logical queue of
+    /// `topology`) to the partition queue of the message's key, Kafka's
+    /// partitioner over the partition count; messages without a key are
+    /// spread round-robin. Before the first message for it, the partition
+    /// count is checked against the broker and the topology declared: a
+    /// mismatch fails the publish with [`Error::PartitionCount`], which is
+    /// not retriable. See [`PartitionedTopology`](crate::PartitionedTopology).
+    pub fn with_partitions(self, topology: crate::PartitionedTopology) -> Self {
+        self.map_inner(|i| i.partitions = Arc::new(i.partitions.with(topology)))
+    }
+
     /// The connection name RabbitMQ shows (default `consumer-publisher`).
     pub fn with_connection_name(self, name: impl Into<String>) -> Self {
         let name = name.into();
@@ -136,6 +150,7 @@ impl AmqpPublisher {
             max_message_bytes: shared.max_message_bytes,
             source: shared.source.clone(),
             prefix: shared.prefix,
+            partitions: Arc::clone(&shared.partitions),
             state: Mutex::new(None),
         });
         f(&mut inner);
@@ -359,7 +374,11 @@ impl Publisher for AmqpPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
-        let sends = Sends::start_from(self.system(), &self.inner.source, batch, send_target);
+        if let Err(e) = self.inner.partitions.prepare(self, batch).await {
+            return batch.iter().map(|_| Err(e.clone().into())).collect();
+        }
+        let batch = self.inner.partitions.route(batch);
+        let sends = Sends::start_from(self.system(), &self.inner.source, &batch, send_target);
         let results: Vec<_> = self
             .publish_batch(sends.batch())
             .await

@@ -32,6 +32,7 @@ mod hex;
 pub mod memory;
 pub mod metrics;
 pub mod outbox;
+pub mod partition;
 pub mod publish;
 pub mod retry;
 pub mod router;

@@ -7,6 +7,7 @@ use consumer_core::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 
 use super::metrics::MetricsInner;
+use super::partitioned::InFlightGuard;
 use crate::error::Error;
 use crate::publisher::AmqpPublisher;
 use crate::topology::Topology;
@@ -41,6 +42,9 @@ pub struct AmqpAcker {
     topology: Arc<Topology>,
     metrics: Arc<MetricsInner>,
     settled: bool,
+    /// A partitioned source's count of this partition's deliveries in
+    /// flight; dropped last, after the settle.
+    _in_flight: Option<InFlightGuard>,
 }
 
 impl std::fmt::Debug for AmqpAcker {
@@ -65,7 +69,14 @@ impl AmqpAcker {
             topology,
             metrics,
             settled: false,
+            _in_flight: None,
         }
+    }
+
+    /// Holds `guard` until this acker is gone.
+    pub(super) fn holding(mut self, guard: InFlightGuard) -> Self {
+        self._in_flight = Some(guard);
+        self
     }
 
     fn done(&mut self) {

@@ -4,6 +4,7 @@
 mod acker;
 mod gauges;
 mod metrics;
+mod partitioned;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,6 +19,7 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 pub use acker::AmqpAcker;
 pub use metrics::AmqpMetrics;
+pub use partitioned::PartitionedSource;
 
 use crate::error::{Error, Result};
 use crate::headers;
@@ -200,21 +202,7 @@ impl Source for AmqpSource {
     }
 
     fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
-        let longest_bucket = self
-            .topology
-            .delay_queues()
-            .last()
-            .map_or(Duration::ZERO, |(bucket, _)| *bucket);
-        if longest_delay > longest_bucket {
-            return Err(format!(
-                "retries may wait up to {longest_delay:?}, but the longest delay queue of `{}` holds \
-                 {longest_bucket:?} (a copy would come back early): raise \
-                 Topology::with_max_retry_delay to at least {longest_delay:?}, or lower the handler's \
-                 max_delay",
-                self.topology.queue()
-            ));
-        }
-        Ok(())
+        check_delay_queues(&self.topology, longest_delay)
     }
 
     async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
@@ -264,6 +252,28 @@ impl Source for AmqpSource {
         }
         self.publisher.close().await;
     }
+}
+
+/// Whether `topology`'s delay queues hold retries of `longest_delay`; the
+/// sentence saying how to fix it when they do not.
+fn check_delay_queues(
+    topology: &Topology,
+    longest_delay: Duration,
+) -> std::result::Result<(), String> {
+    let longest_bucket = topology
+        .delay_queues()
+        .last()
+        .map_or(Duration::ZERO, |(bucket, _)| *bucket);
+    if longest_delay > longest_bucket {
+        return Err(format!(
+            "retries may wait up to {longest_delay:?}, but the longest delay queue of `{}` holds \
+             {longest_bucket:?} (a copy would come back early): raise \
+             Topology::with_max_retry_delay to at least {longest_delay:?}, or lower the handler's \
+             max_delay",
+            topology.queue()
+        ));
+    }
+    Ok(())
 }
 
 /// Host and port of an `amqp://` or `amqps://` URI (user info and vhost

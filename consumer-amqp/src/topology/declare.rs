@@ -69,6 +69,9 @@ impl Topology {
         );
         args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
         self.at_least_once(&mut args);
+        if self.single_active_consumer {
+            args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+        }
         if let (QueueType::Quorum, Some(limit)) = (self.queue_type, self.delivery_limit) {
             args.insert(
                 "x-delivery-limit".into(),

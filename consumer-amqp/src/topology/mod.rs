@@ -69,11 +69,13 @@
 
 mod declare;
 mod depths;
+mod partitioned;
 
 use std::fmt;
 use std::time::Duration;
 
 pub use depths::Depths;
+pub use partitioned::PartitionedTopology;
 
 use crate::error::{Error, Result};
 use crate::names::validate_name;
@@ -112,6 +114,7 @@ pub struct Topology {
     max_retry_delay: Duration,
     delivery_limit: Option<u32>,
     expires: Option<Duration>,
+    single_active_consumer: bool,
 }
 
 impl Topology {
@@ -120,7 +123,12 @@ impl Topology {
     pub fn new(queue: impl Into<String>) -> Result<Self> {
         let queue = queue.into();
         validate_name("queue", &queue)?;
-        Ok(Self {
+        Ok(Self::fresh(queue))
+    }
+
+    /// The defaults for `queue`, names not checked yet.
+    fn fresh(queue: String) -> Self {
+        Self {
             dead_letter_exchange: format!("{queue}.dlx"),
             dead_letter_queue: format!("{queue}.dlq"),
             delay_prefix: format!("{queue}.retry"),
@@ -129,7 +137,8 @@ impl Topology {
             max_retry_delay: Duration::from_secs(3600),
             delivery_limit: None,
             expires: None,
-        })
+            single_active_consumer: false,
+        }
     }
 
     /// Classic (default) or quorum work, dead-letter and delay queues.
@@ -176,6 +185,21 @@ impl Topology {
     pub fn with_expires(mut self, after: Duration) -> Self {
         self.expires = Some(after);
         self
+    }
+
+    /// Declares the work queue with `x-single-active-consumer`: of all the
+    /// consumers of the queue RabbitMQ delivers to one at a time, and hands
+    /// the queue to the next (in subscription order) when that one cancels
+    /// or its channel closes. A queue declared earlier without it conflicts
+    /// (RabbitMQ compares the argument): [`Error::Topology`].
+    pub fn with_single_active_consumer(mut self) -> Self {
+        self.single_active_consumer = true;
+        self
+    }
+
+    /// Whether the work queue has a single active consumer.
+    pub fn single_active_consumer(&self) -> bool {
+        self.single_active_consumer
     }
 
     /// The work queue.

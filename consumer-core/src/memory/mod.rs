@@ -4,7 +4,8 @@
 //! behaves the same on Kafka or RabbitMQ:
 //!
 //! * **Partitions by key**: a topic has N partitions; a message goes to
-//!   `hash(key) % N` (round-robin without a key), and each partition hands
+//!   [`partition_for`](crate::partition::partition_for)`(key, N)`, Kafka's
+//!   partitioner (round-robin without a key), and each partition hands
 //!   out messages in offset order. A partition belongs to one source at a
 //!   time (like a Kafka assignment) until that source closes.
 //! * **At-least-once**: a delivery stays unacked until settled; a released
@@ -27,8 +28,6 @@ mod partition;
 mod source;
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -176,9 +175,8 @@ impl MemoryBroker {
             let n = self.inner.partitions;
             let partition = match &message.key {
                 Some(key) => {
-                    let mut h = DefaultHasher::new();
-                    key.hash(&mut h);
-                    usize::try_from(h.finish() % n as u64).unwrap_or(0)
+                    let n = u32::try_from(n).unwrap_or(u32::MAX);
+                    usize::try_from(crate::partition::partition_for(key.as_bytes(), n)).unwrap_or(0)
                 }
                 None => {
                     state.round_robin = state.round_robin.wrapping_add(1);

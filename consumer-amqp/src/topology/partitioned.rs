@@ -1,0 +1,274 @@
+//! [`PartitionedTopology`]: one logical queue as N partition queues, so that
+//! several instances share it and each key stays in order.
+//!
+//! For a logical queue `orders` with 4 partitions:
+//!
+//! | object | name | settings |
+//! |---|---|---|
+//! | partition queues | `orders.p0` .. `orders.p3` | as a [`Topology`] work queue, with `x-single-active-consumer` |
+//! | delay queues | `orders.p0.retry.16ms`, ... | per partition: an expired retry comes back to its own partition |
+//! | dead-letter exchange and queue | `orders.dlx`, `orders.dlq` | shared, bound once per partition queue |
+//! | members exchange | `orders.members` | `fanout`, not durable: the instances' heartbeats |
+//!
+//! **Which partition.** The publishers ([`AmqpPublisher::with_partitions`],
+//! and so the outbox relay that publishes through it) send a message for
+//! `orders` to `orders.p{partition_for(key, 4)}`, Kafka's partitioner
+//! ([`consumer_core::partition`]); no plugin is involved, so no broker
+//! restart or binding change can move a key.
+//!
+//! **The count is checked, never assumed.** The partition queues on the
+//! broker are the record of N: before declaring anything, a source or a
+//! publisher looks for `orders.p{N}` (there must be none) and
+//! `orders.p{N-1}` (there must be one, unless `orders.p0` is missing too and
+//! this is the first start), and looks again once it has declared (partitions
+//! are declared highest first, so a check during another instance's first
+//! declare sees a consistent picture). A mismatch is
+//! [`Error::PartitionCount`]: the process refuses to start and says what it
+//! found.
+//!
+//! [`AmqpPublisher::with_partitions`]: crate::AmqpPublisher::with_partitions
+
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+
+use super::{QueueType, Topology};
+use crate::error::{Error, Result};
+use crate::names::{short, validate_name};
+use crate::publisher::AmqpPublisher;
+
+/// The most partitions a logical queue may have.
+pub const MAX_PARTITIONS: u32 = 1024;
+
+/// One logical queue as N partition queues; see the module docs.
+#[derive(Debug, Clone)]
+pub struct PartitionedTopology {
+    name: String,
+    partitions: u32,
+    queue_type: QueueType,
+    max_retry_delay: Option<Duration>,
+    delivery_limit: Option<u32>,
+    expires: Option<Duration>,
+}
+
+impl PartitionedTopology {
+    /// The logical queue `name` as `partitions` partition queues
+    /// (1 to [`MAX_PARTITIONS`]).
+    pub fn new(name: impl Into<String>, partitions: u32) -> Result<Self> {
+        let name = name.into();
+        validate_name("queue", &name)?;
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(Error::InvalidName {
+                what: "partition count of queue",
+                name,
+                reason: "must be between 1 and 1024",
+            });
+        }
+        let t = Self {
+            name,
+            partitions,
+            queue_type: QueueType::Classic,
+            max_retry_delay: None,
+            delivery_limit: None,
+            expires: None,
+        };
+        for p in 0..partitions {
+            t.partition(p).validate()?;
+        }
+        Ok(t)
+    }
+
+    /// Classic (default) or quorum queues, as [`Topology::with_queue_type`].
+    pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
+        self.queue_type = queue_type;
+        self
+    }
+
+    /// As [`Topology::with_max_retry_delay`], for every partition.
+    pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
+        self.max_retry_delay = Some(delay);
+        self
+    }
+
+    /// As [`Topology::with_delivery_limit`], for every partition.
+    pub fn with_delivery_limit(mut self, limit: u32) -> Self {
+        self.delivery_limit = Some(limit);
+        self
+    }
+
+    /// As [`Topology::with_expires`], for every queue (tests, demos).
+    pub fn with_expires(mut self, after: Duration) -> Self {
+        self.expires = Some(after);
+        self
+    }
+
+    /// The logical queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many partitions.
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The queue of partition `p`: `<name>.p<p>`.
+    pub fn partition_queue(&self, p: u32) -> String {
+        format!("{}.p{p}", self.name)
+    }
+
+    /// The partition queue a message with `key` goes to.
+    pub fn queue_for_key(&self, key: &[u8]) -> String {
+        self.partition_queue(consumer_core::partition::partition_for(
+            key,
+            self.partitions,
+        ))
+    }
+
+    /// The fanout exchange the instances' heartbeats go through.
+    pub fn members_exchange(&self) -> String {
+        format!("{}.members", self.name)
+    }
+
+    /// The shared dead-letter queue.
+    pub fn dead_letter_queue(&self) -> String {
+        format!("{}.dlq", self.name)
+    }
+
+    /// The topology of partition `p`: its queue with a single active
+    /// consumer, its delay queues, the shared dead-letter exchange and queue.
+    pub fn partition(&self, p: u32) -> Topology {
+        let mut t = Topology {
+            dead_letter_exchange: format!("{}.dlx", self.name),
+            dead_letter_queue: self.dead_letter_queue(),
+            ..Topology::fresh(self.partition_queue(p))
+        }
+        .with_queue_type(self.queue_type)
+        .with_single_active_consumer();
+        if let Some(d) = self.max_retry_delay {
+            t = t.with_max_retry_delay(d);
+        }
+        if let Some(l) = self.delivery_limit {
+            t = t.with_delivery_limit(l);
+        }
+        if let Some(e) = self.expires {
+            t = t.with_expires(e);
+        }
+        t
+    }
+
+    /// Checks the partition count against the broker's queues (see the
+    /// module docs), then declares every partition's topology on channels of
+    /// `publisher`'s connection.
+    pub(crate) async fn check_and_declare(&self, publisher: &AmqpPublisher) -> Result<()> {
+        self.check_partition_count(publisher).await?;
+        let channel = publisher.side_channel().await?;
+        // Highest first: an instance checking while another declares sees
+        // the last partition (all there is to see) or nothing at all.
+        for p in (0..self.partitions).rev() {
+            self.partition(p).declare(&channel).await?;
+        }
+        let _ = channel.close(200, "partitions declared".into()).await;
+        // Two first starts with different counts at the same moment could
+        // both see nothing: checking again after declaring catches it (the
+        // smaller count then finds the larger one's queues).
+        self.check_partition_count(publisher).await
+    }
+
+    /// [`Error::PartitionCount`] when the broker holds another number of
+    /// partition queues than configured; `Ok` when it holds exactly as many,
+    /// or none (a first start).
+    pub(crate) async fn check_partition_count(&self, publisher: &AmqpPublisher) -> Result<()> {
+        let n = self.partitions;
+        let mismatch = |found| Error::PartitionCount {
+            queue: self.name.clone(),
+            configured: n,
+            found,
+        };
+        if self.exists(publisher, n).await? {
+            let mut found = n + 1;
+            while found < n + MAX_PARTITIONS && self.exists(publisher, found).await? {
+                found += 1;
+            }
+            return Err(mismatch(found));
+        }
+        if self.exists(publisher, n - 1).await? {
+            return Ok(());
+        }
+        if !self.exists(publisher, 0).await? {
+            return Ok(());
+        }
+        let mut found = 1;
+        while found < n - 1 && self.exists(publisher, found).await? {
+            found += 1;
+        }
+        Err(mismatch(found))
+    }
+
+    /// Whether partition queue `p` exists: a passive declare on a channel of
+    /// its own (a missing queue closes the channel).
+    async fn exists(&self, publisher: &AmqpPublisher, p: u32) -> Result<bool> {
+        let channel = publisher.side_channel().await?;
+        let name = self.partition_queue(p);
+        let found = channel
+            .queue_declare(
+                short(&name)?,
+                QueueDeclareOptions::durable().passive(),
+                FieldTable::default(),
+            )
+            .await;
+        match found {
+            Ok(_) => {
+                let _ = channel.close(200, "probe done".into()).await;
+                Ok(true)
+            }
+            Err(e) if crate::error::is_not_found(&e) => Ok(false),
+            Err(source) => Err(Error::Amqp {
+                context: "passive queue declare",
+                source,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_share_dead_letters_and_keep_their_own_retries() {
+        let t = PartitionedTopology::new("orders", 4).expect("valid");
+        let p2 = t.partition(2);
+        assert_eq!(p2.queue(), "orders.p2");
+        assert!(p2.single_active_consumer());
+        assert_eq!(p2.dead_letter_exchange(), "orders.dlx");
+        assert_eq!(p2.dead_letter_queue(), "orders.dlq");
+        assert!(
+            p2.delay_queues()
+                .iter()
+                .all(|(_, q)| q.starts_with("orders.p2.retry."))
+        );
+        assert_eq!(t.members_exchange(), "orders.members");
+    }
+
+    #[test]
+    fn a_key_always_goes_to_the_same_partition_queue() {
+        let t = PartitionedTopology::new("orders", 8).expect("valid");
+        let q = t.queue_for_key(b"order-17");
+        assert_eq!(q, t.queue_for_key(b"order-17"));
+        let p = consumer_core::partition::partition_for(b"order-17", 8);
+        assert_eq!(q, format!("orders.p{p}"));
+    }
+
+    #[test]
+    fn counts_and_names_are_checked() {
+        assert!(PartitionedTopology::new("orders", 0).is_err());
+        assert!(PartitionedTopology::new("orders", MAX_PARTITIONS + 1).is_err());
+        assert!(PartitionedTopology::new("bad name", 2).is_err());
+        assert!(
+            PartitionedTopology::new("x".repeat(240), 2).is_err(),
+            "derived names too long"
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! Several instances on one partitioned RabbitMQ queue (needs RabbitMQ:
+//! `AMQP_URL`, and PostgreSQL: `DATABASE_URL`): the partition count is
+//! checked, the instances share the partitions, and each key keeps its
+//! order through hand-overs, a SIGKILLed instance and one added while
+//! running, with no message lost or applied twice.
+
+mod conformance;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
+use consumer::{Consumer, Outgoing, PgTx, Publisher, handler};
+
+use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
+use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
+
+/// The partitioned topology tests use: short delay buckets, expiring queues.
+fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
+    PartitionedTopology::new(queue, partitions)
+        .expect("valid test queue name")
+        .with_max_retry_delay(Duration::from_millis(256))
+        .with_expires(Duration::from_secs(600))
+}
+
+/// The instance id a process records its effects under.
+fn instance() -> String {
+    std::env::var(INSTANCE_ENV).unwrap_or_else(|_| "test".to_owned())
+}
+
+const INSTANCE_ENV: &str = "CONSUMER_PARTITION_INSTANCE";
+
+/// Records the job with the instance and partition queue that ran it.
+#[handler(idempotency_key = job.id)]
+async fn record_in_order(
+    job: Job,
+    tx: &mut PgTx,
+    ctx: &consumer::MessageContext,
+) -> Result<(), JobError> {
+    sqlx::query(
+        "INSERT INTO part_effects (job_id, key, seq, instance, queue) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&job.id)
+    .bind(&job.key)
+    .bind(job.seq)
+    .bind(instance())
+    .bind(&ctx.envelope().origin.destination)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn effects_table(h: &PgHarness) {
+    sqlx::query(
+        "CREATE TABLE part_effects (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, \
+         key TEXT NOT NULL, seq BIGINT NOT NULL, instance TEXT NOT NULL, queue TEXT NOT NULL, \
+         at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
+    )
+    .execute(h.pool())
+    .await
+    .expect("effects table");
+    sqlx::query(
+        "CREATE TABLE part_assignments (instance TEXT NOT NULL, partitions TEXT NOT NULL, \
+         at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
+    )
+    .execute(h.pool())
+    .await
+    .expect("assignments table");
+}
+
+async fn count(h: &PgHarness, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(h.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Polls the effects table (the database has no event to await).
+async fn wait_effects(h: &PgHarness, at_least: i64) {
+    support::within(async {
+        while count(h, "SELECT count(DISTINCT job_id) FROM part_effects").await < at_least {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+/// Every key's sequence numbers, in the order their effects were written.
+async fn sequences(h: &PgHarness) -> BTreeMap<String, Vec<i64>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT key, seq FROM part_effects ORDER BY id")
+        .fetch_all(h.pool())
+        .await
+        .expect("effects");
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (key, seq) in rows {
+        out.entry(key).or_default().push(seq);
+    }
+    out
+}
+
+/// Each key's effects ran in publish order, each message exactly once.
+async fn assert_in_order_exactly_once(h: &PgHarness, keys: usize, per_key: i64) {
+    let seqs = sequences(h).await;
+    assert_eq!(seqs.len(), keys, "every key has effects");
+    for (key, s) in &seqs {
+        let expected: Vec<i64> = (0..per_key).collect();
+        assert_eq!(
+            s, &expected,
+            "key {key}: its effects ran out of order, twice, or not at all"
+        );
+    }
+}
+
+fn jobs(keys: usize, seqs: std::ops::Range<i64>) -> Vec<Job> {
+    let mut out = Vec::new();
+    for seq in seqs {
+        for k in 0..keys {
+            let key = format!("k{k}");
+            out.push(Job {
+                id: format!("{key}-{seq}"),
+                ..Job::new(&key, seq)
+            });
+        }
+    }
+    out
+}
+
+async fn publish(publisher: &AmqpPublisher, queue: &str, jobs: &[Job]) {
+    for chunk in jobs.chunks(500) {
+        let batch: Vec<Outgoing> = chunk
+            .iter()
+            .map(|j| Outgoing {
+                destination: format!("/{queue}"),
+                message: j.message(),
+            })
+            .collect();
+        for r in publisher.publish(&batch).await {
+            r.expect("publish to the partitioned queue");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
+    drop(connect().await);
+    let queue = unique_prefix("pcount");
+    let first = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+        .connect()
+        .await
+        .expect("the first start declares 4 partitions");
+    for n in [3, 5, 1] {
+        let err = PartitionedSource::new(amqp_url(), partitioned(&queue, n))
+            .connect()
+            .await
+            .expect_err("another count is refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("has 4 partition queues")
+                && text.contains(&format!("configured with {n}")),
+            "the refusal says what differs: {text}"
+        );
+    }
+    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, 8));
+    let results = publisher
+        .publish(&[Outgoing {
+            destination: format!("/{queue}"),
+            message: Job::new("k", 0).message(),
+        }])
+        .await;
+    let err = results
+        .into_iter()
+        .next()
+        .expect("one result")
+        .expect_err("a publisher with another count is refused");
+    assert!(!err.is_retriable(), "a mismatch does not heal: {err}");
+    assert!(err.to_string().contains("has 4 partition queues"), "{err}");
+    // The same count is accepted by a second instance and a publisher.
+    let second = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+        .connect()
+        .await
+        .expect("the same count starts");
+    consumer::Source::close(second).await;
+    consumer::Source::close(first).await;
+}
+
+/// Waits until `rx` shows an assignment `f` accepts.
+async fn wait_assignment(
+    rx: &mut tokio::sync::watch::Receiver<Option<Vec<u32>>>,
+    f: impl Fn(&[u32]) -> bool,
+) {
+    support::within(rx.wait_for(|a| a.as_deref().is_some_and(&f)))
+        .await
+        .expect("the source is running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_share_the_partitions_and_hand_them_over_in_order() {
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("pshare");
+    let topology = partitioned(&queue, 4);
+    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+
+    let start = |id: &'static str| {
+        let source = PartitionedSource::new(amqp_url(), topology.clone())
+            .with_instance_id(id)
+            .with_heartbeat(Duration::from_millis(100));
+        let assignment = source.assignment();
+        let metrics = source.metrics();
+        let consumer = Consumer::new(source, h.store(), record_in_order);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(consumer.run_until(async move {
+            let _ = stopped.await;
+        }));
+        (assignment, metrics, stop, run)
+    };
+    let (mut a, a_metrics, stop_a, run_a) = start("a");
+    let (mut b, b_metrics, stop_b, run_b) = start("b");
+    // Dealt in id order: a takes 0 and 2, b takes 1 and 3.
+    if support::within(a.wait_for(|x| x.as_deref() == Some(&[0, 2])))
+        .await
+        .is_err()
+    {
+        panic!("instance a stopped: {:?}", run_a.await);
+    }
+    if support::within(b.wait_for(|x| x.as_deref() == Some(&[1, 3])))
+        .await
+        .is_err()
+    {
+        panic!("instance b stopped: {:?}", run_b.await);
+    }
+
+    let keys = 20;
+    publish(&publisher, &queue, &jobs(keys, 0..20)).await;
+    wait_effects(&h, 400).await;
+    assert!(
+        a_metrics.delivered() > 0 && b_metrics.delivered() > 0,
+        "both instances consumed: a {}, b {}",
+        a_metrics.delivered(),
+        b_metrics.delivered()
+    );
+    assert_eq!(
+        a_metrics.delivered() + b_metrics.delivered(),
+        400,
+        "each message delivered once, to the instance holding its partition"
+    );
+
+    // B leaves: A takes its partitions (at once: B says goodbye) and the
+    // keys go on in order.
+    let _ = stop_b.send(());
+    support::within(run_b)
+        .await
+        .expect("join")
+        .expect("b stops");
+    wait_assignment(&mut a, |p| p == [0, 1, 2, 3]).await;
+    publish(&publisher, &queue, &jobs(keys, 20..40)).await;
+    wait_effects(&h, 800).await;
+    assert_in_order_exactly_once(&h, keys, 40).await;
+    let _ = stop_a.send(());
+    support::within(run_a)
+        .await
+        .expect("join")
+        .expect("a stops");
+}
+
+const CHILD_ENV: &str = "CONSUMER_PARTITION_CHILD";
+
+/// The body of the consumer processes `three_processes_...` starts, kills
+/// and adds. Does nothing in a normal test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_partition_consumer_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split(' ');
+    let (Some(queue), Some(schema)) = (parts.next(), parts.next()) else {
+        panic!("{CHILD_ENV} is `queue schema`");
+    };
+    let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
+        .await
+        .expect("child pool");
+    let source = PartitionedSource::new(amqp_url(), partitioned(queue, PARTITIONS))
+        .with_instance_id(instance())
+        .with_prefetch(32);
+    let mut assignment = source.assignment();
+    let log = pool.clone();
+    tokio::spawn(async move {
+        while assignment.changed().await.is_ok() {
+            let now = assignment.borrow_and_update().clone();
+            if let Some(p) = now {
+                let _ = sqlx::query(
+                    "INSERT INTO part_assignments (instance, partitions) VALUES ($1, $2)",
+                )
+                .bind(instance())
+                .bind(format!("{p:?}"))
+                .execute(&log)
+                .await;
+            }
+        }
+    });
+    Consumer::new(source, consumer::Store::new(pool), record_in_order)
+        .run_until(std::future::pending())
+        .await
+        .expect("child consumer");
+}
+
+const PARTITIONS: u32 = 8;
+
+struct Child(std::process::Child);
+
+impl Child {
+    fn spawn(queue: &str, schema: &str, id: &str) -> Self {
+        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "child_partition_consumer_process", "--nocapture"])
+            .env(CHILD_ENV, format!("{queue} {schema}"))
+            .env(INSTANCE_ENV, id)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn a consumer process");
+        Self(child)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill(); // SIGKILL on Unix
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until `id` has logged an assignment `f` accepts.
+async fn wait_logged_assignment(h: &PgHarness, id: &str, f: impl Fn(&str) -> bool) {
+    support::within(async {
+        loop {
+            let last: Option<String> = sqlx::query_scalar(
+                "SELECT partitions FROM part_assignments WHERE instance = $1 ORDER BY at DESC LIMIT 1",
+            )
+            .bind(id)
+            .fetch_optional(h.pool())
+            .await
+            .expect("assignments");
+            if last.as_deref().is_some_and(&f) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+fn share_of(partitions: &str) -> usize {
+    partitions.matches(',').count() + usize::from(partitions != "[]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_instance() {
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("pproc");
+    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, PARTITIONS));
+    let (keys, per_key) = (100, 100);
+    let all = jobs(keys, 0..per_key);
+    let (first, rest) = all.split_at(4_000);
+    let (second, third) = rest.split_at(3_000);
+
+    let mut children: BTreeMap<&str, Child> = ["c1", "c2", "c3"]
+        .into_iter()
+        .map(|id| (id, Child::spawn(&queue, &h.schema, id)))
+        .collect();
+    for id in ["c1", "c2", "c3"] {
+        wait_logged_assignment(&h, id, |p| (2..=3).contains(&share_of(p))).await;
+    }
+    publish(&publisher, &queue, first).await;
+    wait_effects(&h, 2_000).await;
+
+    // SIGKILL c1 in the middle of its work: another instance takes its
+    // partitions once its heartbeats stop.
+    let held: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT queue FROM part_effects WHERE instance = 'c1'")
+            .fetch_all(h.pool())
+            .await
+            .expect("c1's partitions");
+    assert!(!held.is_empty(), "c1 was consuming");
+    if let Some(mut c1) = children.remove("c1") {
+        c1.kill();
+    }
+    let killed_at: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(h.pool())
+        .await
+        .expect("clock");
+    publish(&publisher, &queue, second).await;
+    wait_effects(&h, 7_000).await;
+    let taken_over: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM min(at))::float8 FROM part_effects \
+         WHERE queue = ANY($1) AND instance <> 'c1' AND at > to_timestamp($2)",
+    )
+    .bind(&held)
+    .bind(killed_at)
+    .fetch_one(h.pool())
+    .await
+    .expect("takeover");
+    let taken_over = taken_over.expect("another instance took over c1's partitions");
+    println!(
+        "takeover after SIGKILL: {:.2} s (heartbeat 1 s, gone after 3 missed)",
+        taken_over - killed_at
+    );
+
+    // An instance added while running takes a share.
+    children.insert("c4", Child::spawn(&queue, &h.schema, "c4"));
+    wait_logged_assignment(&h, "c4", |p| (2..=3).contains(&share_of(p))).await;
+    for id in ["c2", "c3"] {
+        wait_logged_assignment(&h, id, |p| (2..=3).contains(&share_of(p))).await;
+    }
+    publish(&publisher, &queue, third).await;
+    wait_effects(&h, i64::try_from(all.len()).expect("fits")).await;
+    drop(children);
+
+    assert_eq!(
+        count(&h, "SELECT count(*) FROM part_effects").await,
+        i64::try_from(all.len()).expect("fits"),
+        "0 lost, 0 duplicate effects"
+    );
+    assert_in_order_exactly_once(&h, keys, per_key).await;
+    assert!(
+        count(
+            &h,
+            "SELECT count(*) FROM part_effects WHERE instance = 'c4'"
+        )
+        .await
+            > 0,
+        "the added instance processed its share"
+    );
+}
