@@ -101,34 +101,11 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
     }
 
     async fn depths(&self, topic: &str) -> usize {
-        let conn = connect().await;
         let topology = self.topology(topic);
-        let mut ready = 0;
-        let queues = std::iter::once(topology.queue().to_owned())
-            .chain(topology.delay_queues().into_iter().map(|(_, q)| q));
-        let mut channel = conn.create_channel().await.expect("channel");
-        for queue in queues {
-            // A passive declare of a queue a test deleted closes the
-            // channel (and the queue holds nothing): open another.
-            if !channel.status().connected() {
-                channel = conn.create_channel().await.expect("channel");
-            }
-            if let Ok(q) = channel
-                .queue_declare(
-                    queue.as_str().into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        durable: true,
-                        ..Default::default()
-                    },
-                    lapin::types::FieldTable::default(),
-                )
-                .await
-            {
-                ready += u64::from(q.message_count());
-            }
-        }
-        let _ = conn.close(200, "depth read".into()).await;
+        let queues: Vec<String> = std::iter::once(topology.queue().to_owned())
+            .chain(topology.delay_queues().into_iter().map(|(_, q)| q))
+            .collect();
+        let ready = ready_messages(&queues).await;
         let in_flight: u64 = self
             .metrics
             .lock()
@@ -139,23 +116,86 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
     }
 }
 
-impl<const QUORUM: bool> AmqpBroker<QUORUM> {
-    /// Deletes queues of the topology under the running consumer, so what
-    /// is published to them routes nowhere.
-    async fn delete_queues(&self, names: &[String]) {
-        let conn = connect().await;
-        let channel = conn.create_channel().await.expect("channel");
-        for name in names {
-            channel
-                .queue_delete(
-                    name.as_str().into(),
-                    lapin::options::QueueDeleteOptions::default(),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("deleting queue {name}: {e}"));
+/// Messages ready in `queues` (passive declares; a queue a test deleted
+/// holds none).
+pub async fn ready_messages(queues: &[String]) -> u64 {
+    let conn = connect().await;
+    let mut ready = 0;
+    let mut channel = conn.create_channel().await.expect("channel");
+    for queue in queues {
+        // A passive declare of a queue a test deleted closes the
+        // channel (and the queue holds nothing): open another.
+        if !channel.status().connected() {
+            channel = conn.create_channel().await.expect("channel");
         }
-        let _ = conn.close(200, "queues deleted".into()).await;
+        if let Ok(q) = channel
+            .queue_declare(
+                queue.as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    durable: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+        {
+            ready += u64::from(q.message_count());
+        }
     }
+    let _ = conn.close(200, "depth read".into()).await;
+    ready
+}
+
+/// Deletes `names`, so what is published to them routes nowhere.
+pub async fn delete_queues(names: &[String]) {
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    for name in names {
+        channel
+            .queue_delete(
+                name.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("deleting queue {name}: {e}"));
+    }
+    let _ = conn.close(200, "queues deleted".into()).await;
+}
+
+/// Reads every message of `queue` with `basic.get` and puts them all back
+/// in order (one `nack(multiple, requeue)` of the unacked deliveries).
+pub async fn read_in_place(queue: &str) -> Vec<Message> {
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    let mut out = Vec::new();
+    while let Some(got) = channel
+        .basic_get(queue.into(), BasicGetOptions::default())
+        .await
+        .expect("basic.get")
+    {
+        let env = consumer::amqp::headers::to_envelope(
+            queue,
+            &got.delivery,
+            got.delivery.data.clone().into(),
+        );
+        out.push(Message {
+            key: env.key,
+            headers: env.headers,
+            payload: env.payload,
+        });
+    }
+    let _ = channel
+        .basic_nack(
+            0,
+            BasicNackOptions {
+                multiple: true,
+                requeue: true,
+            },
+        )
+        .await;
+    let _ = conn.close(200, "read in place".into()).await;
+    out
 }
 
 impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
@@ -215,8 +255,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
             .insert(topic.to_owned(), vec![source.metrics()]);
         let topology = self.topology(topic);
         if settings.no_dead_letter_destination {
-            self.delete_queues(&[topology.dead_letter_queue().to_owned()])
-                .await;
+            delete_queues(&[topology.dead_letter_queue().to_owned()]).await;
         }
         if settings.no_retry_destination {
             let delays: Vec<String> = topology
@@ -224,7 +263,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
                 .into_iter()
                 .map(|(_, q)| q)
                 .collect();
-            self.delete_queues(&delays).await;
+            delete_queues(&delays).await;
         }
         Ok(source)
     }
@@ -249,44 +288,11 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     /// closes with the messages unacked).
     async fn dead_letters(&self, topic: &str) -> Vec<Message> {
         self.declare(topic).await;
-        let topology = self.topology(topic);
-        let conn = connect().await;
-        let channel = conn.create_channel().await.expect("channel");
-        let mut out = Vec::new();
         if self.settle.get(topic).no_dead_letter_destination {
             // The test deleted it.
-            return out;
+            return Vec::new();
         }
-        while let Some(got) = channel
-            .basic_get(
-                topology.dead_letter_queue().into(),
-                BasicGetOptions::default(),
-            )
-            .await
-            .expect("basic.get on the DLQ")
-        {
-            let env = consumer::amqp::headers::to_envelope(
-                topology.dead_letter_queue(),
-                &got.delivery,
-                got.delivery.data.clone().into(),
-            );
-            out.push(Message {
-                key: env.key,
-                headers: env.headers,
-                payload: env.payload,
-            });
-        }
-        let _ = channel
-            .basic_nack(
-                0,
-                BasicNackOptions {
-                    multiple: true,
-                    requeue: true,
-                },
-            )
-            .await;
-        let _ = conn.close(200, "dead letters read".into()).await;
-        out
+        read_in_place(self.topology(topic).dead_letter_queue()).await
     }
 
     async fn depth(&self, topic: &str) -> usize {

@@ -50,6 +50,11 @@ pub trait BrokerHarness: Clone + Send + Sync + 'static {
     fn publish_destination(&self, topic: &str) -> String;
     /// The name the broker gives `topic` (what a dead letter's origin says).
     fn destination(&self, topic: &str) -> String;
+    /// Whether a message's origin `destination` is `topic` (on a
+    /// partitioned broker, one of its partitions).
+    fn is_destination_of(&self, topic: &str, destination: &str) -> bool {
+        destination == self.destination(topic)
+    }
     /// A new source consuming `topic` (also what a restart after a crash
     /// starts).
     fn connect(

@@ -7,6 +7,8 @@
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
+#[cfg(feature = "amqp")]
+pub mod amqp_partitioned;
 pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod kafka;

@@ -161,6 +161,18 @@ impl PartitionedSource {
         self
     }
 
+    /// The largest dead letter or retry copy the settle publisher sends
+    /// (see [`AmqpPublisher::with_max_message_bytes`]).
+    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
+        self.publisher = self.publisher.with_max_message_bytes(n);
+        let first = self
+            .partitions
+            .first()
+            .map_or_else(|| Arc::new(self.topology.partition(0)), Arc::clone);
+        self.metrics = AmqpMetrics::new(first, self.publisher.clone());
+        self
+    }
+
     /// This instance's id among the others (default: process id and a
     /// random suffix). Ids must differ between running instances.
     pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
