@@ -10,10 +10,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
-use consumer::{Consumer, Outgoing, PgTx, Publisher, handler};
+use consumer::{Consumer, Outgoing, Publisher};
 
 use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
-use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
+use crate::conformance::scale_out::{
+    Child, assert_in_order_exactly_once, count, effects_table, instance, jobs, publish,
+    record_in_order, wait_effects,
+};
+use crate::conformance::support::{self, Harness, Job, PgHarness};
 
 /// The partitioned topology tests use: short delay buckets, expiring queues.
 fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
@@ -21,123 +25,6 @@ fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
         .expect("valid test queue name")
         .with_max_retry_delay(Duration::from_millis(256))
         .with_expires(Duration::from_secs(600))
-}
-
-/// The instance id a process records its effects under.
-fn instance() -> String {
-    std::env::var(INSTANCE_ENV).unwrap_or_else(|_| "test".to_owned())
-}
-
-const INSTANCE_ENV: &str = "CONSUMER_PARTITION_INSTANCE";
-
-/// Records the job with the instance and partition queue that ran it.
-#[handler(idempotency_key = job.id)]
-async fn record_in_order(
-    job: Job,
-    tx: &mut PgTx,
-    ctx: &consumer::MessageContext,
-) -> Result<(), JobError> {
-    sqlx::query(
-        "INSERT INTO part_effects (job_id, key, seq, instance, queue) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(&job.id)
-    .bind(&job.key)
-    .bind(job.seq)
-    .bind(instance())
-    .bind(&ctx.envelope().origin.destination)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn effects_table(h: &PgHarness) {
-    sqlx::query(
-        "CREATE TABLE part_effects (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, \
-         key TEXT NOT NULL, seq BIGINT NOT NULL, instance TEXT NOT NULL, queue TEXT NOT NULL, \
-         at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
-    )
-    .execute(h.pool())
-    .await
-    .expect("effects table");
-    sqlx::query(
-        "CREATE TABLE part_assignments (instance TEXT NOT NULL, partitions TEXT NOT NULL, \
-         at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
-    )
-    .execute(h.pool())
-    .await
-    .expect("assignments table");
-}
-
-async fn count(h: &PgHarness, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(h.pool())
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Polls the effects table (the database has no event to await).
-async fn wait_effects(h: &PgHarness, at_least: i64) {
-    support::within(async {
-        while count(h, "SELECT count(DISTINCT job_id) FROM part_effects").await < at_least {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    })
-    .await;
-}
-
-/// Every key's sequence numbers, in the order their effects were written.
-async fn sequences(h: &PgHarness) -> BTreeMap<String, Vec<i64>> {
-    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT key, seq FROM part_effects ORDER BY id")
-        .fetch_all(h.pool())
-        .await
-        .expect("effects");
-    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for (key, seq) in rows {
-        out.entry(key).or_default().push(seq);
-    }
-    out
-}
-
-/// Each key's effects ran in publish order, each message exactly once.
-async fn assert_in_order_exactly_once(h: &PgHarness, keys: usize, per_key: i64) {
-    let seqs = sequences(h).await;
-    assert_eq!(seqs.len(), keys, "every key has effects");
-    for (key, s) in &seqs {
-        let expected: Vec<i64> = (0..per_key).collect();
-        assert_eq!(
-            s, &expected,
-            "key {key}: its effects ran out of order, twice, or not at all"
-        );
-    }
-}
-
-fn jobs(keys: usize, seqs: std::ops::Range<i64>) -> Vec<Job> {
-    let mut out = Vec::new();
-    for seq in seqs {
-        for k in 0..keys {
-            let key = format!("k{k}");
-            out.push(Job {
-                id: format!("{key}-{seq}"),
-                ..Job::new(&key, seq)
-            });
-        }
-    }
-    out
-}
-
-async fn publish(publisher: &AmqpPublisher, queue: &str, jobs: &[Job]) {
-    for chunk in jobs.chunks(500) {
-        let batch: Vec<Outgoing> = chunk
-            .iter()
-            .map(|j| Outgoing {
-                destination: format!("/{queue}"),
-                message: j.message(),
-            })
-            .collect();
-        for r in publisher.publish(&batch).await {
-            r.expect("publish to the partitioned queue");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,7 +118,7 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
     }
 
     let keys = 20;
-    publish(&publisher, &queue, &jobs(keys, 0..20)).await;
+    publish(&publisher, &format!("/{queue}"), &jobs(keys, 0..20)).await;
     wait_effects(&h, 400).await;
     assert!(
         a_metrics.delivered() > 0 && b_metrics.delivered() > 0,
@@ -253,7 +140,7 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
         .expect("join")
         .expect("b stops");
     wait_assignment(&mut a, |p| p == [0, 1, 2, 3]).await;
-    publish(&publisher, &queue, &jobs(keys, 20..40)).await;
+    publish(&publisher, &format!("/{queue}"), &jobs(keys, 20..40)).await;
     wait_effects(&h, 800).await;
     assert_in_order_exactly_once(&h, keys, 40).await;
     let _ = stop_a.send(());
@@ -306,30 +193,12 @@ async fn child_partition_consumer_process() {
 
 const PARTITIONS: u32 = 8;
 
-struct Child(std::process::Child);
-
-impl Child {
-    fn spawn(queue: &str, schema: &str, id: &str) -> Self {
-        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "child_partition_consumer_process", "--nocapture"])
-            .env(CHILD_ENV, format!("{queue} {schema}"))
-            .env(INSTANCE_ENV, id)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn a consumer process");
-        Self(child)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.0.kill(); // SIGKILL on Unix
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn spawn(queue: &str, schema: &str, id: &str) -> Child {
+    Child::spawn(
+        "child_partition_consumer_process",
+        (CHILD_ENV, format!("{queue} {schema}")),
+        id,
+    )
 }
 
 /// Waits until `id` has logged an assignment `f` accepts.
@@ -369,12 +238,12 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
 
     let mut children: BTreeMap<&str, Child> = ["c1", "c2", "c3"]
         .into_iter()
-        .map(|id| (id, Child::spawn(&queue, &h.schema, id)))
+        .map(|id| (id, spawn(&queue, &h.schema, id)))
         .collect();
     for id in ["c1", "c2", "c3"] {
         wait_logged_assignment(&h, id, |p| (2..=3).contains(&share_of(p))).await;
     }
-    publish(&publisher, &queue, first).await;
+    publish(&publisher, &format!("/{queue}"), first).await;
     wait_effects(&h, 2_000).await;
 
     // SIGKILL c1 in the middle of its work: another instance takes its
@@ -392,7 +261,7 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
         .fetch_one(h.pool())
         .await
         .expect("clock");
-    publish(&publisher, &queue, second).await;
+    publish(&publisher, &format!("/{queue}"), second).await;
     wait_effects(&h, 7_000).await;
     let taken_over: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM min(at))::float8 FROM part_effects \
@@ -410,12 +279,12 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
     );
 
     // An instance added while running takes a share.
-    children.insert("c4", Child::spawn(&queue, &h.schema, "c4"));
+    children.insert("c4", spawn(&queue, &h.schema, "c4"));
     wait_logged_assignment(&h, "c4", |p| (2..=3).contains(&share_of(p))).await;
     for id in ["c2", "c3"] {
         wait_logged_assignment(&h, id, |p| (2..=3).contains(&share_of(p))).await;
     }
-    publish(&publisher, &queue, third).await;
+    publish(&publisher, &format!("/{queue}"), third).await;
     wait_effects(&h, i64::try_from(all.len()).expect("fits")).await;
     drop(children);
 

@@ -12,4 +12,5 @@ pub mod amqp_partitioned;
 pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod scale_out;
 pub mod support;
