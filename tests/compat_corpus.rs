@@ -82,7 +82,11 @@ impl Case {
 
     fn snapshots(&self) -> Vec<(String, &Value)> {
         let older = &self.versions[..self.versions.len() - 1];
-        older.iter().enumerate().map(|(i, v)| (format!("v{}", i + 1), v)).collect()
+        older
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("v{}", i + 1), v))
+            .collect()
     }
 }
 
@@ -102,20 +106,36 @@ fn breaking(writer: &Value, reader: &Value) -> Vec<String> {
 #[test]
 fn every_case_has_its_expected_verdict_in_every_mode() {
     let corpus = corpus();
-    assert!(corpus.cases.len() >= 30, "the corpus has {} cases, fewer than 30", corpus.cases.len());
+    assert!(
+        corpus.cases.len() >= 30,
+        "the corpus has {} cases, fewer than 30",
+        corpus.cases.len()
+    );
     let mut wrong = Vec::new();
     for case in &corpus.cases {
-        assert!(case.versions.len() >= 2, "case `{}` needs at least two versions", case.name);
+        assert!(
+            case.versions.len() >= 2,
+            "case `{}` needs at least two versions",
+            case.name
+        );
         let snapshots = case.snapshots();
         for mode in Mode::ALL {
             let report = mode
-                .check(&case.name, case.current(), snapshots.iter().map(|(l, v)| (l.as_str(), *v)))
+                .check(
+                    &case.name,
+                    case.current(),
+                    snapshots.iter().map(|(l, v)| (l.as_str(), *v)),
+                )
                 .unwrap_or_else(|e| panic!("case `{}`: {e}", case.name));
             if report.compatible != case.expected(mode) {
                 wrong.push(format!(
                     "`{}` in {mode}: expected {}, got:\n{report:#}",
                     case.name,
-                    if case.expected(mode) { "compatible" } else { "incompatible" }
+                    if case.expected(mode) {
+                        "compatible"
+                    } else {
+                        "incompatible"
+                    }
                 ));
             }
         }
@@ -126,17 +146,28 @@ fn every_case_has_its_expected_verdict_in_every_mode() {
             expected.sort();
             let backward = breaking(previous, case.current());
             if backward != expected {
-                wrong.push(format!("`{}` backward against {latest}: expected {expected:?}, found {backward:?}", case.name));
+                wrong.push(format!(
+                    "`{}` backward against {latest}: expected {expected:?}, found {backward:?}",
+                    case.name
+                ));
             }
             let mut expected = breaks.forward.clone();
             expected.sort();
             let forward = breaking(case.current(), previous);
             if forward != expected {
-                wrong.push(format!("`{}` forward against {latest}: expected {expected:?}, found {forward:?}", case.name));
+                wrong.push(format!(
+                    "`{}` forward against {latest}: expected {expected:?}, found {forward:?}",
+                    case.name
+                ));
             }
         }
     }
-    assert!(wrong.is_empty(), "{} mismatches:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} mismatches:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -156,25 +187,37 @@ fn the_corpus_has_histories_that_only_transitive_modes_reject() {
             .any(|(plain, transitive)| c.expected(*plain) && !c.expected(*transitive))
         })
         .count();
-    assert!(transitive_only >= 2, "only {transitive_only} histories pass a plain mode and fail its transitive form");
+    assert!(
+        transitive_only >= 2,
+        "only {transitive_only} histories pass a plain mode and fail its transitive form"
+    );
 }
 
 #[test]
 fn every_recorded_divergence_differs_from_the_expected_verdict() {
     for case in corpus().cases {
-        let Some(divergence) = &case.json_schema_diff else { continue };
-        assert!(!divergence.diverges.trim().is_empty(), "case `{}` records a divergence without saying why", case.name);
+        let Some(divergence) = &case.json_schema_diff else {
+            continue;
+        };
+        assert!(
+            !divergence.diverges.trim().is_empty(),
+            "case `{}` records a divergence without saying why",
+            case.name
+        );
         if divergence.reports == json!("error") {
             continue;
         }
-        let reports = divergence
-            .reports
-            .as_object()
-            .unwrap_or_else(|| panic!("case `{}`: `reports` is \"error\" or an object of verdicts", case.name));
+        let reports = divergence.reports.as_object().unwrap_or_else(|| {
+            panic!(
+                "case `{}`: `reports` is \"error\" or an object of verdicts",
+                case.name
+            )
+        });
         assert!(
-            Mode::ALL
-                .iter()
-                .any(|m| reports.get(&key(*m)).and_then(Value::as_bool).is_some_and(|v| v != case.expected(*m))),
+            Mode::ALL.iter().any(|m| reports
+                .get(&key(*m))
+                .and_then(Value::as_bool)
+                .is_some_and(|v| v != case.expected(*m))),
             "case `{}` records a divergence whose verdicts all equal the expected ones",
             case.name
         );
@@ -197,7 +240,10 @@ fn run_json_schema_diff(pairs: &[(Value, Value)]) -> Vec<ToolSays> {
     }
     .dir();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/json_schema_diff.js");
-    let input: Vec<Value> = pairs.iter().map(|(s, d)| json!({"source": s, "destination": d})).collect();
+    let input: Vec<Value> = pairs
+        .iter()
+        .map(|(s, d)| json!({"source": s, "destination": d}))
+        .collect();
     let mut child = Command::new("node")
         .arg(script)
         .arg(&package)
@@ -210,10 +256,18 @@ fn run_json_schema_diff(pairs: &[(Value, Value)]) -> Vec<ToolSays> {
         .stdin
         .take()
         .expect("piped stdin")
-        .write_all(serde_json::to_string(&input).expect("serialises").as_bytes())
+        .write_all(
+            serde_json::to_string(&input)
+                .expect("serialises")
+                .as_bytes(),
+        )
         .expect("writes the pairs");
     let out = child.wait_with_output().expect("node finishes");
-    assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<ToolSays> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| {
@@ -227,7 +281,13 @@ fn run_json_schema_diff(pairs: &[(Value, Value)]) -> Vec<ToolSays> {
             }
         })
         .collect();
-    assert_eq!(lines.len(), pairs.len(), "{script} answered {} of {} pairs", lines.len(), pairs.len());
+    assert_eq!(
+        lines.len(),
+        pairs.len(),
+        "{script} answered {} of {} pairs",
+        lines.len(),
+        pairs.len()
+    );
     lines
 }
 
@@ -271,16 +331,30 @@ fn json_schema_diff_agrees_except_for_the_recorded_divergences() {
             continue;
         }
         if !errors.is_empty() {
-            wrong.push(format!("`{}`: json-schema-diff failed: {}", case.name, errors.join("; ")));
+            wrong.push(format!(
+                "`{}`: json-schema-diff failed: {}",
+                case.name,
+                errors.join("; ")
+            ));
             continue;
         }
         let ok = |a: &ToolSays, backward: bool| match a {
-            ToolSays::Diff { added, removed } => if backward { !removed } else { !added },
+            ToolSays::Diff { added, removed } => {
+                if backward {
+                    !removed
+                } else {
+                    !added
+                }
+            }
             ToolSays::Error(_) => false,
         };
         let latest = answers.last().expect("a pair");
         let verdict = |mode: Mode| -> bool {
-            let compared: &[ToolSays] = if mode.is_transitive() { answers } else { std::slice::from_ref(latest) };
+            let compared: &[ToolSays] = if mode.is_transitive() {
+                answers
+            } else {
+                std::slice::from_ref(latest)
+            };
             let backward = compared.iter().all(|a| ok(a, true));
             let forward = compared.iter().all(|a| ok(a, false));
             match mode {
@@ -310,5 +384,10 @@ fn json_schema_diff_agrees_except_for_the_recorded_divergences() {
             }
         }
     }
-    assert!(wrong.is_empty(), "{} disagreements:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} disagreements:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }

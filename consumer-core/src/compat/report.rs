@@ -187,3 +187,62 @@ impl fmt::Display for Report {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn report() -> Report {
+        let v1 = json!({"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": false});
+        let v2 = json!({"type": "object", "properties": {"id": {"type": "string"}, "note": {"type": "string"}},
+                        "additionalProperties": false});
+        Mode::Full
+            .check("com.example.OrderPlaced", &v2, [("v1", &v1)])
+            .expect("checks")
+    }
+
+    #[test]
+    fn display_says_what_broke_where_and_under_which_rule() {
+        let text = report().to_string();
+        assert!(
+            text.starts_with("com.example.OrderPlaced: FULL: INCOMPATIBLE, 1 breaking change"),
+            "{text}"
+        );
+        assert!(text.contains("backward against v1: ok"), "{text}");
+        assert!(
+            text.contains(
+                "forward against v1: BREAKS (data written with the current schema, read with v1)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL at #/properties/note"),
+            "{text}"
+        );
+        assert!(!text.contains("(compatible)"), "{text}");
+        let all = format!("{:#}", report());
+        assert!(
+            all.contains(
+                "(compatible) OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL at #/properties/note"
+            ),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn serialises_for_machines() {
+        let v = serde_json::to_value(report()).expect("serialises");
+        assert_eq!(v["mode"], "FULL");
+        assert_eq!(v["compatible"], false);
+        assert_eq!(v["comparisons"][1]["direction"], "forward");
+        assert_eq!(
+            v["comparisons"][1]["findings"][0]["rule"],
+            "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL"
+        );
+        assert_eq!(
+            v["comparisons"][1]["findings"][0]["path"],
+            "/properties/note"
+        );
+    }
+}

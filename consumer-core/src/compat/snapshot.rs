@@ -1,18 +1,5 @@
-//! The committed snapshots of each message type's schema history, on disk:
-//!
-//! ```text
-//! contracts/                      the snapshot directory (any path)
-//!   com.example.OrderPlaced/      one directory per event type (its CloudEvents `type`)
-//!     v1.json                     the schema as first released
-//!     v2.json                     each later released schema, numbered from 1 with no gaps
-//!   com.example.OrderShipped/
-//!     v1.json
-//! ```
-//!
-//! Each `vN.json` is a draft-07 JSON Schema document (as `schemars` emits
-//! it, `definitions` included). Other files (a `README.md`) are ignored;
-//! a `.json` file not named `vN.json`, or a missing number, is an error
-//! rather than a silently shorter history.
+//! The committed snapshots of each message type's schema history, on disk
+//! (the layout is on [`SnapshotDir`]).
 
 use std::fs;
 use std::io;
@@ -25,7 +12,21 @@ use super::mode::Mode;
 use super::report::Report;
 
 /// A directory of committed schema snapshots, one subdirectory per event
-/// type (see the [module docs](self) for the layout).
+/// type:
+///
+/// ```text
+/// contracts/                      the snapshot directory (any path)
+///   com.example.OrderPlaced/      one directory per event type (its CloudEvents `type`)
+///     v1.json                     the schema as first released
+///     v2.json                     each later released schema, numbered from 1 with no gaps
+///   com.example.OrderShipped/
+///     v1.json
+/// ```
+///
+/// Each `vN.json` is a draft-07 JSON Schema document (as `schemars` emits
+/// it, `definitions` included). Other files (a `README.md`) are ignored;
+/// a `.json` file not named `vN.json`, or a missing number, is an error
+/// rather than a silently shorter history.
 #[derive(Clone, Debug)]
 pub struct SnapshotDir {
     root: PathBuf,
@@ -112,8 +113,9 @@ impl SnapshotDir {
                 .file_type()
                 .map_err(|e| io_error(&entry.path(), e))?
                 .is_dir();
-            if let (true, Some(name)) = (is_dir, entry.file_name().to_str()) {
-                types.push(name.to_owned());
+            match entry.file_name().to_str() {
+                Some(name) if is_dir && !name.starts_with('.') => types.push(name.to_owned()),
+                _ => {}
             }
         }
         types.sort();

@@ -71,7 +71,7 @@ impl<'a> Walk<'a> {
         // documents (others may be a split of a `type` array, made here):
         // those are the ones recursion and sharing go through.
         let key =
-            (w_ref && r_ref).then(|| (w as *const Value as usize, r as *const Value as usize));
+            (w_ref && r_ref).then_some((w as *const Value as usize, r as *const Value as usize));
         if let Some(key) = key {
             if let Some(done) = self.memo.get(&key) {
                 return Ok(done.clone());
@@ -195,12 +195,12 @@ impl<'a> Walk<'a> {
                         return Ok(Some(found));
                     }
                 }
-                if w_kind != Combinator::AllOf {
-                    if let Some(split) = split_types(ro) {
-                        return self
-                            .both_combined(w_kind, &w_subs, Combinator::AnyOf, &split)
-                            .map(Some);
-                    }
+                if w_kind != Combinator::AllOf
+                    && let Some(split) = split_types(ro)
+                {
+                    return self
+                        .both_combined(w_kind, &w_subs, Combinator::AnyOf, &split)
+                        .map(Some);
                 }
                 Ok(Some(vec![Finding::new(Rule::TypeChanged)]))
             }
@@ -733,7 +733,9 @@ fn annotations(out: &mut Vec<Finding>, w: &Value, r: &Value) {
     }
 }
 
+/// The keyword combining alternatives (named as the keywords are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)]
 enum Combinator {
     AllOf,
     AnyOf,
