@@ -356,8 +356,8 @@ impl<'a> Walk<'a> {
             }
         }
 
-        let w_model = ContentModel::of(wo);
-        let r_model = ContentModel::of(ro);
+        let w_model = ContentModel::of(wo, Side::Writer);
+        let r_model = ContentModel::of(ro, Side::Reader);
         for (name, w_prop) in w_props {
             match r_props.get(name) {
                 Some(r_prop) => {
@@ -1059,27 +1059,35 @@ enum ContentModel<'v> {
     /// reads by default, ignoring unknown fields.
     Open,
     /// It takes those that pass a schema (`additionalProperties: {..}`, a
-    /// map's values; or `patternProperties`, whose patterns are not
-    /// matched here, so they count as the schema `true` for covering).
+    /// map's values).
     Partial(Cow<'v, Value>),
     /// It takes none (`additionalProperties: false`, serde's
     /// `deny_unknown_fields`).
     Closed,
 }
 
+/// Which side a content model is on: with `patternProperties`, whose
+/// regexes are not matched here, each side assumes the worst.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// A writer with patterns may have sent any value under a new name.
+    Writer,
+    /// A reader with patterns may reject a property it no longer declares.
+    Reader,
+}
+
 impl<'v> ContentModel<'v> {
-    fn of(o: &'v Map<String, Value>) -> Self {
-        Self::from_keywords(
-            o.get("additionalProperties"),
-            o.contains_key("patternProperties"),
-        )
+    fn of(o: &'v Map<String, Value>, side: Side) -> Self {
+        if o.contains_key("patternProperties") {
+            return ContentModel::Partial(Cow::Owned(Value::Bool(side == Side::Writer)));
+        }
+        Self::from_keywords(o.get("additionalProperties"))
     }
 
-    fn from_keywords(extra: Option<&'v Value>, patterns: bool) -> Self {
+    fn from_keywords(extra: Option<&'v Value>) -> Self {
         match extra {
-            Some(Value::Bool(false)) if !patterns => ContentModel::Closed,
+            Some(Value::Bool(false)) => ContentModel::Closed,
             Some(schema @ Value::Object(_)) => ContentModel::Partial(Cow::Borrowed(schema)),
-            _ if patterns => ContentModel::Partial(Cow::Owned(Value::Bool(true))),
             _ => ContentModel::Open,
         }
     }
@@ -1088,7 +1096,7 @@ impl<'v> ContentModel<'v> {
 /// The content model of a tuple (`items` as an array), from
 /// `additionalItems`.
 fn tuple_model(o: &Map<String, Value>) -> ContentModel<'_> {
-    ContentModel::from_keywords(o.get("additionalItems"), false)
+    ContentModel::from_keywords(o.get("additionalItems"))
 }
 
 /// An array schema's `items`: one schema for every item, or a tuple's
@@ -1381,5 +1389,145 @@ mod tests {
             breaks(w, r),
             ["PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL@/properties/a~1b"]
         );
+    }
+
+    #[test]
+    fn a_producer_that_omits_a_field_breaks_a_consumer_that_requires_it() {
+        // Serialize schema: `#[serde(skip_serializing_if = "Option::is_none")]`
+        // makes `note` optional for the producer.
+        let producer = object(
+            json!({"id": {"type": "string"}, "note": {"type": "string"}}),
+            &["id"],
+            false,
+        );
+        // Deserialize schema of a consumer that requires it.
+        let strict = object(
+            json!({"id": {"type": "string"}, "note": {"type": "string"}}),
+            &["id", "note"],
+            false,
+        );
+        // Deserialize schema of one with `#[serde(default)]` on it.
+        let lenient = object(
+            json!({"id": {"type": "string"}, "note": {"type": "string", "default": ""}}),
+            &["id"],
+            false,
+        );
+        assert_eq!(
+            breaks(producer.clone(), strict),
+            ["REQUIRED_ATTRIBUTE_ADDED@/required/note"]
+        );
+        assert!(breaks(producer, lenient).is_empty());
+    }
+
+    #[test]
+    fn combination_keywords_change() {
+        let a = json!({"type": "string"});
+        let b = json!({"type": "integer"});
+        let one = json!({"oneOf": [a, b]});
+        let any = json!({"anyOf": [a, b]});
+        let all = json!({"allOf": [a, b]});
+        assert!(breaks(one.clone(), any.clone()).is_empty());
+        assert_eq!(breaks(any.clone(), one), ["COMBINED_TYPE_CHANGED@"]);
+        assert_eq!(breaks(any, all), ["COMBINED_TYPE_CHANGED@"]);
+        let fewer = json!({"allOf": [{"type": "string"}]});
+        let more = json!({"allOf": [{"type": "string"}, {"maxLength": 3}]});
+        assert!(breaks(more.clone(), fewer.clone()).is_empty());
+        assert!(breaks(fewer, more).contains(&"PRODUCT_TYPE_EXTENDED@".to_owned()));
+    }
+
+    #[test]
+    fn tuples_follow_their_content_model() {
+        let one = json!({"type": "array", "items": [{"type": "string"}], "additionalItems": false});
+        let two = json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false});
+        let open_one = json!({"type": "array", "items": [{"type": "string"}]});
+        let open_two = json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]});
+        assert!(breaks(one.clone(), two.clone()).is_empty());
+        assert_eq!(
+            breaks(two, one),
+            ["ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL@/items/1"]
+        );
+        assert_eq!(
+            breaks(open_one.clone(), open_two.clone()),
+            ["ITEM_ADDED_TO_OPEN_CONTENT_MODEL@/items/1"]
+        );
+        assert!(breaks(open_two, open_one).is_empty());
+    }
+
+    #[test]
+    fn partially_open_models_cover_properties_that_pass_their_schema() {
+        let w = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "number"}});
+        let r =
+            json!({"type": "object", "properties": {}, "additionalProperties": {"type": "number"}});
+        let found = compare(&w, &r).expect("compares");
+        assert!(is_compatible(&found), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|f| f.rule == Rule::PropertyRemovedIsCoveredByPartiallyOpenContentModel)
+        );
+        let narrow =
+            json!({"type": "object", "properties": {}, "additionalProperties": {"type": "string"}});
+        assert!(
+            breaks(w, narrow).contains(
+                &"PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL@/properties/a"
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn const_is_a_one_value_enum() {
+        let placed = json!({"type": "string", "const": "Placed"});
+        let either = json!({"type": "string", "enum": ["Placed", "Paid"]});
+        assert!(breaks(placed.clone(), either.clone()).is_empty());
+        assert_eq!(breaks(either, placed), ["ENUM_ARRAY_NARROWED@/const"]);
+    }
+
+    #[test]
+    fn exclusive_bounds_and_unique_items() {
+        assert_eq!(
+            breaks(
+                json!({"type": "number", "exclusiveMinimum": 0}),
+                json!({"type": "number", "exclusiveMinimum": 1})
+            ),
+            ["EXCLUSIVE_MINIMUM_INCREASED@/exclusiveMinimum"]
+        );
+        assert_eq!(
+            breaks(
+                json!({"type": "array", "items": true}),
+                json!({"type": "array", "items": true, "uniqueItems": true})
+            ),
+            ["UNIQUE_ITEMS_ADDED@/uniqueItems"]
+        );
+    }
+
+    #[test]
+    fn a_schema_accepting_anything_reads_everything() {
+        assert!(breaks(json!({"type": "string"}), json!({})).is_empty());
+        assert!(breaks(json!({"type": "string"}), json!(true)).is_empty());
+        assert_eq!(
+            breaks(json!(true), json!({"type": "string"})),
+            ["TYPE_CHANGED@"]
+        );
+        assert!(breaks(json!(false), json!({"type": "string"})).is_empty());
+    }
+
+    #[test]
+    fn pattern_properties_assume_the_worst_on_each_side() {
+        let patterned = json!({"type": "object", "properties": {"a": {"type": "string"}},
+                               "patternProperties": {"^x-": {"type": "string"}}});
+        let without_a = json!({"type": "object", "properties": {},
+                               "patternProperties": {"^x-": {"type": "string"}}});
+        // The reader's patterns may reject the `a` it no longer declares.
+        assert!(
+            breaks(patterned.clone(), without_a.clone()).contains(
+                &"PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL@/properties/a"
+                    .to_owned()
+            )
+        );
+        // The writer's patterns may have sent anything under `a`.
+        assert!(breaks(without_a, patterned).contains(
+            &"PROPERTY_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL@/properties/a".to_owned()
+        ));
     }
 }
