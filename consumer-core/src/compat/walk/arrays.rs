@@ -65,7 +65,7 @@ impl Walk<'_> {
                 },
                 (None, Some(r)) => match &w_model {
                     ContentModel::Open => {
-                        let rule = if accepts_anything(resolve(self.reader_root, r, "reader")?.0) {
+                        let rule = if accepts_anything(resolve(self.reader_root, r, "reader")?) {
                             Rule::ItemWithEmptySchemaAddedToOpenContentModel
                         } else {
                             Rule::ItemAddedToOpenContentModel

@@ -2,11 +2,11 @@
 //! one (serde enums' variants, `Option`'s null), a `type` array read as a
 //! sum of its types.
 
-use std::borrow::Cow;
+use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
-use super::{Walk, is_compatible};
+use super::{Walk, accepts_anything, is_compatible};
 use crate::compat::CompatError;
 use crate::compat::report::Finding;
 use crate::compat::rule::Rule;
@@ -14,6 +14,10 @@ use crate::compat::rule::Rule;
 impl Walk<'_> {
     /// `anyOf`/`oneOf`/`allOf` on either side; `None` when neither has one
     /// and the schemas are compared keyword by keyword.
+    ///
+    /// Keywords beside a reader's combinator (a struct's own properties
+    /// next to a flattened enum's `oneOf`) constrain too: the writer must
+    /// pass them as well as one alternative.
     pub(super) fn combinators(
         &mut self,
         w: &Value,
@@ -23,53 +27,114 @@ impl Walk<'_> {
     ) -> Result<Option<Vec<Finding>>, CompatError> {
         let wc = combinator(wo);
         let rc = combinator(ro);
-        match (wc, rc) {
-            (None, None) => Ok(None),
-            (None, Some((r_kind, r_subs))) => {
-                if let [only] = r_subs.as_slice() {
-                    let found = self.diff(w, only)?;
-                    if is_compatible(&found) {
-                        return Ok(Some(found));
-                    }
-                }
-                if r_kind != Combinator::AllOf {
-                    // A writer with a `type` array is a sum of its types.
-                    if let Some(split) = split_types(wo) {
-                        return self
-                            .both_combined(Combinator::AnyOf, &split, r_kind, &r_subs)
-                            .map(Some);
-                    }
-                    for sub in r_subs.iter() {
-                        let found = self.diff(w, sub)?;
-                        if is_compatible(&found) {
-                            let mut out = found;
-                            out.push(Finding::new(Rule::SumTypeExtended));
-                            return Ok(Some(out));
-                        }
-                    }
-                }
-                Ok(Some(vec![Finding::new(Rule::TypeChanged)]))
+        let (w_combined, r_combined) = (wc.is_some(), rc.is_some());
+        let mut out = match (wc, rc) {
+            (None, None) => return Ok(None),
+            (None, Some((r_kind, r_subs))) => self.into_combined(w, wo, r_kind, &r_subs)?,
+            (Some((w_kind, w_subs)), None) => self.from_combined(w_kind, &w_subs, r, ro)?,
+            (Some((w_kind, w_subs)), Some((r_kind, r_subs))) => {
+                self.both_combined(w_kind, &w_subs, r_kind, &r_subs)?
             }
-            (Some((w_kind, w_subs)), None) => {
-                if let [only] = w_subs.as_slice() {
-                    let found = self.diff(only, r)?;
-                    if is_compatible(&found) {
-                        return Ok(Some(found));
-                    }
+        };
+        if let Some(r_rest) = rest(ro).filter(|_| r_combined) {
+            // The writer's own keywords, when it has some, say what it
+            // writes beside its alternatives; otherwise the whole writer.
+            let r_rest = self.made(r_rest);
+            let found = match rest(wo).filter(|_| w_combined) {
+                Some(w_rest) => {
+                    let w_rest = self.made(w_rest);
+                    self.diff(&w_rest, &r_rest)?
                 }
-                if w_kind != Combinator::AllOf
-                    && let Some(split) = split_types(ro)
-                {
-                    return self
-                        .both_combined(w_kind, &w_subs, Combinator::AnyOf, &split)
-                        .map(Some);
-                }
-                Ok(Some(vec![Finding::new(Rule::TypeChanged)]))
-            }
-            (Some((w_kind, w_subs)), Some((r_kind, r_subs))) => self
-                .both_combined(w_kind, &w_subs, r_kind, &r_subs)
-                .map(Some),
+                None => self.diff(w, &r_rest)?,
+            };
+            out.extend(found);
         }
+        Ok(Some(out))
+    }
+
+    /// A plain writer read through the reader's alternatives.
+    fn into_combined(
+        &mut self,
+        w: &Value,
+        wo: &Map<String, Value>,
+        r_kind: Combinator,
+        r_subs: &[&Value],
+    ) -> Result<Vec<Finding>, CompatError> {
+        if let [only] = r_subs {
+            let found = self.diff(w, only)?;
+            if is_compatible(&found) {
+                return Ok(found);
+            }
+        }
+        if r_kind == Combinator::AllOf {
+            // Every part must read it.
+            let mut out = Vec::new();
+            for (i, sub) in r_subs.iter().enumerate() {
+                let found = self.diff(w, sub)?;
+                if !is_compatible(&found) {
+                    return Ok(vec![Finding::new(Rule::TypeChanged)]);
+                }
+                let index = i.to_string();
+                out.extend(found.into_iter().map(|f| f.under(&["allOf", &index])));
+            }
+            return Ok(out);
+        }
+        // A writer with a `type` array is a sum of its types.
+        if let Some(split) = split_types(wo) {
+            let split: Vec<Rc<Value>> = split.into_iter().map(|s| self.made(s)).collect();
+            let split: Vec<&Value> = split.iter().map(|s| s.as_ref()).collect();
+            return self.both_combined(Combinator::AnyOf, &split, r_kind, r_subs);
+        }
+        for sub in r_subs {
+            let found = self.diff(w, sub)?;
+            if is_compatible(&found) {
+                let mut out = found;
+                out.push(Finding::new(Rule::SumTypeExtended));
+                return Ok(out);
+            }
+        }
+        Ok(vec![Finding::new(Rule::TypeChanged)])
+    }
+
+    /// A writer's alternatives read by a plain reader.
+    fn from_combined(
+        &mut self,
+        w_kind: Combinator,
+        w_subs: &[&Value],
+        r: &Value,
+        ro: &Map<String, Value>,
+    ) -> Result<Vec<Finding>, CompatError> {
+        if let [only] = w_subs {
+            let found = self.diff(only, r)?;
+            if is_compatible(&found) {
+                return Ok(found);
+            }
+        }
+        if w_kind == Combinator::AllOf {
+            return Ok(vec![Finding::new(Rule::TypeChanged)]);
+        }
+        if let Some(split) = split_types(ro) {
+            let split: Vec<Rc<Value>> = split.into_iter().map(|s| self.made(s)).collect();
+            let split: Vec<&Value> = split.iter().map(|s| s.as_ref()).collect();
+            return self.both_combined(w_kind, w_subs, Combinator::AnyOf, &split);
+        }
+        // Whatever alternative a value was written under, the reader reads
+        // it when it reads every alternative (Confluent gives up here and
+        // says TYPE_CHANGED).
+        let mut out = Vec::new();
+        for (i, sub) in w_subs.iter().enumerate() {
+            let found = self.diff(sub, r)?;
+            if !is_compatible(&found) {
+                return Ok(vec![Finding::new(Rule::TypeChanged)]);
+            }
+            let index = i.to_string();
+            out.extend(
+                found
+                    .into_iter()
+                    .map(|f| f.under(&[w_kind.keyword(), &index])),
+            );
+        }
+        Ok(out)
     }
 
     /// Both sides combine alternatives: the criteria are compared, then the
@@ -78,9 +143,9 @@ impl Walk<'_> {
     fn both_combined(
         &mut self,
         w_kind: Combinator,
-        w_subs: &[Cow<'_, Value>],
+        w_subs: &[&Value],
         r_kind: Combinator,
-        r_subs: &[Cow<'_, Value>],
+        r_subs: &[&Value],
     ) -> Result<Vec<Finding>, CompatError> {
         let mut out = Vec::new();
         if w_kind != r_kind {
@@ -162,20 +227,31 @@ impl Combinator {
     }
 }
 
-fn combinator(o: &Map<String, Value>) -> Option<(Combinator, Vec<Cow<'_, Value>>)> {
+fn combinator(o: &Map<String, Value>) -> Option<(Combinator, Vec<&Value>)> {
     [Combinator::AllOf, Combinator::AnyOf, Combinator::OneOf]
         .into_iter()
         .find_map(|c| {
             o.get(c.keyword())
                 .and_then(Value::as_array)
-                .map(|subs| (c, subs.iter().map(Cow::Borrowed).collect()))
+                .map(|subs| (c, subs.iter().collect()))
         })
+}
+
+/// The schema without its combination keywords, when what is left still
+/// constrains values.
+fn rest(o: &Map<String, Value>) -> Option<Value> {
+    let mut rest = o.clone();
+    for c in [Combinator::AllOf, Combinator::AnyOf, Combinator::OneOf] {
+        rest.remove(c.keyword());
+    }
+    let rest = Value::Object(rest);
+    (!accepts_anything(&rest)).then_some(rest)
 }
 
 /// A schema whose `type` names several types, as one schema per type (the
 /// keywords kept on each): `["string", "null"]` is `anyOf` a string schema
 /// and a null schema.
-fn split_types(o: &Map<String, Value>) -> Option<Vec<Cow<'static, Value>>> {
+fn split_types(o: &Map<String, Value>) -> Option<Vec<Value>> {
     let types = o.get("type")?.as_array()?;
     if types.len() < 2 {
         return None;
@@ -186,17 +262,17 @@ fn split_types(o: &Map<String, Value>) -> Option<Vec<Cow<'static, Value>>> {
             .map(|t| {
                 let mut one = o.clone();
                 one.insert("type".to_owned(), t.clone());
-                Cow::Owned(Value::Object(one))
+                Value::Object(one)
             })
             .collect(),
     )
 }
 
-fn distinct<'v>(subs: &'v [Cow<'v, Value>]) -> Vec<&'v Value> {
+fn distinct<'v>(subs: &[&'v Value]) -> Vec<&'v Value> {
     let mut seen: Vec<&Value> = Vec::with_capacity(subs.len());
     for sub in subs {
-        if !seen.contains(&sub.as_ref()) {
-            seen.push(sub.as_ref());
+        if !seen.contains(sub) {
+            seen.push(sub);
         }
     }
     seen

@@ -12,6 +12,7 @@ mod scalars;
 mod tests;
 
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use serde_json::Value;
 
@@ -43,6 +44,7 @@ pub fn compare(writer: &Value, reader: &Value) -> Result<Vec<Finding>, CompatErr
         reader_root: reader,
         in_progress: HashSet::new(),
         memo: HashMap::new(),
+        made: Vec::new(),
     };
     walk.diff(writer, reader)
 }
@@ -65,6 +67,10 @@ pub(super) struct Walk<'a> {
     /// Finished pairs, with paths relative to the pair, so a definition
     /// used from many places is compared once.
     memo: HashMap<PairKey, Vec<Finding>>,
+    /// Schemas made during the walk (a `type` array split by type, the
+    /// keywords beside a combinator), kept until it ends so no two
+    /// schemas compared ever share an address.
+    made: Vec<Rc<Value>>,
 }
 
 impl<'a> Walk<'a> {
@@ -73,33 +79,34 @@ impl<'a> Walk<'a> {
         writer: &Value,
         reader: &Value,
     ) -> Result<Vec<Finding>, CompatError> {
-        let (w, w_ref) = resolve(self.writer_root, writer, "writer")?;
-        let (r, r_ref) = resolve(self.reader_root, reader, "reader")?;
-        // Only schemas reached through a `$ref` are known to live in the
-        // documents (others may be a split of a `type` array, made here):
-        // those are the ones recursion and sharing go through.
-        let key =
-            (w_ref && r_ref).then_some((w as *const Value as usize, r as *const Value as usize));
-        if let Some(key) = key {
-            if let Some(done) = self.memo.get(&key) {
-                return Ok(done.clone());
-            }
-            if !self.in_progress.insert(key) {
-                return Ok(Vec::new());
-            }
+        let w = resolve(self.writer_root, writer, "writer")?;
+        let r = resolve(self.reader_root, reader, "reader")?;
+        // Every schema compared lives in a document or in `made` until the
+        // walk ends, so an address names one schema for the whole walk.
+        let key = (w as *const Value as usize, r as *const Value as usize);
+        if let Some(done) = self.memo.get(&key) {
+            return Ok(done.clone());
+        }
+        if !self.in_progress.insert(key) {
+            return Ok(Vec::new());
         }
         let found = self.diff_resolved(w, r);
-        if let Some(key) = key {
-            self.in_progress.remove(&key);
-            if let Ok(found) = &found {
-                self.memo.insert(key, found.clone());
-            }
+        self.in_progress.remove(&key);
+        if let Ok(found) = &found {
+            self.memo.insert(key, found.clone());
         }
         found
     }
 
     /// Compares `writer` and `reader` and appends what differs under
     /// `segments` (JSON pointer segments, unescaped).
+    /// Keeps a schema made during the walk for as long as the walk lasts.
+    pub(super) fn made(&mut self, schema: Value) -> Rc<Value> {
+        let schema = Rc::new(schema);
+        self.made.push(Rc::clone(&schema));
+        schema
+    }
+
     pub(super) fn nested(
         &mut self,
         out: &mut Vec<Finding>,
@@ -159,18 +166,16 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// Follows `$ref`s from `schema` inside `root`; also says whether one was
-/// followed.
+/// Follows `$ref`s from `schema` inside `root`.
 pub(super) fn resolve<'v>(
     root: &'v Value,
     schema: &'v Value,
     side: &'static str,
-) -> Result<(&'v Value, bool), CompatError> {
+) -> Result<&'v Value, CompatError> {
     let mut current = schema;
-    let mut followed = false;
     for _ in 0..MAX_REF_CHAIN {
         let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
-            return Ok((current, followed));
+            return Ok(current);
         };
         let Some(pointer) = reference.strip_prefix('#') else {
             return Err(CompatError::Reference {
@@ -186,7 +191,6 @@ pub(super) fn resolve<'v>(
                 reference: reference.to_owned(),
                 reason: "it points at nothing in the document",
             })?;
-        followed = true;
     }
     Err(CompatError::Reference {
         side,

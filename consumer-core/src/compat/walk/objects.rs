@@ -3,8 +3,6 @@
 //! `additionalProperties` schema), `required`, maps' values, property
 //! counts.
 
-use std::borrow::Cow;
-
 use serde_json::{Map, Value};
 
 use super::scalars::{Bound, bound};
@@ -98,7 +96,7 @@ impl Walk<'_> {
             // under that name.
             match &w_model {
                 ContentModel::Open => {
-                    let rule = if accepts_anything(resolve(self.reader_root, r_prop, "reader")?.0) {
+                    let rule = if accepts_anything(resolve(self.reader_root, r_prop, "reader")?) {
                         Rule::PropertyWithEmptySchemaAddedToOpenContentModel
                     } else {
                         Rule::PropertyAddedToOpenContentModel
@@ -187,7 +185,6 @@ impl Walk<'_> {
             return Ok(true);
         }
         Ok(resolve(self.reader_root, prop, "reader")?
-            .0
             .get("default")
             .is_some())
     }
@@ -207,11 +204,16 @@ pub(super) enum ContentModel<'v> {
     Open,
     /// It takes those that pass a schema (`additionalProperties: {..}`, a
     /// map's values).
-    Partial(Cow<'v, Value>),
+    Partial(&'v Value),
     /// It takes none (`additionalProperties: false`, serde's
     /// `deny_unknown_fields`).
     Closed,
 }
+
+/// The schemas `true` and `false`, in one place for the whole program (the
+/// walk keys pairs by address).
+static ANYTHING: Value = Value::Bool(true);
+static NOTHING: Value = Value::Bool(false);
 
 /// Which side a content model is on: with `patternProperties`, whose
 /// regexes are not matched here, each side assumes the worst.
@@ -226,7 +228,11 @@ enum Side {
 impl<'v> ContentModel<'v> {
     fn of(o: &'v Map<String, Value>, side: Side) -> Self {
         if o.contains_key("patternProperties") {
-            return ContentModel::Partial(Cow::Owned(Value::Bool(side == Side::Writer)));
+            return ContentModel::Partial(if side == Side::Writer {
+                &ANYTHING
+            } else {
+                &NOTHING
+            });
         }
         Self::from_keywords(o.get("additionalProperties"))
     }
@@ -234,7 +240,7 @@ impl<'v> ContentModel<'v> {
     pub(super) fn from_keywords(extra: Option<&'v Value>) -> Self {
         match extra {
             Some(Value::Bool(false)) => ContentModel::Closed,
-            Some(schema @ Value::Object(_)) => ContentModel::Partial(Cow::Borrowed(schema)),
+            Some(schema @ Value::Object(_)) => ContentModel::Partial(schema),
             _ => ContentModel::Open,
         }
     }

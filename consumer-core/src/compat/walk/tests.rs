@@ -412,3 +412,81 @@ fn pattern_properties_assume_the_worst_on_each_side() {
         &"PROPERTY_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL@/properties/a".to_owned()
     ));
 }
+
+#[test]
+fn keywords_beside_a_readers_alternatives_constrain_too() {
+    // A struct with its own field and a flattened enum.
+    let shape = |extra: Value| {
+        json!({
+            "type": "object",
+            "properties": {"id": extra},
+            "required": ["id"],
+            "oneOf": [
+                {"type": "object", "properties": {"Circle": {"type": "number"}}, "required": ["Circle"]},
+                {"type": "object", "properties": {"Square": {"type": "number"}}, "required": ["Square"]}
+            ]
+        })
+    };
+    let w = shape(json!({"type": "string"}));
+    assert!(breaks(w.clone(), w.clone()).is_empty());
+    let r = shape(json!({"type": "integer"}));
+    assert_eq!(breaks(w, r), ["TYPE_CHANGED@/properties/id/type"]);
+}
+
+#[test]
+fn a_writers_alternatives_all_readable_are_compatible() {
+    let w = json!({"anyOf": [{"type": "integer"}, {"type": "number", "maximum": 5}]});
+    assert!(breaks(w.clone(), json!({"type": "number"})).is_empty());
+    assert_eq!(breaks(w, json!({"type": "integer"})), ["TYPE_CHANGED@"]);
+}
+
+#[test]
+fn every_part_of_a_readers_all_of_must_read_the_writer() {
+    let w = json!({"type": "string", "maxLength": 5});
+    let r = json!({"allOf": [{"type": "string"}, {"maxLength": 10}]});
+    assert!(breaks(w.clone(), r).is_empty());
+    let strict = json!({"allOf": [{"type": "string"}, {"maxLength": 3}]});
+    assert_eq!(breaks(w, strict), ["TYPE_CHANGED@"]);
+}
+
+#[test]
+fn recursions_out_of_step_on_the_two_sides_terminate() {
+    // The writer's cycle passes a `$ref` on odd levels, the reader's on
+    // even ones: no level has both sides at a `$ref`.
+    let w = json!({
+        "type": "object",
+        "properties": {"p": {"$ref": "#/definitions/A"}},
+        "definitions": {"A": {"type": "object", "properties": {"p": {
+            "type": "object", "properties": {"p": {"$ref": "#/definitions/A"}}
+        }}}}
+    });
+    let r = json!({
+        "type": "object",
+        "properties": {"p": {"type": "object", "properties": {"p": {"$ref": "#/definitions/B"}}}},
+        "definitions": {"B": {"type": "object", "properties": {"p": {
+            "type": "object", "properties": {"p": {"$ref": "#/definitions/B"}}
+        }}}}
+    });
+    assert!(breaks(w.clone(), r.clone()).is_empty());
+    assert!(breaks(r, w).is_empty());
+}
+
+#[test]
+fn a_recursive_nullable_type_through_a_type_array_terminates() {
+    let list = json!({
+        "$ref": "#/definitions/List",
+        "definitions": {"List": {
+            "type": ["object", "null"],
+            "properties": {"next": {"$ref": "#/definitions/List"}}
+        }}
+    });
+    let any_of = json!({
+        "$ref": "#/definitions/List",
+        "definitions": {"List": {"anyOf": [
+            {"type": "object", "properties": {"next": {"$ref": "#/definitions/List"}}},
+            {"type": "null"}
+        ]}}
+    });
+    assert!(breaks(list.clone(), any_of.clone()).is_empty());
+    assert!(breaks(any_of, list).is_empty());
+}
