@@ -30,8 +30,8 @@ impl Walk<'_> {
         let (w_combined, r_combined) = (wc.is_some(), rc.is_some());
         let mut out = match (wc, rc) {
             (None, None) => return Ok(None),
-            (None, Some((r_kind, r_subs))) => self.into_combined(w, wo, r_kind, &r_subs)?,
-            (Some((w_kind, w_subs)), None) => self.from_combined(w_kind, &w_subs, r, ro)?,
+            (None, Some((r_kind, r_subs))) => self.read_by_alternatives(w, wo, r_kind, &r_subs)?,
+            (Some((w_kind, w_subs)), None) => self.alternatives_read_by(w_kind, &w_subs, r, ro)?,
             (Some((w_kind, w_subs)), Some((r_kind, r_subs))) => {
                 self.both_combined(w_kind, &w_subs, r_kind, &r_subs)?
             }
@@ -53,7 +53,7 @@ impl Walk<'_> {
     }
 
     /// A plain writer read through the reader's alternatives.
-    fn into_combined(
+    fn read_by_alternatives(
         &mut self,
         w: &Value,
         wo: &Map<String, Value>,
@@ -97,7 +97,7 @@ impl Walk<'_> {
     }
 
     /// A writer's alternatives read by a plain reader.
-    fn from_combined(
+    fn alternatives_read_by(
         &mut self,
         w_kind: Combinator,
         w_subs: &[&Value],
