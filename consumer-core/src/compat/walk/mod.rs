@@ -55,10 +55,11 @@ pub fn is_compatible(findings: &[Finding]) -> bool {
     findings.iter().all(|f| f.rule.is_compatible())
 }
 
-/// Which pair of schemas is being compared: the addresses of two schemas
-/// inside the two documents, reached through `$ref`s.
+/// Which pair of schemas is being compared: their addresses, in the two
+/// documents or in what the walk made.
 type PairKey = (usize, usize);
 
+/// One comparison of a writer's document with a reader's.
 pub(super) struct Walk<'a> {
     pub(super) writer_root: &'a Value,
     pub(super) reader_root: &'a Value,
@@ -74,6 +75,8 @@ pub(super) struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
+    /// Every difference between `writer` and `reader`, paths relative to
+    /// them, `$ref`s on each side resolved in its own document.
     pub(super) fn diff(
         &mut self,
         writer: &Value,
@@ -98,8 +101,6 @@ impl<'a> Walk<'a> {
         found
     }
 
-    /// Compares `writer` and `reader` and appends what differs under
-    /// `segments` (JSON pointer segments, unescaped).
     /// Keeps a schema made during the walk for as long as the walk lasts.
     pub(super) fn made(&mut self, schema: Value) -> Rc<Value> {
         let schema = Rc::new(schema);
@@ -107,6 +108,8 @@ impl<'a> Walk<'a> {
         schema
     }
 
+    /// Compares `writer` and `reader` and appends what differs under
+    /// `segments` (JSON pointer segments, unescaped); returns it unprefixed.
     pub(super) fn nested(
         &mut self,
         out: &mut Vec<Finding>,
