@@ -83,7 +83,7 @@ impl Walk<'_> {
         if let Some(split) = split_types(wo) {
             let split: Vec<Rc<Value>> = split.into_iter().map(|s| self.made(s)).collect();
             let split: Vec<&Value> = split.iter().map(|s| s.as_ref()).collect();
-            return self.both_combined(Combinator::AnyOf, &split, r_kind, r_subs);
+            return self.both_combined(split_kind(wo, r_kind), &split, r_kind, r_subs);
         }
         for sub in r_subs {
             let found = self.diff(w, sub)?;
@@ -116,7 +116,7 @@ impl Walk<'_> {
         if let Some(split) = split_types(ro) {
             let split: Vec<Rc<Value>> = split.into_iter().map(|s| self.made(s)).collect();
             let split: Vec<&Value> = split.iter().map(|s| s.as_ref()).collect();
-            return self.both_combined(w_kind, w_subs, Combinator::AnyOf, &split);
+            return self.both_combined(w_kind, w_subs, split_kind(ro, w_kind), &split);
         }
         // Whatever alternative a value was written under, the reader reads
         // it when it reads every alternative (Confluent gives up here and
@@ -246,6 +246,21 @@ fn rest(o: &Map<String, Value>) -> Option<Value> {
     }
     let rest = Value::Object(rest);
     (!accepts_anything(&rest)).then_some(rest)
+}
+
+/// How a split `type` array combines its parts: as the other side does,
+/// since values of different JSON types match one part only; but `integer`
+/// and `number` together overlap, so those are an `anyOf`.
+fn split_kind(o: &Map<String, Value>, other: Combinator) -> Combinator {
+    let types = o.get("type").and_then(Value::as_array);
+    let overlapping = types.is_some_and(|ts| {
+        ts.contains(&Value::from("integer")) && ts.contains(&Value::from("number"))
+    });
+    if overlapping || other == Combinator::AllOf {
+        Combinator::AnyOf
+    } else {
+        other
+    }
 }
 
 /// A schema whose `type` names several types, as one schema per type (the

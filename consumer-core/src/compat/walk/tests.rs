@@ -490,3 +490,11 @@ fn a_recursive_nullable_type_through_a_type_array_terminates() {
     assert!(breaks(list.clone(), any_of.clone()).is_empty());
     assert!(breaks(any_of, list).is_empty());
 }
+
+#[test]
+fn a_type_array_reads_as_a_one_of_of_its_types_too() {
+    let w = json!({"type": ["string", "null"]});
+    let r = json!({"oneOf": [{"type": "string"}, {"type": "null"}]});
+    assert!(breaks(w.clone(), r.clone()).is_empty());
+    assert!(breaks(r, w).is_empty());
+}
