@@ -19,11 +19,14 @@
 //!   signal and one health state;
 //! * [`settle`]: what the runtime hands back to the broker (the retry
 //!   copy, the dead letter) and the fallbacks when the broker refuses it;
+//! * [`compat`]: schema-evolution checks (BACKWARD / FORWARD / FULL,
+//!   transitive) against committed snapshots, after Confluent's rules;
 //! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
 //!   a DLQ and fault injection.
 //!
 //! Backends implement [`Source`] and [`Acker`].
 
+pub mod compat;
 pub mod dead_letter;
 pub mod envelope;
 mod error;

@@ -2,6 +2,9 @@
 //! installs them; a missing one fails the test with what to run, never
 //! skips it.
 
+// Each test uses some of the tools, none uses all.
+#![allow(dead_code)]
+
 use std::process::{Command, Stdio};
 
 /// A python venv `scripts/tools <tool>` makes in the tools dir.
@@ -48,5 +51,50 @@ impl Venv {
             self.needs, self.tool, self.env
         );
         python
+    }
+}
+
+/// An npm package `scripts/tools <tool>` installs in the tools dir.
+pub struct NpmPackage {
+    /// The variable `scripts/test` exports with the package's directory.
+    pub env: &'static str,
+    /// The package's directory under the tools dir.
+    pub dir: &'static str,
+    /// `scripts/tools` subcommand that installs it.
+    pub tool: &'static str,
+    /// What the test needs, for the failure message ("npm ... on node").
+    pub needs: &'static str,
+}
+
+impl NpmPackage {
+    /// The package's directory: the variable's value, else where
+    /// `scripts/tools` puts it.
+    ///
+    /// # Panics
+    ///
+    /// When node cannot load the package from there, with a sentence
+    /// saying what to run.
+    pub fn dir(&self) -> String {
+        let dir = std::env::var(self.env).unwrap_or_else(|_| {
+            let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
+                format!(
+                    "{}/.cache/consumer-rs/tools",
+                    std::env::var("HOME").unwrap_or_default()
+                )
+            });
+            format!("{tools}/{}", self.dir)
+        });
+        let loads = Command::new("node")
+            .args(["-e", "require(process.argv[1])", &dir])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            loads,
+            "this test needs {}, and node cannot load it from {dir}: run `scripts/tools {}` (scripts/test does) and set {} to the path it prints",
+            self.needs, self.tool, self.env
+        );
+        dir
     }
 }
