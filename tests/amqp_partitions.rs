@@ -304,3 +304,81 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
         "the added instance processed its share"
     );
 }
+
+/// The depths of every partition's queues and of the shared dead-letter
+/// queue reach the metrics, each queue once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_sources_queue_depths_are_reported() {
+    use consumer::testing::MetricsRecorder;
+    use consumer::testing::metrics::total;
+
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("pgauge");
+    let topology = partitioned(&queue, 2);
+    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    // Three poison pills: three dead letters in the shared queue.
+    let poison: Vec<Outgoing> = (0..3)
+        .map(|i| Outgoing {
+            destination: format!("/{queue}"),
+            message: consumer::Message::raw(&b"not json"[..])
+                .with_key(format!("k{i}"))
+                .with_id(format!("poison-{i}")),
+        })
+        .collect();
+    for r in publisher.publish(&poison).await {
+        r.expect("publish");
+    }
+    let recorder = MetricsRecorder::new();
+    let source = PartitionedSource::new(amqp_url(), topology.clone())
+        .with_heartbeat(Duration::from_millis(100))
+        .with_depth_interval(Duration::from_millis(20));
+    let consumer = Consumer::new(source, h.store(), record_in_order).with_meter(recorder.meter());
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    support::within(stats.wait_for(|s| s.dead_letters() == 3)).await;
+    let dlq = topology.dead_letter_queue();
+    // The depths are read in the background: poll the reading.
+    let points = support::within(async {
+        loop {
+            let points = recorder.collect();
+            let dl = total(
+                &points,
+                "consumer.dead_letter_queue.depth",
+                &[("messaging.destination.name", dlq.as_str())],
+            );
+            if dl == 3.0 {
+                return points;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let series = |name: &str| -> Vec<String> {
+        let mut v: Vec<String> = points
+            .iter()
+            .filter(|p| p.name == name)
+            .filter_map(|p| p.attributes.get("messaging.destination.name").cloned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        series("consumer.dead_letter_queue.depth"),
+        [dlq.clone()],
+        "the shared DLQ once"
+    );
+    let depths = series("consumer.queue.depth");
+    for p in 0..2 {
+        let part = topology.partition(p);
+        assert!(depths.contains(&part.queue().to_owned()), "{depths:?}");
+        for (_, delay) in part.delay_queues() {
+            assert!(depths.contains(&delay), "{delay} in {depths:?}");
+        }
+    }
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+}

@@ -14,18 +14,36 @@ use std::time::Duration;
 use consumer_core::metrics::{QueueRole, SourceGauges, SourceReadings};
 
 use super::metrics::MetricsInner;
+use crate::topology::Topology;
 
 pub(super) struct AmqpGauges {
     metrics: Arc<MetricsInner>,
+    /// The queues read: one topology, or every partition of a partitioned
+    /// one (whose shared dead-letter queue is reported once).
+    topologies: Vec<Arc<Topology>>,
     work_queue: Arc<str>,
     depths: Mutex<Vec<(Arc<str>, QueueRole, u64)>>,
 }
 
 impl AmqpGauges {
-    /// The gauges, with the task that keeps their depths fresh.
+    /// The gauges of `metrics`' own topology, with the task that keeps their
+    /// depths fresh.
     pub(super) fn start(metrics: Arc<MetricsInner>, every: Duration) -> Arc<Self> {
+        let topologies = vec![Arc::clone(&metrics.topology)];
+        let name = Arc::from(metrics.topology.queue());
+        Self::start_for(metrics, topologies, name, every)
+    }
+
+    /// The gauges of `topologies`, reconnects reported under `name`.
+    pub(super) fn start_for(
+        metrics: Arc<MetricsInner>,
+        topologies: Vec<Arc<Topology>>,
+        name: Arc<str>,
+        every: Duration,
+    ) -> Arc<Self> {
         let gauges = Arc::new(Self {
-            work_queue: Arc::from(metrics.topology.queue()),
+            work_queue: name,
+            topologies,
             metrics,
             depths: Mutex::default(),
         });
@@ -37,10 +55,7 @@ impl AmqpGauges {
 async fn refresh(gauges: Weak<AmqpGauges>, every: Duration) {
     loop {
         let Some(g) = gauges.upgrade() else { return };
-        let read = match g.metrics.publisher.side_channel().await {
-            Ok(channel) => g.metrics.topology.queue_depths(channel).await,
-            Err(e) => Err(e),
-        };
+        let read = read_all(&g).await;
         match read {
             Ok(queues) => {
                 *g.depths.lock().unwrap_or_else(PoisonError::into_inner) = queues
@@ -56,6 +71,20 @@ async fn refresh(gauges: Weak<AmqpGauges>, every: Duration) {
         drop(g);
         tokio::time::sleep(every).await;
     }
+}
+
+/// Every topology's queue depths, each queue once.
+async fn read_all(g: &AmqpGauges) -> crate::error::Result<Vec<(String, QueueRole, u64)>> {
+    let mut all: Vec<(String, QueueRole, u64)> = Vec::new();
+    for t in &g.topologies {
+        let channel = g.metrics.publisher.side_channel().await?;
+        for q in t.queue_depths(channel).await? {
+            if !all.iter().any(|(name, _, _)| *name == q.0) {
+                all.push(q);
+            }
+        }
+    }
+    Ok(all)
 }
 
 impl SourceGauges for AmqpGauges {

@@ -64,6 +64,7 @@ pub struct PartitionedSource {
     heartbeat: Duration,
     publisher: AmqpPublisher,
     metrics: AmqpMetrics,
+    depth_interval: Duration,
     /// The partitions this instance is assigned, as the membership sees it.
     assigned: watch::Sender<Option<Vec<u32>>>,
     session: Option<Session>,
@@ -142,6 +143,7 @@ impl PartitionedSource {
             heartbeat: Duration::from_secs(1),
             publisher,
             assigned: watch::Sender::new(None),
+            depth_interval: Duration::from_secs(15),
             session: None,
         }
     }
@@ -170,6 +172,13 @@ impl PartitionedSource {
             .first()
             .map_or_else(|| Arc::new(self.topology.partition(0)), Arc::clone);
         self.metrics = AmqpMetrics::new(first, self.publisher.clone());
+        self
+    }
+
+    /// How often the queue depths behind the metrics are read (default
+    /// 15 s), as [`AmqpSource::with_depth_interval`](crate::AmqpSource::with_depth_interval).
+    pub fn with_depth_interval(mut self, every: Duration) -> Self {
+        self.depth_interval = every.max(Duration::from_millis(10));
         self
     }
 
@@ -322,6 +331,18 @@ impl Source for PartitionedSource {
 
     fn server(&self) -> Option<(&str, u16)> {
         super::server_of(&self.uri)
+    }
+
+    /// The depths of every partition's work and delay queues and of the
+    /// shared dead-letter queue, read every
+    /// [`with_depth_interval`](Self::with_depth_interval).
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+        Some(super::gauges::AmqpGauges::start_for(
+            Arc::clone(&self.metrics.inner),
+            self.partitions.clone(),
+            Arc::from(self.topology.name()),
+            self.depth_interval,
+        ))
     }
 
     fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
