@@ -24,6 +24,8 @@
 //!
 //! Backends implement [`Source`] and [`Acker`].
 
+#[doc(hidden)]
+pub mod asyncapi;
 pub mod dead_letter;
 pub mod envelope;
 mod error;
@@ -134,6 +136,14 @@ pub mod __private {
     )]
     pub trait HandlerError {}
     impl<E: Into<crate::BoxError>> HandlerError for E {}
+
+    /// Whether a `#[handler]`'s message type has a schema: see
+    /// [`crate::asyncapi::Probe`].
+    pub mod probe {
+        #[cfg(feature = "asyncapi")]
+        pub use crate::asyncapi::ViaJsonSchema;
+        pub use crate::asyncapi::{PayloadType, Probe, ViaNothing};
+    }
 
     /// Type-level assertions the expansion emits.
     pub const fn assert_message<M: DecodableMessage>() {}

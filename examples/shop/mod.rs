@@ -9,21 +9,22 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use consumer::{Message, MessageContext, NewEvent, Outbox, OutboxDatabase, StatsSnapshot};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderPlaced {
     pub order_id: String,
     pub customer: String,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderPaid {
     pub order_id: String,
     pub cents: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderShipped {
     pub order_id: String,
     pub carrier: String,
@@ -37,6 +38,16 @@ pub enum ShopError {
     InvalidAmount(i64),
     #[error("database error")]
     Db(#[from] sqlx::Error),
+}
+
+/// The shop's outbox: every event of an order to `destination`, keyed by
+/// the order, each event type declared for the AsyncAPI document.
+pub fn outbox(destination: &str) -> Outbox {
+    Outbox::new()
+        .with_default_destination(destination)
+        .with_event::<OrderPlaced>("OrderPlaced")
+        .with_event::<OrderPaid>("OrderPaid")
+        .with_event::<OrderShipped>("OrderShipped")
 }
 
 /// The history table, on either database.

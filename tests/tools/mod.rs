@@ -50,3 +50,38 @@ impl Venv {
         python
     }
 }
+
+/// The directory `scripts/tools asyncapi-parser` installs `@asyncapi/parser`
+/// in (its `node_modules` holds the parser): `ASYNCAPI_PARSER_DIR`, else
+/// where that command puts it.
+///
+/// # Panics
+///
+/// When the parser is not there or `node` does not run, with a sentence
+/// saying what to run.
+#[allow(dead_code)]
+pub fn asyncapi_parser_dir() -> String {
+    let dir = std::env::var("ASYNCAPI_PARSER_DIR").unwrap_or_else(|_| {
+        let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/consumer-rs/tools",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        });
+        format!("{tools}/asyncapi-parser")
+    });
+    let installed = std::path::Path::new(&dir)
+        .join("node_modules/@asyncapi/parser/package.json")
+        .is_file();
+    let node = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        installed && node,
+        "this test needs node and @asyncapi/parser 3.6.3 in {dir}/node_modules (node runs: {node}): run `scripts/tools asyncapi-parser` (scripts/test does) and set ASYNCAPI_PARSER_DIR to the path it prints"
+    );
+    dir
+}

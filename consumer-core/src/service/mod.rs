@@ -95,6 +95,9 @@ pub struct Service {
     endpoint: Option<std::net::TcpListener>,
     metrics: Option<endpoint::Scrape>,
     stopping: Arc<AtomicBool>,
+    version: &'static str,
+    described: Vec<crate::asyncapi::PartDescription>,
+    asyncapi: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -119,6 +122,9 @@ impl Service {
             endpoint: None,
             metrics: None,
             stopping: Arc::new(AtomicBool::new(false)),
+            version: "0.0.0",
+            described: Vec::new(),
+            asyncapi: None,
         }
     }
 
@@ -136,15 +142,21 @@ impl Service {
 
     /// Adds a consumer (of one handler or of a router).
     #[must_use]
-    pub fn consumer<Src, S, R>(self, name: impl Into<String>, consumer: Consumer<Src, S, R>) -> Self
+    pub fn consumer<Src, S, R>(
+        mut self,
+        name: impl Into<String>,
+        consumer: Consumer<Src, S, R>,
+    ) -> Self
     where
         Src: Source,
         S: DedupStore,
         R: Routes<S>,
     {
         let stats = consumer.stats();
+        let name = name.into();
+        self.described.push(consumer.describe(name.clone()));
         self.part(
-            name.into(),
+            name,
             "consumer",
             Some(stats),
             Box::new(move |stop: StopSignal| Box::pin(consumer.run_until(stop.stopped()))),
@@ -153,14 +165,16 @@ impl Service {
 
     /// Adds an outbox relay.
     #[must_use]
-    pub fn relay<DB, P>(self, name: impl Into<String>, relay: OutboxRelay<DB, P>) -> Self
+    pub fn relay<DB, P>(mut self, name: impl Into<String>, relay: OutboxRelay<DB, P>) -> Self
     where
         DB: OutboxDatabase,
         P: Publisher,
         OutboxRelay<DB, P>: Send + 'static,
     {
+        let name = name.into();
+        self.described.push(relay.describe(name.clone()));
         self.part(
-            name.into(),
+            name,
             "relay",
             None,
             Box::new(move |stop: StopSignal| Box::pin(relay.run_until(stop.stopped()))),
@@ -181,6 +195,44 @@ impl Service {
             None,
             Box::new(move |stop: StopSignal| Box::pin(run(stop))),
         )
+    }
+
+    /// The service's version, for its AsyncAPI document's `info.version`
+    /// (default `0.0.0`): `env!("CARGO_PKG_VERSION")`, a release tag.
+    #[must_use]
+    pub fn with_version(mut self, version: &'static str) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The AsyncAPI 3.1.0 document of the parts added so far: a channel per
+    /// source, retry, dead-letter and outbox destination, the handlers'
+    /// receive operations, the sends of retries, dead letters and outbox
+    /// events, payload schemas in draft-07 (see [`crate::asyncapi`]).
+    /// `Err` names every handler, event and type that keeps it from being
+    /// made (a message type without `schemars::JsonSchema`, a source that
+    /// does not describe its channels).
+    #[cfg(feature = "asyncapi")]
+    pub fn asyncapi(&self) -> Result<serde_json::Value, crate::asyncapi::AsyncApiError> {
+        crate::asyncapi::build(
+            &crate::asyncapi::ServiceInfo {
+                name: self.name,
+                version: self.version,
+            },
+            &self.described,
+        )
+    }
+
+    /// Serves [`Service::asyncapi`] as `GET /asyncapi.json` on the health
+    /// endpoint. Call it after the parts are added: the document is made
+    /// here, so one that cannot be made fails the service before it starts.
+    #[cfg(feature = "asyncapi")]
+    pub fn with_asyncapi_endpoint(mut self) -> Result<Self, Error> {
+        let document = self.asyncapi().map_err(|e| Error::Config(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&document)
+            .map_err(|e| Error::Config(format!("the AsyncAPI document cannot be rendered: {e}")))?;
+        self.asyncapi = Some(Arc::new(text));
+        Ok(self)
     }
 
     /// How long the parts may drain, in all, after the stop (default 60 s).
@@ -246,6 +298,7 @@ impl Service {
                     endpoint::Served {
                         health: health.clone(),
                         metrics: self.metrics.clone(),
+                        asyncapi: self.asyncapi.clone(),
                     },
                 )
                 .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
