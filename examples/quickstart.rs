@@ -15,18 +15,17 @@
 //! ```
 
 #[path = "shop/mod.rs"]
-mod shop;
+pub mod shop;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use consumer::outbox::RelayStats;
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{
-    Consumer, MemoryBroker, MessageContext, Outbox, OutboxRelay, Publisher, Router, Service,
-    SqliteStore, SqliteTx, Stats, handler,
+    MemoryBroker, MessageContext, Outbox, OutboxRelay, Publisher, Router, SqliteStore, SqliteTx,
+    handler,
 };
-use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
 
 /// Every event of an order goes to one topic, keyed by the order.
 static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| shop::outbox("order-events"));
@@ -59,12 +58,6 @@ async fn notify_customer(e: OrderShipped, tx: &mut SqliteTx) -> Result<(), ShopE
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
 /// outbox relay publishing through `publisher`, and the router over the
 /// topic `order-events` of `broker`.
-pub struct Shop {
-    pub service: Service,
-    pub relay_stats: Arc<RelayStats>,
-    pub stats: Arc<Stats>,
-}
-
 pub fn shop_service<P: Publisher>(
     pool: sqlx::SqlitePool,
     store: SqliteStore,
@@ -72,23 +65,17 @@ pub fn shop_service<P: Publisher>(
     publisher: P,
 ) -> anyhow::Result<Shop> {
     let relay = OutboxRelay::new(pool, OUTBOX.clone(), publisher).with_source("quickstart");
-    let relay_stats = relay.stats();
     let router = Router::builder("orders")
         .route(reserve_stock)
         .route(capture_payment)
         .route(notify_customer)
         .build()?;
-    let consumer = Consumer::router(broker.source("order-events"), store, router);
-    let stats = consumer.stats();
-    let service = Service::new("shop")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .relay("outbox", relay)
-        .consumer("orders", consumer);
-    Ok(Shop {
-        service,
-        relay_stats,
-        stats,
-    })
+    Ok(shop::service(
+        relay,
+        broker.source("order-events"),
+        store,
+        router,
+    ))
 }
 
 #[tokio::main]

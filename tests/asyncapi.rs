@@ -6,8 +6,16 @@
 //! equals its committed golden file (`UPDATE_GOLDEN=1` rewrites them). A
 //! mutated payload schema makes the parser fail, so payloads are checked.
 
+#[cfg(feature = "amqp")]
+#[path = "../examples/amqp_orders.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod amqp_orders;
 #[path = "asyncapi/fixture.rs"]
 mod fixture;
+#[cfg(feature = "kafka")]
+#[path = "../examples/kafka_orders.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod kafka_orders;
 #[path = "../examples/quickstart.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod quickstart;
@@ -134,6 +142,77 @@ async fn the_types_that_broke_other_generators_have_no_diagnostics() {
     let found = diagnostics("fixture", &document);
     assert!(found.is_empty(), "the parser reports: {found:#?}");
     matches_golden("tests/asyncapi/fixture.json", &document);
+}
+
+/// A PostgreSQL pool that never connects: documents need no database.
+#[cfg(any(feature = "kafka", feature = "amqp"))]
+fn lazy_postgres() -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .connect_lazy("postgres://postgres@127.0.0.1:5432/test")
+        .expect("a lazy PostgreSQL pool")
+}
+
+/// The Kafka example's service as `main` builds it with its defaults
+/// (topic `shop.order-events`, group `shop-example`). Its clients are
+/// made, never used: no broker is reached.
+#[cfg(feature = "kafka")]
+#[tokio::test]
+async fn the_kafka_example_document_has_no_diagnostics_and_matches_its_golden_file() {
+    use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
+    let brokers = "127.0.0.1:9";
+    let topics = Topics::new("shop.order-events").expect("valid topics");
+    let source = KafkaSource::builder(brokers, "shop-example", topics.clone())
+        .connect()
+        .expect("a Kafka consumer client");
+    let publisher = KafkaPublisher::builder(brokers)
+        .build()
+        .expect("a Kafka producer client");
+    let pool = lazy_postgres();
+    let shop = kafka_orders::shop_service(
+        pool.clone(),
+        consumer::PgStore::new(pool),
+        source,
+        kafka_orders::shop::outbox(topics.topic()),
+        publisher,
+    )
+    .expect("the Kafka example's service");
+    let document = shop
+        .service
+        .asyncapi()
+        .expect("the Kafka example's document");
+    assert_references_resolve(&document);
+    let found = diagnostics("kafka_orders", &document);
+    assert!(found.is_empty(), "the parser reports: {found:#?}");
+    matches_golden("examples/asyncapi/kafka_orders.json", &document);
+}
+
+/// The RabbitMQ example's service as `main` builds it with its defaults
+/// (queue `shop.order-events`, classic). Nothing is connected.
+#[cfg(feature = "amqp")]
+#[tokio::test]
+async fn the_amqp_example_document_has_no_diagnostics_and_matches_its_golden_file() {
+    use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType};
+    let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    let topology =
+        amqp_orders::topology("shop.order-events", QueueType::Classic).expect("a valid topology");
+    let source = AmqpSource::new(url, topology).expect("an AMQP source");
+    let pool = lazy_postgres();
+    let shop = amqp_orders::shop_service(
+        pool.clone(),
+        consumer::PgStore::new(pool),
+        source,
+        amqp_orders::shop::outbox("/shop.order-events"),
+        AmqpPublisher::new(url),
+    )
+    .expect("the RabbitMQ example's service");
+    let document = shop
+        .service
+        .asyncapi()
+        .expect("the RabbitMQ example's document");
+    assert_references_resolve(&document);
+    let found = diagnostics("amqp_orders", &document);
+    assert!(found.is_empty(), "the parser reports: {found:#?}");
+    matches_golden("examples/asyncapi/amqp_orders.json", &document);
 }
 
 #[tokio::test]

@@ -353,9 +353,24 @@ fn check(confirmation: Confirmation, exchange: &str, routing_key: &str) -> Resul
     }
 }
 
+impl AmqpPublisher {
+    /// The prefix of the CloudEvents attributes this publisher writes.
+    pub(crate) fn attribute_prefix(&self) -> AttributePrefix {
+        self.inner.prefix
+    }
+}
+
 impl Publisher for AmqpPublisher {
     fn system(&self) -> &'static str {
         "rabbitmq"
+    }
+
+    /// See the type's docs for how a destination reads.
+    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+        Some(crate::asyncapi::destination_channel(
+            destination,
+            self.inner.prefix,
+        ))
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {

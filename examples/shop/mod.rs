@@ -8,7 +8,13 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use consumer::{Message, MessageContext, NewEvent, Outbox, OutboxDatabase, StatsSnapshot};
+use std::sync::Arc;
+
+use consumer::outbox::RelayStats;
+use consumer::{
+    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxDatabase, OutboxRelay,
+    Publisher, Router, Service, Source, Stats, StatsSnapshot,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +54,43 @@ pub fn outbox(destination: &str) -> Outbox {
         .with_event::<OrderPlaced>("OrderPlaced")
         .with_event::<OrderPaid>("OrderPaid")
         .with_event::<OrderShipped>("OrderShipped")
+}
+
+/// The shop service every example runs (and `tests/asyncapi.rs`
+/// documents): the outbox relay and the router's consumer.
+pub struct Shop {
+    pub service: Service,
+    pub relay_stats: Arc<RelayStats>,
+    pub stats: Arc<Stats>,
+}
+
+/// Puts `relay` and a consumer of `router` over `source` into the `shop`
+/// service.
+pub fn service<DB, P, Src, S>(
+    relay: OutboxRelay<DB, P>,
+    source: Src,
+    store: S,
+    router: Router<S>,
+) -> Shop
+where
+    DB: OutboxDatabase,
+    P: Publisher,
+    OutboxRelay<DB, P>: Send + 'static,
+    Src: Source,
+    S: DedupStore,
+{
+    let relay_stats = relay.stats();
+    let consumer = Consumer::router(source, store, router);
+    let stats = consumer.stats();
+    let service = Service::new("shop")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .relay("outbox", relay)
+        .consumer("orders", consumer);
+    Shop {
+        service,
+        relay_stats,
+        stats,
+    }
 }
 
 /// The history table, on either database.

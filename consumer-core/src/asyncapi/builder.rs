@@ -57,18 +57,29 @@ struct Plan {
 }
 
 impl Plan {
-    /// The id of `description`'s channel, added when new.
-    fn channel(&mut self, description: &ChannelDescription) -> String {
+    /// The id of `description`'s channel, added when new; `role` tells two
+    /// channels of one address apart (a queue and the routing key of the
+    /// same name on the dead-letter exchange).
+    fn channel(&mut self, description: &ChannelDescription, role: &str) -> String {
         let same = |c: &PlannedChannel| {
             c.description.address == description.address
                 && c.description.protocol == description.protocol
+                && c.description.binding == description.binding
         };
         if let Some((id, _)) = self.channels.iter().find(|(_, c)| same(c)) {
             return id.clone();
         }
-        let mut id = component_key(&description.address);
-        if self.channels.contains_key(&id) {
-            id = component_key(&format!("{}.{}", description.protocol, description.address));
+        // Ids are names, not addresses: `orders.retry.{delay}` is
+        // `orders.retry.delay`.
+        let base = component_key(&description.address.replace(['{', '}'], ""));
+        let mut id = base.clone();
+        if self.channels.contains_key(&id) && !role.is_empty() {
+            id = format!("{base}.{role}");
+        }
+        let mut n = 2;
+        while self.channels.contains_key(&id) {
+            id = format!("{base}.{n}");
+            n += 1;
         }
         self.channels.insert(
             id.clone(),
@@ -126,8 +137,8 @@ impl Plan {
             ));
             return;
         };
-        let input = self.channel(&channels.input);
-        let retry = channels.retry.as_ref().map(|c| self.channel(c));
+        let input = self.channel(&channels.input, "");
+        let retry = channels.retry.as_ref().map(|c| self.channel(c, "retry"));
         let mut retried = Vec::new();
         for h in handlers {
             let Some(payload) = h.payload else {
@@ -171,6 +182,10 @@ impl Plan {
                 if let (Some(retry), Some(rc)) = (&retry, &channels.retry) {
                     let m = self.message(retry, pending(rc.attribute_prefix));
                     retried.push(m);
+                    // Copies that come back on the input are taken there.
+                    if channels.retries_return_on_input {
+                        continue;
+                    }
                     self.operation(
                         format!("{name}.{}.{label}.retry", h.name),
                         Action::Receive,
@@ -194,7 +209,7 @@ impl Plan {
             );
         }
         if let Some(dlq) = &channels.dead_letter {
-            let id = self.channel(dlq);
+            let id = self.channel(dlq, "dead-letter");
             let m = self.message(
                 &id,
                 PendingMessage {
@@ -251,7 +266,7 @@ impl Plan {
                 ));
                 continue;
             };
-            let id = self.channel(channel);
+            let id = self.channel(channel, "");
             let m = self.message(
                 &id,
                 PendingMessage {
@@ -437,6 +452,7 @@ pub(crate) fn build(
                         )
                     })
                     .collect(),
+                parameters: d.parameters.iter().cloned().collect(),
                 bindings: bindings(d.protocol, d.binding.as_ref()),
             },
         );

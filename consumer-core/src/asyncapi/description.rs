@@ -23,6 +23,9 @@ pub struct ChannelDescription {
     pub receive_binding: Option<Value>,
     /// The binding object of an operation that sends to this channel.
     pub send_binding: Option<Value>,
+    /// The parameters of `address` (`orders.retry.{delay}`), each with its
+    /// AsyncAPI parameter object (`enum`, `description`).
+    pub parameters: Vec<(String, Value)>,
 }
 
 impl ChannelDescription {
@@ -36,7 +39,15 @@ impl ChannelDescription {
             binding: None,
             receive_binding: None,
             send_binding: None,
+            parameters: Vec::new(),
         }
+    }
+
+    /// A parameter of the address (`{name}` in it).
+    #[must_use]
+    pub fn with_parameter(mut self, name: impl Into<String>, parameter: Value) -> Self {
+        self.parameters.push((name.into(), parameter));
+        self
     }
 
     /// Another attribute prefix.
@@ -73,9 +84,13 @@ impl ChannelDescription {
 pub struct SourceChannels {
     /// Where deliveries come from.
     pub input: ChannelDescription,
-    /// Where retry copies go and come back from, when the source sends
-    /// retries through the broker.
+    /// Where retry copies go when the source sends retries through the
+    /// broker.
     pub retry: Option<ChannelDescription>,
+    /// Whether retry copies come back on `input` once their delay is over
+    /// (RabbitMQ's delay queues) rather than being read from `retry`
+    /// (Kafka's retry topic).
+    pub retries_return_on_input: bool,
     /// Where dead letters go.
     pub dead_letter: Option<ChannelDescription>,
 }

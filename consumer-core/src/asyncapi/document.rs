@@ -31,6 +31,8 @@ pub(crate) struct Channel {
     pub(crate) address: String,
     pub(crate) description: String,
     pub(crate) messages: BTreeMap<String, Ref>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub(crate) parameters: Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) bindings: Option<Bindings>,
 }

@@ -127,6 +127,7 @@ impl Source for MemorySource {
         Some(SourceChannels {
             input: ChannelDescription::new("memory", self.topic.clone()),
             retry: None,
+            retries_return_on_input: false,
             dead_letter: Some(ChannelDescription::new(
                 "memory",
                 format!("{}.dlq", self.topic),
