@@ -15,7 +15,7 @@
 //! `quorum`, default `classic`).
 
 #[path = "shop/mod.rs"]
-pub mod shop;
+mod shop;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -102,6 +102,11 @@ pub fn topology(queue: &str, queue_type: QueueType) -> anyhow::Result<Topology> 
         .with_max_retry_delay(Duration::from_secs(5)))
 }
 
+/// The shop's outbox, its events to `destination`.
+pub fn outbox(destination: &str) -> Outbox {
+    shop::outbox(destination)
+}
+
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
 /// outbox relay publishing through `publisher`, and the router over
 /// `source`.
@@ -154,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
         .connect()
         .await?;
     let destination = format!("/{queue}");
-    let outbox = shop::outbox(&destination);
+    let outbox = outbox(&destination);
     shop::place_orders(&pool, &outbox, &run).await?;
     let publisher = AmqpPublisher::new(amqp_url.clone());
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?

@@ -19,7 +19,7 @@
 //! resumes inside a multi-record batch.
 
 #[path = "shop/mod.rs"]
-pub mod shop;
+mod shop;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -56,6 +56,11 @@ async fn capture_payment(
 #[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
 async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
     shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
+}
+
+/// The shop's outbox, its events to `topic`.
+pub fn outbox(topic: &str) -> Outbox {
+    shop::outbox(topic)
 }
 
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
@@ -133,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
     store.migrate().await?;
     sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
-    let outbox = shop::outbox(topics.topic());
+    let outbox = outbox(topics.topic());
     shop::place_orders(&pool, &outbox, &run).await?;
     let publisher = KafkaPublisher::builder(&brokers)
         .with_property("batch.num.messages", "1")

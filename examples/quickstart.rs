@@ -15,7 +15,7 @@
 //! ```
 
 #[path = "shop/mod.rs"]
-pub mod shop;
+mod shop;
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};

@@ -6,6 +6,9 @@
 //! equals its committed golden file (`UPDATE_GOLDEN=1` rewrites them). A
 //! mutated payload schema makes the parser fail, so payloads are checked.
 
+// Each example carries the shop module, as each is its own binary.
+#![allow(clippy::duplicate_mod)]
+
 #[cfg(feature = "amqp")]
 #[path = "../examples/amqp_orders.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -172,7 +175,7 @@ async fn the_kafka_example_document_has_no_diagnostics_and_matches_its_golden_fi
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
-        kafka_orders::shop::outbox(topics.topic()),
+        kafka_orders::outbox(topics.topic()),
         publisher,
     )
     .expect("the Kafka example's service");
@@ -201,7 +204,7 @@ async fn the_amqp_example_document_has_no_diagnostics_and_matches_its_golden_fil
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
-        amqp_orders::shop::outbox("/shop.order-events"),
+        amqp_orders::outbox("/shop.order-events"),
         AmqpPublisher::new(url),
     )
     .expect("the RabbitMQ example's service");

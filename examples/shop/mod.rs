@@ -59,8 +59,11 @@ pub fn outbox(destination: &str) -> Outbox {
 /// The shop service every example runs (and `tests/asyncapi.rs`
 /// documents): the outbox relay and the router's consumer.
 pub struct Shop {
+    /// The service, to run.
     pub service: Service,
+    /// The relay's counters.
     pub relay_stats: Arc<RelayStats>,
+    /// The consumer's counters.
     pub stats: Arc<Stats>,
 }
 

@@ -2,6 +2,9 @@
 //! installs them; a missing one fails the test with what to run, never
 //! skips it.
 
+// Each test uses some of these tools.
+#![allow(dead_code)]
+
 use std::process::{Command, Stdio};
 
 /// A python venv `scripts/tools <tool>` makes in the tools dir.
@@ -59,7 +62,6 @@ impl Venv {
 ///
 /// When the parser is not there or `node` does not run, with a sentence
 /// saying what to run.
-#[allow(dead_code)]
 pub fn asyncapi_parser_dir() -> String {
     let dir = std::env::var("ASYNCAPI_PARSER_DIR").unwrap_or_else(|_| {
         let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {

@@ -339,7 +339,7 @@ pub(crate) fn build(
                 system,
                 channels,
                 handlers,
-            } => plan.consumer(&mut schemas, name, system, channels.as_ref(), handlers),
+            } => plan.consumer(&mut schemas, name, system, channels.as_deref(), handlers),
             PartDescription::Relay {
                 name,
                 system,

@@ -171,7 +171,7 @@ pub(crate) enum PartDescription {
     Consumer {
         name: String,
         system: &'static str,
-        channels: Option<SourceChannels>,
+        channels: Option<Box<SourceChannels>>,
         handlers: Vec<HandlerDescription>,
     },
     /// An outbox relay: the events its outbox declares, each with the

@@ -75,6 +75,8 @@ mod tests {
     struct WithoutSchema;
 
     #[test]
+    // The two borrows are the specialisation, as in the expansion.
+    #[allow(clippy::needless_borrow)]
     fn the_probe_finds_a_schema_only_where_the_type_has_one() {
         assert!((&&Probe::<WithSchema>::NEW).payload_type().has_schema());
         let without = (&&Probe::<WithoutSchema>::NEW).payload_type();

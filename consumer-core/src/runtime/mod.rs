@@ -170,7 +170,7 @@ where
         crate::asyncapi::PartDescription::Consumer {
             name,
             system: self.source.system(),
-            channels: self.source.channels(),
+            channels: self.source.channels().map(Box::new),
             handlers: self
                 .routes
                 .handlers()

@@ -141,11 +141,7 @@ fn respond(method: &str, path: &str, served: &Served) -> Response {
         ("/asyncapi.json", _) if served.asyncapi.is_some() => Response {
             status: "200 OK",
             content_type: "application/json",
-            body: served
-                .asyncapi
-                .as_deref()
-                .map(String::clone)
-                .unwrap_or_default(),
+            body: served.asyncapi.as_deref().cloned().unwrap_or_default(),
         },
         ("/metrics", Some(scrape)) => match scrape() {
             Ok(body) => Response {
