@@ -17,6 +17,8 @@
 //!   under one set of lanes;
 //! * [`Service`]: the consumers and relays of one process under one stop
 //!   signal and one health state;
+//! * [`asyncapi`]: the service's AsyncAPI 3.1 document, generated from its
+//!   parts (feature `asyncapi`);
 //! * [`settle`]: what the runtime hands back to the broker (the retry
 //!   copy, the dead letter) and the fallbacks when the broker refuses it;
 //! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
@@ -24,7 +26,6 @@
 //!
 //! Backends implement [`Source`] and [`Acker`].
 
-#[doc(hidden)]
 pub mod asyncapi;
 pub mod dead_letter;
 pub mod envelope;

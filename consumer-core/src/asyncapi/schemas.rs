@@ -282,3 +282,92 @@ pub(crate) fn all_refs(value: &Value, out: &mut BTreeMap<String, usize>) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read with a default, so its two contracts differ.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Inner {
+        #[serde(default)]
+        n: u32,
+    }
+
+    /// The same in both contracts, but it refers to `Inner`.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Outer {
+        inner: Inner,
+    }
+
+    /// The same in both contracts, and referring to nothing that differs.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Plain {
+        a: String,
+    }
+
+    #[test]
+    fn what_differs_between_contracts_is_named_per_side_and_what_refers_to_it_too() {
+        let mut schemas = Schemas::new();
+        let received = schemas
+            .payload(Side::Receive, &PayloadType::of::<Outer>())
+            .expect("a schema");
+        let sent = schemas
+            .payload(Side::Send, &PayloadType::of::<Outer>())
+            .expect("a schema");
+        let plain = schemas
+            .payload(Side::Send, &PayloadType::of::<Plain>())
+            .expect("a schema");
+        let _ = schemas.payload(Side::Receive, &PayloadType::of::<Plain>());
+        let finished = schemas.finish().expect("no problem");
+        assert_eq!(
+            finished.rewrite(&received).expect("rewritten")["$ref"],
+            "#/components/schemas/Outer.Deserialize"
+        );
+        assert_eq!(
+            finished.rewrite(&sent).expect("rewritten")["$ref"],
+            "#/components/schemas/Outer.Serialize"
+        );
+        assert_eq!(
+            finished.rewrite(&plain).expect("rewritten")["$ref"],
+            "#/components/schemas/Plain"
+        );
+        let components = finished.into_components();
+        let mut keys: Vec<&str> = components.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "Inner.Deserialize",
+                "Inner.Serialize",
+                "Outer.Deserialize",
+                "Outer.Serialize",
+                "Plain"
+            ]
+        );
+        assert_eq!(
+            components["Outer.Serialize"]["properties"]["inner"]["$ref"],
+            "#/components/schemas/Inner.Serialize"
+        );
+    }
+
+    #[test]
+    fn a_reference_outside_the_definitions_is_refused() {
+        let finished = Finished::default();
+        let raw = RawSchema {
+            side: Side::Receive,
+            schema: serde_json::json!({ "items": { "$ref": "https://example.com/x.json" } }),
+        };
+        let err = finished.rewrite(&raw).expect_err("an outside reference");
+        assert!(err.contains("points outside"), "{err}");
+    }
+
+    #[test]
+    fn component_keys_keep_only_what_the_spec_allows() {
+        assert_eq!(component_key("Batch<Line>"), "Batch_Line_");
+        assert_eq!(component_key("a.b-c_D9"), "a.b-c_D9");
+    }
+}
