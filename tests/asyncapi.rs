@@ -19,6 +19,9 @@ mod fixture;
 #[path = "../examples/kafka_orders.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod kafka_orders;
+#[path = "../examples/outbox_orders.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod outbox_orders;
 #[path = "../examples/quickstart.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod quickstart;
@@ -133,6 +136,22 @@ async fn the_quickstart_document_has_no_diagnostics_and_matches_its_golden_file(
     let found = diagnostics("quickstart", &document);
     assert!(found.is_empty(), "the parser reports: {found:#?}");
     matches_golden("examples/asyncapi/quickstart.json", &document);
+}
+
+#[tokio::test]
+async fn the_outbox_example_document_has_no_diagnostics_and_matches_its_golden_file() {
+    let pool = lazy_sqlite();
+    let document = outbox_orders::orders_service(
+        pool.clone(),
+        consumer::SqliteStore::new(pool),
+        &MemoryBroker::new(4),
+    )
+    .asyncapi()
+    .expect("the outbox example's document");
+    assert_references_resolve(&document);
+    let found = diagnostics("outbox_orders", &document);
+    assert!(found.is_empty(), "the parser reports: {found:#?}");
+    matches_golden("examples/asyncapi/outbox_orders.json", &document);
 }
 
 #[tokio::test]
