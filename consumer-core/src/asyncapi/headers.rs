@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::dead_letter::{DeadLetterKind, headers as dlq};
+use crate::envelope::names;
 
 /// The CloudEvents attributes under `prefix`; `ce_type` fixed to
 /// `event_type` when the message has one (a message without a type is not
@@ -50,7 +51,7 @@ pub(crate) fn cloudevents(prefix: &str, event_type: Option<&str>) -> Value {
         json!({ "type": "string", "description": "The partition key: events of one key keep their order." }),
     );
     properties.insert(
-        "traceparent".to_owned(),
+        names::TRACEPARENT.to_owned(),
         json!({ "type": "string", "description": "W3C trace context." }),
     );
     json!({
