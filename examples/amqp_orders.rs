@@ -23,11 +23,11 @@ use std::time::Duration;
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{
-    Consumer, DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx,
-    Publisher, Router, Service, handler,
+    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
+    Router, handler,
 };
 use lapin::options::{BasicGetOptions, BasicNackOptions};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
 
 #[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
 async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
@@ -95,6 +95,37 @@ async fn read_dead_letters(
     Ok(letters)
 }
 
+/// The queue, its dead-letter queue and delay queues (retries of up to 5 s).
+pub fn topology(queue: &str, queue_type: QueueType) -> anyhow::Result<Topology> {
+    Ok(Topology::new(queue)?
+        .with_queue_type(queue_type)
+        .with_max_retry_delay(Duration::from_secs(5)))
+}
+
+/// The shop's outbox, its events to `destination`.
+pub fn outbox(destination: &str) -> Outbox {
+    shop::outbox(destination)
+}
+
+/// The service `main` runs (and `tests/asyncapi.rs` documents): the
+/// outbox relay publishing through `publisher`, and the router over
+/// `source`.
+pub fn shop_service<P: Publisher, S: consumer::Source>(
+    pool: sqlx::PgPool,
+    store: PgStore,
+    source: S,
+    outbox: Outbox,
+    publisher: P,
+) -> anyhow::Result<Shop> {
+    let relay = OutboxRelay::new(pool, outbox, publisher).with_source("amqp-orders-example");
+    let router = Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()?;
+    Ok(shop::service(relay, source, store, router))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
@@ -105,9 +136,7 @@ async fn main() -> anyhow::Result<()> {
         "quorum" => QueueType::Quorum,
         _ => QueueType::Classic,
     };
-    let topology = Topology::new(queue.clone())?
-        .with_queue_type(queue_type)
-        .with_max_retry_delay(Duration::from_secs(5));
+    let topology = topology(&queue, queue_type)?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
     let admin = sqlx::PgPool::connect(&database_url).await?;
@@ -130,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
         .connect()
         .await?;
     let destination = format!("/{queue}");
-    let outbox = Outbox::new().with_default_destination(&destination);
+    let outbox = outbox(&destination);
     shop::place_orders(&pool, &outbox, &run).await?;
     let publisher = AmqpPublisher::new(amqp_url.clone());
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
@@ -147,21 +176,17 @@ async fn main() -> anyhow::Result<()> {
     // confirm: the consumer must not run it twice.
     let faults = Faults::new();
     faults.duplicate_next_publishes(1);
-    let relay = OutboxRelay::new(
+    let Shop {
+        service,
+        relay_stats,
+        stats,
+    } = shop_service(
         pool.clone(),
-        outbox.clone(),
+        store,
+        source,
+        outbox,
         FaultyPublisher::new(publisher, faults),
-    )
-    .with_source("amqp-orders-example");
-    let relay_stats = relay.stats();
-
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
-    let consumer = Consumer::router(source, store, router);
-    let stats = consumer.stats();
+    )?;
     let settled = {
         let stats = std::sync::Arc::clone(&stats);
         async move {
@@ -172,11 +197,7 @@ async fn main() -> anyhow::Result<()> {
             .await;
         }
     };
-    Service::new("shop")
-        .relay("outbox", relay)
-        .consumer("orders", consumer)
-        .run_until(settled)
-        .await?;
+    service.run_until(settled).await?;
     let s = stats.snapshot();
     anyhow::ensure!(
         s.processed + s.duplicates + s.dead_letters() >= 18,

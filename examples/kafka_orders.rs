@@ -27,11 +27,11 @@ use std::time::Duration;
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{
-    Consumer, DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx,
-    Publisher, Router, Service, handler,
+    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
+    Router, handler,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
 
 #[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
 async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
@@ -56,6 +56,30 @@ async fn capture_payment(
 #[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
 async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
     shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
+}
+
+/// The shop's outbox, its events to `topic`.
+pub fn outbox(topic: &str) -> Outbox {
+    shop::outbox(topic)
+}
+
+/// The service `main` runs (and `tests/asyncapi.rs` documents): the
+/// outbox relay publishing to `topics` through `publisher`, and the router
+/// over `source`.
+pub fn shop_service<P: Publisher>(
+    pool: sqlx::PgPool,
+    store: PgStore,
+    source: KafkaSource,
+    outbox: Outbox,
+    publisher: P,
+) -> anyhow::Result<Shop> {
+    let relay = OutboxRelay::new(pool, outbox, publisher).with_source("kafka-orders-example");
+    let router = Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()?;
+    Ok(shop::service(relay, source, store, router))
 }
 
 /// The records of the dead-letter topic written by this run.
@@ -114,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
     store.migrate().await?;
     sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
-    let outbox = Outbox::new().with_default_destination(topics.topic());
+    let outbox = outbox(topics.topic());
     shop::place_orders(&pool, &outbox, &run).await?;
     let publisher = KafkaPublisher::builder(&brokers)
         .with_property("batch.num.messages", "1")
@@ -133,24 +157,20 @@ async fn main() -> anyhow::Result<()> {
     // confirm: the consumer must not run it twice.
     let faults = Faults::new();
     faults.duplicate_next_publishes(1);
-    let relay = OutboxRelay::new(
-        pool.clone(),
-        outbox.clone(),
-        FaultyPublisher::new(publisher, faults),
-    )
-    .with_source("kafka-orders-example");
-    let relay_stats = relay.stats();
-
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
     let source = KafkaSource::builder(&brokers, &group, topics.clone())
         .with_producer_property("batch.num.messages", "1")
         .connect()?;
-    let consumer = Consumer::router(source, store, router);
-    let stats = consumer.stats();
+    let Shop {
+        service,
+        relay_stats,
+        stats,
+    } = shop_service(
+        pool.clone(),
+        store,
+        source,
+        outbox,
+        FaultyPublisher::new(publisher, faults),
+    )?;
 
     // 15 events (one sent twice) and 2 legacy records: 18 deliveries to
     // settle, as processed, duplicates or dead letters.
@@ -164,11 +184,7 @@ async fn main() -> anyhow::Result<()> {
             .await;
         }
     };
-    Service::new("shop")
-        .relay("outbox", relay)
-        .consumer("orders", consumer)
-        .run_until(settled)
-        .await?;
+    service.run_until(settled).await?;
     let s = stats.snapshot();
     anyhow::ensure!(
         s.processed + s.duplicates + s.dead_letters() >= 18,

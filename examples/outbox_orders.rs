@@ -1,6 +1,7 @@
 //! The outbox end to end, with no services: a handler writes business state
 //! and an outbox event in one transaction; the relay publishes the event to
-//! the in-memory broker; a second handler consumes it.
+//! the in-memory broker; a second handler consumes it. The three run as one
+//! `Service`, whose AsyncAPI document is `examples/asyncapi/outbox_orders.json`.
 //!
 //! ```sh
 //! cargo run --example outbox_orders
@@ -10,23 +11,27 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use consumer::{
-    Consumer, MemoryBroker, Message, MessageContext, NewEvent, Outbox, OutboxRelay, SqliteStore,
-    SqliteTx, handler,
+    Consumer, MemoryBroker, Message, MessageContext, NewEvent, Outbox, OutboxRelay, Service,
+    SqliteStore, SqliteTx, handler,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Where `place_order` writes its events.
-static OUTBOX: LazyLock<Outbox> =
-    LazyLock::new(|| Outbox::new().with_default_destination("order-events"));
+static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
+    Outbox::new()
+        .with_default_destination("order-events")
+        .with_event::<OrderPlaced>("OrderPlaced")
+});
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct PlaceOrder {
     order_id: String,
     customer: String,
     cents: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct OrderPlaced {
     order_id: String,
     customer: String,
@@ -78,6 +83,29 @@ async fn notify_customer(
     Ok(())
 }
 
+/// The service `main` runs (and `tests/asyncapi.rs` documents): commands
+/// into orders and outbox events, the relay, and the events into
+/// notifications downstream.
+pub fn orders_service(
+    pool: sqlx::SqlitePool,
+    store: SqliteStore,
+    broker: &MemoryBroker,
+) -> Service {
+    let relay =
+        OutboxRelay::new(pool, OUTBOX.clone(), broker.clone()).with_source("/examples/orders");
+    Service::new("orders")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .consumer(
+            "commands",
+            Consumer::new(broker.source("commands"), store.clone(), place_order),
+        )
+        .relay("outbox", relay)
+        .consumer(
+            "events",
+            Consumer::new(broker.source("order-events"), store, notify_customer),
+        )
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let path = std::env::temp_dir().join(format!("outbox-orders-{}.db", std::process::id()));
@@ -117,23 +145,21 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    // 1. Commands -> orders + outbox events, one transaction each.
-    let drained = broker.clone();
-    Consumer::new(broker.source("commands"), store.clone(), place_order)
-        .run_until(async move { drained.wait_drained("commands").await })
-        .await?;
-
-    // 2. The relay publishes the committed events.
-    let relay = OutboxRelay::new(pool.clone(), OUTBOX.clone(), broker.clone())
-        .with_source("/examples/orders");
-    while OUTBOX.pending(&pool).await? > 0 {
-        relay.run_once().await?;
-    }
-
-    // 3. Events -> notifications, downstream.
-    let drained = broker.clone();
-    Consumer::new(broker.source("order-events"), store, notify_customer)
-        .run_until(async move { drained.wait_drained("order-events").await })
+    // Commands -> orders + outbox events (one transaction each) -> relay ->
+    // events -> notifications, downstream. Done when the commands are
+    // settled, the outbox is empty and the events are settled, in that order.
+    let done = {
+        let (pool, broker) = (pool.clone(), broker.clone());
+        async move {
+            broker.wait_drained("commands").await;
+            while OUTBOX.pending(&pool).await.unwrap_or(1) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            broker.wait_drained("order-events").await;
+        }
+    };
+    orders_service(pool.clone(), store, &broker)
+        .run_until(done)
         .await?;
 
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")

@@ -22,14 +22,13 @@ use std::time::{Duration, Instant};
 
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{
-    Consumer, MemoryBroker, MessageContext, Outbox, OutboxRelay, Router, Service, SqliteStore,
-    SqliteTx, handler,
+    MemoryBroker, MessageContext, Outbox, OutboxRelay, Publisher, Router, SqliteStore, SqliteTx,
+    handler,
 };
-use shop::{OrderPaid, OrderPlaced, OrderShipped, ShopError};
+use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
 
 /// Every event of an order goes to one topic, keyed by the order.
-static OUTBOX: LazyLock<Outbox> =
-    LazyLock::new(|| Outbox::new().with_default_destination("order-events"));
+static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| shop::outbox("order-events"));
 
 #[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
 async fn reserve_stock(e: OrderPlaced, tx: &mut SqliteTx) -> Result<(), ShopError> {
@@ -56,6 +55,29 @@ async fn notify_customer(e: OrderShipped, tx: &mut SqliteTx) -> Result<(), ShopE
     shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
 }
 
+/// The service `main` runs (and `tests/asyncapi.rs` documents): the
+/// outbox relay publishing through `publisher`, and the router over the
+/// topic `order-events` of `broker`.
+pub fn shop_service<P: Publisher>(
+    pool: sqlx::SqlitePool,
+    store: SqliteStore,
+    broker: &MemoryBroker,
+    publisher: P,
+) -> anyhow::Result<Shop> {
+    let relay = OutboxRelay::new(pool, OUTBOX.clone(), publisher).with_source("quickstart");
+    let router = Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()?;
+    Ok(shop::service(
+        relay,
+        broker.source("order-events"),
+        store,
+        router,
+    ))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
@@ -78,21 +100,16 @@ async fn main() -> anyhow::Result<()> {
     // confirm: the consumer must not run it twice.
     let faults = Faults::new();
     faults.duplicate_next_publishes(1);
-    let relay = OutboxRelay::new(
+    let Shop {
+        service,
+        relay_stats,
+        stats,
+    } = shop_service(
         pool.clone(),
-        OUTBOX.clone(),
+        store,
+        &broker,
         FaultyPublisher::new(broker.clone(), faults),
-    )
-    .with_source("quickstart");
-    let relay_stats = relay.stats();
-
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
-    let consumer = Consumer::router(broker.source("order-events"), store, router);
-    let stats = consumer.stats();
+    )?;
 
     // Done when the outbox is empty and the topic has nothing left.
     let done = {
@@ -103,11 +120,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     };
-    Service::new("shop")
-        .relay("outbox", relay)
-        .consumer("orders", consumer)
-        .run_until(done)
-        .await?;
+    service.run_until(done).await?;
 
     shop::print_report(
         "quickstart: the `shop` service: outbox relay -> topic `order-events` -> router `orders`\n\

@@ -235,6 +235,7 @@ fn run_json_schema_diff(pairs: &[(Value, Value)]) -> Vec<ToolSays> {
     let package = tools::NpmPackage {
         env: "JSON_SCHEMA_DIFF",
         dir: "json-schema-diff/node_modules/json-schema-diff",
+        module: ".",
         tool: "json-schema-diff",
         needs: "npm json-schema-diff 1.0.0 on node",
     }

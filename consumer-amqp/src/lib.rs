@@ -32,6 +32,7 @@
 //! * [`AmqpMetrics`]: in-flight, redelivery and reconnect counts; queue
 //!   depths by passive declare.
 
+mod asyncapi;
 mod content_id;
 pub mod error;
 pub mod headers;

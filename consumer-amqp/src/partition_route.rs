@@ -56,6 +56,11 @@ impl PartitionRoutes {
         self.routes.iter().find(|r| r.destination == destination)
     }
 
+    /// The partitioned queue `destination` names, if it names one.
+    pub(crate) fn topology_for(&self, destination: &str) -> Option<&PartitionedTopology> {
+        self.find(destination).map(|r| &r.topology)
+    }
+
     /// Checks the partition count and declares each partitioned queue
     /// `batch` goes to, once per publisher.
     pub(crate) async fn prepare(

@@ -368,9 +368,30 @@ fn check(confirmation: Confirmation, exchange: &str, routing_key: &str) -> Resul
     }
 }
 
+impl AmqpPublisher {
+    /// The prefix of the CloudEvents attributes this publisher writes.
+    pub(crate) fn attribute_prefix(&self) -> AttributePrefix {
+        self.inner.prefix
+    }
+}
+
 impl Publisher for AmqpPublisher {
     fn system(&self) -> &'static str {
         "rabbitmq"
+    }
+
+    /// See the type's docs for how a destination reads.
+    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+        if let Some(topology) = self.inner.partitions.topology_for(destination) {
+            return Some(crate::asyncapi::partitioned_destination_channel(
+                topology,
+                self.inner.prefix,
+            ));
+        }
+        Some(crate::asyncapi::destination_channel(
+            destination,
+            self.inner.prefix,
+        ))
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {

@@ -17,6 +17,8 @@
 //!   under one set of lanes;
 //! * [`Service`]: the consumers and relays of one process under one stop
 //!   signal and one health state;
+//! * [`asyncapi`]: the service's AsyncAPI 3.1 document, generated from its
+//!   parts (feature `asyncapi`);
 //! * [`settle`]: what the runtime hands back to the broker (the retry
 //!   copy, the dead letter) and the fallbacks when the broker refuses it;
 //! * [`compat`]: schema-evolution checks (BACKWARD / FORWARD / FULL,
@@ -26,6 +28,7 @@
 //!
 //! Backends implement [`Source`] and [`Acker`].
 
+pub mod asyncapi;
 pub mod compat;
 pub mod dead_letter;
 pub mod envelope;
@@ -138,6 +141,14 @@ pub mod __private {
     )]
     pub trait HandlerError {}
     impl<E: Into<crate::BoxError>> HandlerError for E {}
+
+    /// Whether a `#[handler]`'s message type has a schema: see
+    /// [`crate::asyncapi::Probe`].
+    pub mod probe {
+        #[cfg(feature = "asyncapi")]
+        pub use crate::asyncapi::ViaJsonSchema;
+        pub use crate::asyncapi::{PayloadType, Probe, ViaNothing};
+    }
 
     /// Type-level assertions the expansion emits.
     pub const fn assert_message<M: DecodableMessage>() {}

@@ -29,6 +29,14 @@ pub trait Publisher: Send + Sync + 'static {
     /// `memory`, ...
     fn system(&self) -> &'static str;
 
+    /// The channel messages for `destination` go to, for the service's
+    /// AsyncAPI document. `None` (the default here) refuses the document
+    /// with an error naming the relay and the destination.
+    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
+        let _ = destination;
+        None
+    }
+
     /// Publishes `batch` and waits for every confirmation.
     fn publish(&self, batch: &[Outgoing]) -> impl Future<Output = Vec<Result<(), Error>>> + Send;
 }
@@ -36,6 +44,13 @@ pub trait Publisher: Send + Sync + 'static {
 impl Publisher for crate::memory::MemoryBroker {
     fn system(&self) -> &'static str {
         "memory"
+    }
+
+    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
+        Some(crate::asyncapi::ChannelDescription::new(
+            "memory",
+            destination,
+        ))
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {

@@ -66,6 +66,13 @@ pub trait Source: Send + 'static {
         ))
     }
 
+    /// The channels this source reads and settles to, for the service's
+    /// AsyncAPI document. `None` (the default here) refuses the document
+    /// with an error naming the consumer.
+    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+        None
+    }
+
     /// The next delivery; `Ok(None)` when the source is closed for good.
     fn recv(
         &mut self,

@@ -29,6 +29,7 @@
 //! * [`KafkaMetrics`]: per-partition position, high watermark and lag;
 //!   rebalance, in-flight and parked counts.
 
+mod asyncapi;
 pub mod error;
 pub mod headers;
 pub mod publisher;

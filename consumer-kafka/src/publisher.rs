@@ -154,6 +154,11 @@ impl Publisher for KafkaPublisher {
         "kafka"
     }
 
+    /// The destination is the topic.
+    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+        Some(crate::asyncapi::topic_channel(destination))
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
         let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
         let results = self.publish_all(sends.batch()).await;

@@ -160,6 +160,15 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                 &[#(#event_types),*]
             }
 
+            fn payload_type(&self) -> ::core::option::Option<#krate::__private::probe::PayloadType> {
+                // Autoref specialisation: the schema when the type has one.
+                #[allow(unused_imports)]
+                use #krate::__private::probe::*;
+                ::core::option::Option::Some(
+                    (&&#krate::__private::probe::Probe::<#msg_ty>::NEW).payload_type()
+                )
+            }
+
             async fn handle(
                 &self,
                 __consumer_inv: &mut #krate::Invocation<'_, #db>,

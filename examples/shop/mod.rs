@@ -8,22 +8,29 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use consumer::{Message, MessageContext, NewEvent, Outbox, OutboxDatabase, StatsSnapshot};
+use std::sync::Arc;
+
+use consumer::outbox::RelayStats;
+use consumer::{
+    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxDatabase, OutboxRelay,
+    Publisher, Router, Service, Source, Stats, StatsSnapshot,
+};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderPlaced {
     pub order_id: String,
     pub customer: String,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderPaid {
     pub order_id: String,
     pub cents: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct OrderShipped {
     pub order_id: String,
     pub carrier: String,
@@ -37,6 +44,56 @@ pub enum ShopError {
     InvalidAmount(i64),
     #[error("database error")]
     Db(#[from] sqlx::Error),
+}
+
+/// The shop's outbox: every event of an order to `destination`, keyed by
+/// the order, each event type declared for the AsyncAPI document.
+pub fn outbox(destination: &str) -> Outbox {
+    Outbox::new()
+        .with_default_destination(destination)
+        .with_event::<OrderPlaced>("OrderPlaced")
+        .with_event::<OrderPaid>("OrderPaid")
+        .with_event::<OrderShipped>("OrderShipped")
+}
+
+/// The shop service every example runs (and `tests/asyncapi.rs`
+/// documents): the outbox relay and the router's consumer.
+pub struct Shop {
+    /// The service, to run.
+    pub service: Service,
+    /// The relay's counters.
+    pub relay_stats: Arc<RelayStats>,
+    /// The consumer's counters.
+    pub stats: Arc<Stats>,
+}
+
+/// Puts `relay` and a consumer of `router` over `source` into the `shop`
+/// service.
+pub fn service<DB, P, Src, S>(
+    relay: OutboxRelay<DB, P>,
+    source: Src,
+    store: S,
+    router: Router<S>,
+) -> Shop
+where
+    DB: OutboxDatabase,
+    P: Publisher,
+    OutboxRelay<DB, P>: Send + 'static,
+    Src: Source,
+    S: DedupStore,
+{
+    let relay_stats = relay.stats();
+    let consumer = Consumer::router(source, store, router);
+    let stats = consumer.stats();
+    let service = Service::new("shop")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .relay("outbox", relay)
+        .consumer("orders", consumer);
+    Shop {
+        service,
+        relay_stats,
+        stats,
+    }
 }
 
 /// The history table, on either database.

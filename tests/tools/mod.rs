@@ -30,15 +30,8 @@ impl Venv {
     /// When that python cannot import what the test needs, with a
     /// sentence saying what to run.
     pub fn python(&self) -> String {
-        let python = std::env::var(self.env).unwrap_or_else(|_| {
-            let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
-                format!(
-                    "{}/.cache/consumer-rs/tools",
-                    std::env::var("HOME").unwrap_or_default()
-                )
-            });
-            format!("{tools}/{}/bin/python", self.dir)
-        });
+        let python = std::env::var(self.env)
+            .unwrap_or_else(|_| format!("{}/{}/bin/python", tools_dir(), self.dir));
         let imports = Command::new(&python)
             .args(["-c", self.imports])
             .stdout(Stdio::null())
@@ -60,6 +53,9 @@ pub struct NpmPackage {
     pub env: &'static str,
     /// The package's directory under the tools dir.
     pub dir: &'static str,
+    /// What node must load, relative to that directory (`.` when it is the
+    /// package itself).
+    pub module: &'static str,
     /// `scripts/tools` subcommand that installs it.
     pub tool: &'static str,
     /// What the test needs, for the failure message ("npm ... on node").
@@ -75,17 +71,14 @@ impl NpmPackage {
     /// When node cannot load the package from there, with a sentence
     /// saying what to run.
     pub fn dir(&self) -> String {
-        let dir = std::env::var(self.env).unwrap_or_else(|_| {
-            let tools = std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
-                format!(
-                    "{}/.cache/consumer-rs/tools",
-                    std::env::var("HOME").unwrap_or_default()
-                )
-            });
-            format!("{tools}/{}", self.dir)
-        });
+        let dir =
+            std::env::var(self.env).unwrap_or_else(|_| format!("{}/{}", tools_dir(), self.dir));
         let loads = Command::new("node")
-            .args(["-e", "require(process.argv[1])", &dir])
+            .args([
+                "-e",
+                "require(process.argv[1])",
+                &format!("{dir}/{}", self.module),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -97,4 +90,34 @@ impl NpmPackage {
         );
         dir
     }
+}
+
+/// The directory `scripts/tools asyncapi-parser` installs `@asyncapi/parser`
+/// in (its `node_modules` holds the parser): `ASYNCAPI_PARSER_DIR`, else
+/// where that command puts it.
+///
+/// # Panics
+///
+/// When node cannot load the parser from there, with a sentence saying
+/// what to run.
+pub fn asyncapi_parser_dir() -> String {
+    NpmPackage {
+        env: "ASYNCAPI_PARSER_DIR",
+        dir: "asyncapi-parser",
+        module: "node_modules/@asyncapi/parser",
+        tool: "asyncapi-parser",
+        needs: "@asyncapi/parser 3.6.3 on node",
+    }
+    .dir()
+}
+
+/// Where `scripts/tools` keeps what it installs: `CONSUMER_TOOLS_DIR`, else
+/// `~/.cache/consumer-rs/tools`.
+fn tools_dir() -> String {
+    std::env::var("CONSUMER_TOOLS_DIR").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/consumer-rs/tools",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    })
 }

@@ -194,6 +194,13 @@ impl Source for AmqpSource {
         server_of(&self.uri)
     }
 
+    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+        Some(crate::asyncapi::source_channels(
+            &self.topology,
+            self.publisher.attribute_prefix(),
+        ))
+    }
+
     fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
         Some(gauges::AmqpGauges::start(
             Arc::clone(&self.metrics.inner),

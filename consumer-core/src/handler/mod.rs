@@ -49,6 +49,14 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
         &[]
     }
 
+    /// The message type, for the service's AsyncAPI document
+    /// ([`Service::asyncapi`](crate::Service::asyncapi)). `#[handler]`
+    /// fills it; `None` (the default here) refuses the document with an
+    /// error naming the handler.
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+        None
+    }
+
     /// Runs one attempt.
     fn handle(&self, invocation: &mut Invocation<'_, S>) -> impl Future<Output = Outcome> + Send;
 }

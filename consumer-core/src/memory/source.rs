@@ -122,6 +122,19 @@ impl Source for MemorySource {
         }))
     }
 
+    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+        use crate::asyncapi::{ChannelDescription, SourceChannels};
+        Some(SourceChannels {
+            input: ChannelDescription::new("memory", self.topic.clone()),
+            retry: None,
+            retries_return_on_input: false,
+            dead_letter: Some(ChannelDescription::new(
+                "memory",
+                format!("{}.dlq", self.topic),
+            )),
+        })
+    }
+
     fn check_redelivery(&self, _longest_delay: std::time::Duration) -> Result<(), String> {
         Ok(())
     }

@@ -76,6 +76,7 @@ pub struct Outbox {
     table: String,
     default_destination: Option<String>,
     notify_channel: Option<String>,
+    events: Vec<crate::asyncapi::DeclaredEvent>,
 }
 
 impl Default for Outbox {
@@ -91,6 +92,7 @@ impl Outbox {
             table: DEFAULT_TABLE.to_owned(),
             default_destination: None,
             notify_channel: None,
+            events: Vec::new(),
         }
     }
 
@@ -116,6 +118,51 @@ impl Outbox {
         validate_identifier(channel)?;
         self.notify_channel = Some(channel.to_owned());
         Ok(self)
+    }
+
+    /// Declares that this outbox writes events of type `event_type` with
+    /// payloads of type `T`, to the default destination: the relay's send
+    /// operation in the service's AsyncAPI document, with `T`'s Serialize
+    /// schema. Declaring changes nothing at run time.
+    #[cfg(feature = "asyncapi")]
+    #[must_use]
+    pub fn with_event<T: serde::Serialize + schemars::JsonSchema>(
+        mut self,
+        event_type: impl Into<String>,
+    ) -> Self {
+        self.events.push(crate::asyncapi::DeclaredEvent {
+            event_type: event_type.into(),
+            destination: None,
+            payload: crate::asyncapi::PayloadType::of::<T>(),
+        });
+        self
+    }
+
+    /// [`Outbox::with_event`] for events written with their own
+    /// destination ([`NewEvent::with_destination`]).
+    #[cfg(feature = "asyncapi")]
+    #[must_use]
+    pub fn with_event_to<T: serde::Serialize + schemars::JsonSchema>(
+        mut self,
+        destination: impl Into<String>,
+        event_type: impl Into<String>,
+    ) -> Self {
+        self.events.push(crate::asyncapi::DeclaredEvent {
+            event_type: event_type.into(),
+            destination: Some(destination.into()),
+            payload: crate::asyncapi::PayloadType::of::<T>(),
+        });
+        self
+    }
+
+    /// The event types declared with [`Outbox::with_event`].
+    pub fn declared_events(&self) -> &[crate::asyncapi::DeclaredEvent] {
+        &self.events
+    }
+
+    /// The destination of events that name none, if set.
+    pub fn default_destination(&self) -> Option<&str> {
+        self.default_destination.as_deref()
     }
 
     /// The table name.

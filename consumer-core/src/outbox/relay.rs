@@ -52,6 +52,34 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
+    /// What the service's AsyncAPI document says of this relay: each
+    /// event type its outbox declares, with its destination's channel.
+    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
+        let events = self
+            .outbox
+            .declared_events()
+            .iter()
+            .map(|e| {
+                let destination = e
+                    .destination
+                    .clone()
+                    .or_else(|| self.outbox.default_destination().map(str::to_owned))
+                    .unwrap_or_default();
+                let channel = if destination.is_empty() {
+                    None
+                } else {
+                    self.publisher.channel(&destination)
+                };
+                (e.clone(), destination, channel)
+            })
+            .collect();
+        crate::asyncapi::PartDescription::Relay {
+            name,
+            system: self.publisher.system(),
+            events,
+        }
+    }
+
     /// A relay with the defaults: batches of 200, refused events retried 10
     /// times (backoff 200 ms to 60 s) before being marked failed, polling
     /// between 1 ms and 10 ms when idle, CloudEvents source `/outbox`.

@@ -17,6 +17,8 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     fn retry_policy(&self) -> RetryPolicy;
     /// [`Handler::event_types`].
     fn event_types(&self) -> &'static [&'static str];
+    /// [`Handler::payload_type`].
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType>;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -35,6 +37,10 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
 
     fn event_types(&self) -> &'static [&'static str] {
         Handler::event_types(self)
+    }
+
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+        Handler::payload_type(self)
     }
 
     fn handle_boxed<'a>(
@@ -56,6 +62,10 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
 
     fn event_types(&self) -> &'static [&'static str] {
         ErasedHandler::event_types(self)
+    }
+
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+        ErasedHandler::payload_type(self)
     }
 
     // An async fn, not the box itself: it holds the two borrows apart,

@@ -165,6 +165,25 @@ where
         Arc::clone(&self.stats)
     }
 
+    /// What the service's AsyncAPI document says of this consumer.
+    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
+        crate::asyncapi::PartDescription::Consumer {
+            name,
+            system: self.source.system(),
+            channels: self.source.channels().map(Box::new),
+            handlers: self
+                .routes
+                .handlers()
+                .into_iter()
+                .map(|h| crate::asyncapi::HandlerDescription {
+                    name: h.name(),
+                    event_types: h.event_types(),
+                    payload: h.payload_type(),
+                })
+                .collect(),
+        }
+    }
+
     /// Refuses, before the first delivery, what could only fail at run time.
     fn check(&self) -> Result<(), Error> {
         for handler in self.routes.handlers() {

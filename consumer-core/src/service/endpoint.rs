@@ -20,6 +20,8 @@ pub(super) type Scrape = std::sync::Arc<dyn Fn() -> Result<String, String> + Sen
 pub(super) struct Served {
     pub(super) health: Health,
     pub(super) metrics: Option<Scrape>,
+    /// The AsyncAPI document, rendered once at start.
+    pub(super) asyncapi: Option<std::sync::Arc<String>>,
 }
 
 /// Longest request head read; probes send a few hundred bytes.
@@ -61,7 +63,12 @@ pub(super) fn serve(
     } else {
         ""
     };
-    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}");
+    let asyncapi = if served.asyncapi.is_some() {
+        ", /asyncapi.json"
+    } else {
+        ""
+    };
+    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}{asyncapi}");
     Ok(tokio::spawn(accept(listener, served)))
 }
 
@@ -131,6 +138,11 @@ fn respond(method: &str, path: &str, served: &Served) -> Response {
     match (path, &served.metrics) {
         ("/livez", _) => probe(health.is_live(), "live", health),
         ("/readyz", _) => probe(health.is_ready(), "ready", health),
+        ("/asyncapi.json", _) if served.asyncapi.is_some() => Response {
+            status: "200 OK",
+            content_type: "application/json",
+            body: served.asyncapi.as_deref().cloned().unwrap_or_default(),
+        },
         ("/metrics", Some(scrape)) => match scrape() {
             Ok(body) => Response {
                 status: "200 OK",
@@ -235,6 +247,7 @@ mod tests {
             Served {
                 health,
                 metrics: None,
+                asyncapi: None,
             },
         )
         .expect("serve");

@@ -95,6 +95,9 @@ pub struct Service {
     endpoint: Option<std::net::TcpListener>,
     metrics: Option<endpoint::Scrape>,
     stopping: Arc<AtomicBool>,
+    version: &'static str,
+    described: Vec<crate::asyncapi::PartDescription>,
+    asyncapi: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -119,6 +122,9 @@ impl Service {
             endpoint: None,
             metrics: None,
             stopping: Arc::new(AtomicBool::new(false)),
+            version: "0.0.0",
+            described: Vec::new(),
+            asyncapi: None,
         }
     }
 
@@ -136,15 +142,21 @@ impl Service {
 
     /// Adds a consumer (of one handler or of a router).
     #[must_use]
-    pub fn consumer<Src, S, R>(self, name: impl Into<String>, consumer: Consumer<Src, S, R>) -> Self
+    pub fn consumer<Src, S, R>(
+        mut self,
+        name: impl Into<String>,
+        consumer: Consumer<Src, S, R>,
+    ) -> Self
     where
         Src: Source,
         S: DedupStore,
         R: Routes<S>,
     {
         let stats = consumer.stats();
+        let name = name.into();
+        self.described.push(consumer.describe(name.clone()));
         self.part(
-            name.into(),
+            name,
             "consumer",
             Some(stats),
             Box::new(move |stop: StopSignal| Box::pin(consumer.run_until(stop.stopped()))),
@@ -153,14 +165,16 @@ impl Service {
 
     /// Adds an outbox relay.
     #[must_use]
-    pub fn relay<DB, P>(self, name: impl Into<String>, relay: OutboxRelay<DB, P>) -> Self
+    pub fn relay<DB, P>(mut self, name: impl Into<String>, relay: OutboxRelay<DB, P>) -> Self
     where
         DB: OutboxDatabase,
         P: Publisher,
         OutboxRelay<DB, P>: Send + 'static,
     {
+        let name = name.into();
+        self.described.push(relay.describe(name.clone()));
         self.part(
-            name.into(),
+            name,
             "relay",
             None,
             Box::new(move |stop: StopSignal| Box::pin(relay.run_until(stop.stopped()))),
@@ -181,6 +195,44 @@ impl Service {
             None,
             Box::new(move |stop: StopSignal| Box::pin(run(stop))),
         )
+    }
+
+    /// The service's version, for its AsyncAPI document's `info.version`
+    /// (default `0.0.0`): `env!("CARGO_PKG_VERSION")`, a release tag.
+    #[must_use]
+    pub fn with_version(mut self, version: &'static str) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The AsyncAPI 3.1.0 document of the parts added so far: a channel per
+    /// source, retry, dead-letter and outbox destination, the handlers'
+    /// receive operations, the sends of retries, dead letters and outbox
+    /// events, payload schemas in draft-07 (see [`crate::asyncapi`]).
+    /// `Err` names every handler, event and type that keeps it from being
+    /// made (a message type without `schemars::JsonSchema`, a source that
+    /// does not describe its channels).
+    #[cfg(feature = "asyncapi")]
+    pub fn asyncapi(&self) -> Result<serde_json::Value, crate::asyncapi::AsyncApiError> {
+        crate::asyncapi::build(
+            &crate::asyncapi::ServiceInfo {
+                name: self.name,
+                version: self.version,
+            },
+            &self.described,
+        )
+    }
+
+    /// Serves [`Service::asyncapi`] as `GET /asyncapi.json` on the health
+    /// endpoint. Call it after the parts are added: the document is made
+    /// here, so one that cannot be made fails the service before it starts.
+    #[cfg(feature = "asyncapi")]
+    pub fn with_asyncapi_endpoint(mut self) -> Result<Self, Error> {
+        let document = self.asyncapi().map_err(|e| Error::Config(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&document)
+            .map_err(|e| Error::Config(format!("the AsyncAPI document cannot be rendered: {e}")))?;
+        self.asyncapi = Some(Arc::new(text));
+        Ok(self)
     }
 
     /// How long the parts may drain, in all, after the stop (default 60 s).
@@ -246,6 +298,7 @@ impl Service {
                     endpoint::Served {
                         health: health.clone(),
                         metrics: self.metrics.clone(),
+                        asyncapi: self.asyncapi.clone(),
                     },
                 )
                 .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
@@ -462,5 +515,77 @@ mod tests {
             tokio::net::TcpStream::connect(addr).await.is_err(),
             "the endpoint closes with the service"
         );
+    }
+
+    #[cfg(feature = "asyncapi")]
+    #[tokio::test]
+    async fn the_asyncapi_document_is_served_and_one_that_cannot_be_made_stops_the_start() {
+        use crate::asyncapi::PayloadType;
+        use crate::{Handler, Invocation, MemoryBroker, MemoryStore, Outcome, RetryPolicy};
+
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Ping {
+            n: u32,
+        }
+        /// Says its message type only when `.0`.
+        struct Takes(bool);
+        impl Handler<MemoryStore> for Takes {
+            fn name(&self) -> &'static str {
+                "takes"
+            }
+            fn retry_policy(&self) -> RetryPolicy {
+                RetryPolicy::none()
+            }
+            fn event_types(&self) -> &'static [&'static str] {
+                &["Ping"]
+            }
+            fn payload_type(&self) -> Option<PayloadType> {
+                self.0.then(PayloadType::of::<Ping>)
+            }
+            async fn handle(&self, _: &mut Invocation<'_, MemoryStore>) -> Outcome {
+                Outcome::Processed
+            }
+        }
+        let broker = MemoryBroker::new(1);
+        let consumer =
+            |says| crate::Consumer::new(broker.source("pings"), MemoryStore::new(), Takes(says));
+
+        let err = Service::new("s")
+            .consumer("pings", consumer(false))
+            .with_asyncapi_endpoint()
+            .expect_err("no message type");
+        assert!(
+            err.to_string()
+                .contains("handler `takes` does not say its message type"),
+            "{err}"
+        );
+
+        let service = Service::new("s")
+            .consumer("pings", consumer(true))
+            .with_health_endpoint("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind")
+            .with_asyncapi_endpoint()
+            .expect("a document");
+        let addr = service.health_endpoint().expect("listening");
+        let (stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(service.run_until(async move {
+            let _ = stop.await;
+        }));
+        let answer = get(addr, "/asyncapi.json").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains("content-type: application/json"),
+            "{answer}"
+        );
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let document: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(document["asyncapi"], "3.1.0");
+        assert_eq!(
+            document["operations"]["pings.takes.Ping"]["action"],
+            "receive"
+        );
+        let _ = stop_tx.send(());
+        run.await.expect("join").expect("no part failed");
     }
 }

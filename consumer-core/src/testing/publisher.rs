@@ -30,6 +30,10 @@ impl<P: Publisher> Publisher for FaultyPublisher<P> {
         self.inner.system()
     }
 
+    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
+        self.inner.channel(destination)
+    }
+
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         // Which messages fail, and how many copies the others get.
         let mut plan = Vec::with_capacity(batch.len());

@@ -128,6 +128,10 @@ impl<S: Source> Source for FaultySource<S> {
         self.inner.as_ref()?.consumer_group()
     }
 
+    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+        self.inner.as_ref()?.channels()
+    }
+
     fn server(&self) -> Option<(&str, u16)> {
         self.inner.as_ref()?.server()
     }

@@ -169,6 +169,13 @@ impl Source for KafkaSource {
         Some(&self.group)
     }
 
+    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+        Some(crate::asyncapi::source_channels(
+            &self.link.topics,
+            &self.group,
+        ))
+    }
+
     fn server(&self) -> Option<(&str, u16)> {
         self.server
             .as_ref()

@@ -333,6 +333,13 @@ impl Source for PartitionedSource {
         super::server_of(&self.uri)
     }
 
+    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+        Some(crate::asyncapi::partitioned_source_channels(
+            &self.topology,
+            self.publisher.attribute_prefix(),
+        ))
+    }
+
     /// The depths of every partition's work and delay queues and of the
     /// shared dead-letter queue, read every
     /// [`with_depth_interval`](Self::with_depth_interval).
