@@ -1,0 +1,70 @@
+//! The replay journal: one row per letter a replay has sent, keyed by the
+//! letter's id, in the store's database (`consumer_replay_journal`).
+//!
+//! A letter is journaled *after* the broker confirmed its copy, then
+//! removed from its place. A replay killed between the confirm and the
+//! journal row sends that letter again when it is run again: the handler's
+//! dedup row absorbs the second copy if the first was processed (at least
+//! once on the wire, once in effect). Journaling first would instead lose a
+//! letter killed between the journal row and the publish.
+
+use sqlx::postgres::PgPool;
+
+use crate::error::Result;
+use crate::letter::Letter;
+
+/// The journal on the store's database.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    pool: PgPool,
+}
+
+const DDL: &str = "CREATE TABLE IF NOT EXISTS consumer_replay_journal (\
+     letter_id  TEXT        PRIMARY KEY, \
+     handler    TEXT        NOT NULL, \
+     message_id TEXT        NOT NULL, \
+     route      TEXT        NOT NULL, \
+     sent_at    TIMESTAMPTZ NOT NULL DEFAULT now())";
+
+impl Journal {
+    /// The journal, its table created if missing (`create`); a dry run
+    /// reads without creating it.
+    pub async fn open(pool: PgPool, create: bool) -> Result<Self> {
+        if create {
+            sqlx::query(DDL).execute(&pool).await?;
+        }
+        Ok(Self { pool })
+    }
+
+    /// Whether an earlier replay sent `letter`.
+    pub async fn was_sent(&self, letter: &Letter) -> Result<bool> {
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('consumer_replay_journal')::text")
+                .fetch_one(&self.pool)
+                .await?;
+        if exists.is_none() {
+            return Ok(false);
+        }
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM consumer_replay_journal WHERE letter_id = $1)",
+        )
+        .bind(&letter.id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Records that `letter` went to `route` (its copy confirmed).
+    pub async fn record(&self, letter: &Letter, route: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO consumer_replay_journal (letter_id, handler, message_id, route) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (letter_id) DO NOTHING",
+        )
+        .bind(&letter.id)
+        .bind(&letter.letter.handler)
+        .bind(&letter.letter.message_id)
+        .bind(route)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
