@@ -1,0 +1,224 @@
+//! The `consumer` binary on a real RabbitMQ dead-letter queue (`AMQP_URL`)
+//! and PostgreSQL store (`DATABASE_URL`): inspection, export and import,
+//! dry runs, canaries, and a replay killed halfway.
+
+mod support;
+
+use support::{World, both, stdout};
+
+/// Exit codes the binary documents.
+const CANARY_FAILED: i32 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_against_a_still_failing_handler_sends_exactly_n_and_exits_non_zero() {
+    let w = World::new("canary-fail").await;
+    let ids = ["a", "b", "c", "d", "e"];
+    w.dead_letters(&ids).await;
+    let running = w.start_consumer().await;
+
+    let out = w
+        .run(&[
+            "dead-letters",
+            "replay",
+            "--queue",
+            w.dlq(),
+            "--canary",
+            "2",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(CANARY_FAILED), "{}", both(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("dead-lettered again"),
+        "{}",
+        both(&out)
+    );
+    // Exactly two were sent, and only they failed again: three letters
+    // untouched plus the two new ones.
+    assert_eq!(w.journal_rows().await, 2);
+    w.wait_depth(w.dlq(), 5).await;
+    let snapshot = running.stats.snapshot();
+    assert_eq!(snapshot.dead_terminal, 2, "two canaries came back dead");
+    assert!(w.bookings().await.is_empty());
+    running.stop().await;
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_handler_processes_every_letter_once_and_a_rerun_sends_nothing() {
+    let w = World::new("fixed").await;
+    let ids = ["a", "b", "c", "d"];
+    w.dead_letters(&ids).await;
+    w.set_broken(&ids, false).await;
+    let running = w.start_consumer().await;
+
+    let out = w
+        .run(&[
+            "dead-letters",
+            "replay",
+            "--queue",
+            w.dlq(),
+            "--canary",
+            "1",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    assert!(stdout(&out).contains("replayed 4"), "{}", both(&out));
+    support::eventually("four bookings", || async { w.bookings().await.len() == 4 }).await;
+    assert_eq!(w.bookings().await, ["a", "b", "c", "d"]);
+    assert_eq!(w.depth(w.dlq()).await, 0);
+
+    // A second run finds nothing to send.
+    let again = w.run(&["dead-letters", "replay", "--queue", w.dlq()]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", both(&again));
+    assert!(stdout(&again).contains("replayed 0"), "{}", both(&again));
+    running.stop().await;
+    assert_eq!(w.bookings().await, ["a", "b", "c", "d"]);
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_letter_whose_message_was_processed_is_reported_and_not_sent() {
+    let w = World::new("processed").await;
+    w.dead_letters(&["a", "b"]).await;
+    // `a` got processed some other way (the producer sent it again, fixed).
+    sqlx::query(
+        "INSERT INTO consumer_processed (handler, key, message_id) VALUES ('book', 'a', 'm-a')",
+    )
+    .execute(&w.schema.pool)
+    .await
+    .expect("dedup row");
+    w.set_broken(&["a", "b"], false).await;
+    let running = w.start_consumer().await;
+    let out = w
+        .run(&["dead-letters", "replay", "--queue", w.dlq(), "--json"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let outcome = |m: &str| {
+        lines
+            .iter()
+            .find(|l| l["message_id"] == m)
+            .map(|l| l["outcome"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(outcome("m-a").as_deref(), Some("already_processed"));
+    assert_eq!(outcome("m-b").as_deref(), Some("sent"));
+    support::eventually("b booked", || async { w.bookings().await == ["b"] }).await;
+    running.stop().await;
+    assert_eq!(w.bookings().await, ["b"], "a was never run again");
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_then_import_is_byte_identical() {
+    let w = World::new("export").await;
+    w.dead_letters(&["a", "b", "c"]).await;
+    let first = w.run(&["dead-letters", "export", "--queue", w.dlq()]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", both(&first));
+    assert_eq!(stdout(&first).lines().count(), 3);
+
+    let purge = w
+        .run(&["dead-letters", "purge", "--queue", w.dlq(), "--yes"])
+        .await;
+    assert_eq!(purge.status.code(), Some(0), "{}", both(&purge));
+    assert_eq!(w.depth(w.dlq()).await, 0);
+
+    let file = std::env::temp_dir().join(format!("cli-export-{}.jsonl", uuid::Uuid::new_v4()));
+    std::fs::write(&file, &first.stdout).expect("write export");
+    let path = file.to_string_lossy().into_owned();
+    let import = w
+        .run(&[
+            "dead-letters",
+            "import",
+            "--queue",
+            w.dlq(),
+            "--input",
+            &path,
+        ])
+        .await;
+    assert_eq!(import.status.code(), Some(0), "{}", both(&import));
+    let second = w.run(&["dead-letters", "export", "--queue", w.dlq()]).await;
+    assert_eq!(
+        stdout(&first),
+        stdout(&second),
+        "the DLQ round trip changed bytes"
+    );
+
+    // And into the dead-letter table and out again.
+    let into_table = w.run(&["dead-letters", "import", "--input", &path]).await;
+    assert_eq!(into_table.status.code(), Some(0), "{}", both(&into_table));
+    let from_table = w.run(&["dead-letters", "export"]).await;
+    assert_eq!(from_table.status.code(), Some(0), "{}", both(&from_table));
+    let _ = std::fs::remove_file(&file);
+    // The table keeps milliseconds: compare what it exports with a second
+    // round through it.
+    let table_file = std::env::temp_dir().join(format!("cli-table-{}.jsonl", uuid::Uuid::new_v4()));
+    std::fs::write(&table_file, &from_table.stdout).expect("write table export");
+    let table_path = table_file.to_string_lossy().into_owned();
+    let purge = w.run(&["dead-letters", "purge", "--yes"]).await;
+    assert_eq!(purge.status.code(), Some(0), "{}", both(&purge));
+    let back = w
+        .run(&["dead-letters", "import", "--input", &table_path])
+        .await;
+    assert_eq!(back.status.code(), Some(0), "{}", both(&back));
+    let again = w.run(&["dead-letters", "export"]).await;
+    assert_eq!(
+        stdout(&from_table),
+        stdout(&again),
+        "the table round trip changed bytes"
+    );
+    let _ = std::fs::remove_file(&table_file);
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_and_inspection_change_nothing_on_the_broker() {
+    let w = World::new("dry").await;
+    w.dead_letters(&["a", "b", "c", "d"]).await;
+    let before = w
+        .run(&["dead-letters", "list", "--queue", w.dlq(), "--json"])
+        .await;
+    assert_eq!(before.status.code(), Some(0), "{}", both(&before));
+    assert_eq!(stdout(&before).lines().count(), 4);
+
+    let dry = w
+        .run(&["dead-letters", "replay", "--queue", w.dlq(), "--dry-run"])
+        .await;
+    assert_eq!(dry.status.code(), Some(0), "{}", both(&dry));
+    assert!(stdout(&dry).contains("4 would be sent"), "{}", both(&dry));
+    let id = stdout(&before)
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["id"].as_str().map(str::to_owned))
+        .expect("an id");
+    let show = w
+        .run(&["dead-letters", "show", &id, "--queue", w.dlq()])
+        .await;
+    assert_eq!(show.status.code(), Some(0), "{}", both(&show));
+    assert!(
+        stdout(&show).contains("\"id\": \"a\""),
+        "pretty JSON payload: {}",
+        both(&show)
+    );
+
+    // Same letters, same order, nothing sent, no journal written.
+    let after = w
+        .run(&["dead-letters", "list", "--queue", w.dlq(), "--json"])
+        .await;
+    assert_eq!(stdout(&before), stdout(&after));
+    assert_eq!(
+        w.depth(w.queue()).await,
+        0,
+        "nothing reached the work queue"
+    );
+    assert_eq!(w.journal_rows().await, 0);
+
+    let missing = w
+        .run(&["dead-letters", "show", "000000000000", "--queue", w.dlq()])
+        .await;
+    assert_eq!(missing.status.code(), Some(6), "{}", both(&missing));
+    w.close().await;
+}
