@@ -199,8 +199,8 @@ async fn a_dry_run_and_inspection_change_nothing_on_the_broker() {
         .await;
     assert_eq!(show.status.code(), Some(0), "{}", both(&show));
     assert!(
-        stdout(&show).contains("\"id\": \"a\""),
-        "pretty JSON payload: {}",
+        stdout(&show).contains(&format!("\n  {{\n    \"id\": \"")),
+        "the payload pretty-printed: {}",
         both(&show)
     );
 
@@ -220,5 +220,143 @@ async fn a_dry_run_and_inspection_change_nothing_on_the_broker() {
         .run(&["dead-letters", "show", "000000000000", "--queue", w.dlq()])
         .await;
     assert_eq!(missing.status.code(), Some(6), "{}", both(&missing));
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn letters_arriving_during_a_replay_are_not_replayed() {
+    let w = World::new("arrivals").await;
+    w.dead_letters(&["a", "b", "c"]).await;
+    // Take `c` out, to put it back while the replay runs.
+    let list = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--key",
+            "c",
+            "--json",
+        ])
+        .await;
+    let c_id = stdout(&list)
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["id"].as_str().map(str::to_owned))
+        .expect("c's id");
+    let export = w
+        .run(&["dead-letters", "export", "--queue", w.dlq(), "--id", &c_id])
+        .await;
+    let file = std::env::temp_dir().join(format!("cli-arrival-{}.jsonl", uuid::Uuid::new_v4()));
+    std::fs::write(&file, &export.stdout).expect("write export");
+    let purge = w
+        .run(&[
+            "dead-letters",
+            "purge",
+            "--queue",
+            w.dlq(),
+            "--id",
+            &c_id,
+            "--yes",
+        ])
+        .await;
+    assert_eq!(purge.status.code(), Some(0), "{}", both(&purge));
+    w.wait_depth(w.dlq(), 2).await;
+
+    // The handler still fails: `a` and `b` come back as new letters during
+    // the run too.
+    let running = w.start_consumer().await;
+    let replay = w
+        .cli()
+        .args([
+            "dead-letters",
+            "replay",
+            "--queue",
+            w.dlq(),
+            "--rate",
+            "0.5",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn replay");
+    support::eventually("the first letter sent", || async {
+        w.journal_rows().await >= 1
+    })
+    .await;
+    let path = file.to_string_lossy().into_owned();
+    let import = w
+        .run(&[
+            "dead-letters",
+            "import",
+            "--queue",
+            w.dlq(),
+            "--input",
+            &path,
+        ])
+        .await;
+    assert_eq!(import.status.code(), Some(0), "{}", both(&import));
+    let out = replay.wait_with_output().await.expect("replay ends");
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    assert!(stdout(&out).contains("replayed 2"), "{}", both(&out));
+    assert_eq!(
+        w.journal_rows().await,
+        2,
+        "only the snapshot's letters were sent"
+    );
+    w.wait_depth(w.dlq(), 3).await;
+    let after = w
+        .run(&["dead-letters", "list", "--queue", w.dlq(), "--json"])
+        .await;
+    assert!(
+        stdout(&after).contains(&c_id),
+        "the letter that arrived meanwhile is still there: {}",
+        both(&after)
+    );
+    running.stop().await;
+    let _ = std::fs::remove_file(&file);
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_killed_halfway_and_run_again_loses_none_and_duplicates_no_business_row() {
+    let w = World::new("kill").await;
+    let names: Vec<String> = (0..30).map(|i| format!("k{i:02}")).collect();
+    let ids: Vec<&str> = names.iter().map(String::as_str).collect();
+    w.dead_letters(&ids).await;
+    w.set_broken(&ids, false).await;
+    let running = w.start_consumer().await;
+
+    let mut first = w
+        .cli()
+        .args(["dead-letters", "replay", "--queue", w.dlq(), "--rate", "20"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn replay");
+    support::eventually("a third of the letters sent", || async {
+        w.journal_rows().await >= 10
+    })
+    .await;
+    first.start_kill().expect("SIGKILL the replay");
+    let status = first.wait().await.expect("killed replay ends");
+    assert_eq!(status.code(), None, "it was killed, not finished");
+    let sent_before = w.journal_rows().await;
+    assert!(sent_before < 30, "killed halfway, not after the end");
+
+    let second = w.run(&["dead-letters", "replay", "--queue", w.dlq()]).await;
+    assert_eq!(second.status.code(), Some(0), "{}", both(&second));
+    support::eventually("every booking made and every queue drained", || async {
+        w.bookings().await.len() >= 30 && w.depth(w.queue()).await == 0
+    })
+    .await;
+    running.stop().await;
+    let booked = w.bookings().await;
+    let mut expected: Vec<String> = names.clone();
+    expected.sort();
+    assert_eq!(booked, expected, "each booking exactly once");
+    assert_eq!(w.depth(w.dlq()).await, 0, "no letter left behind");
+    assert_eq!(w.journal_rows().await, 30);
     w.close().await;
 }
