@@ -360,3 +360,94 @@ async fn a_replay_killed_halfway_and_run_again_loses_none_and_duplicates_no_busi
     assert_eq!(w.journal_rows().await, 30);
     w.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn letters_in_the_dead_letter_table_replay_to_their_work_queue() {
+    let w = World::new("table").await;
+    w.dead_letters(&["a", "b"]).await;
+    // Move them into the table, as the settle fallback would have put them.
+    let export = w.run(&["dead-letters", "export", "--queue", w.dlq()]).await;
+    let file =
+        std::env::temp_dir().join(format!("cli-table-replay-{}.jsonl", uuid::Uuid::new_v4()));
+    std::fs::write(&file, &export.stdout).expect("write export");
+    let path = file.to_string_lossy().into_owned();
+    let import = w.run(&["dead-letters", "import", "--input", &path]).await;
+    assert_eq!(import.status.code(), Some(0), "{}", both(&import));
+    let purge = w
+        .run(&["dead-letters", "purge", "--queue", w.dlq(), "--yes"])
+        .await;
+    assert_eq!(purge.status.code(), Some(0), "{}", both(&purge));
+
+    let grouped = w
+        .run(&["dead-letters", "list", "--group-by", "handler"])
+        .await;
+    assert!(
+        stdout(&grouped).contains("2      book"),
+        "{}",
+        both(&grouped)
+    );
+    w.set_broken(&["a", "b"], false).await;
+    let running = w.start_consumer().await;
+    let replay = w
+        .run(&["dead-letters", "replay", "--handler", "book"])
+        .await;
+    assert_eq!(replay.status.code(), Some(0), "{}", both(&replay));
+    support::eventually("both booked", || async { w.bookings().await.len() == 2 }).await;
+    running.stop().await;
+    assert_eq!(w.bookings().await, ["a", "b"]);
+    let left = w.run(&["dead-letters", "list", "--json"]).await;
+    assert_eq!(stdout(&left), "", "the table is empty: {}", both(&left));
+
+    let unknown = w
+        .run(&["dead-letters", "replay", "--handler", "nobody"])
+        .await;
+    assert_eq!(unknown.status.code(), Some(6), "{}", both(&unknown));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("unknown handler \"nobody\""),
+        "{}",
+        both(&unknown)
+    );
+    let _ = std::fs::remove_file(&file);
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn letters_older_than_the_retention_are_refused_unless_forced() {
+    let w = World::new("retention").await;
+    w.dead_letters(&["a"]).await;
+    let refused = w
+        .run(&[
+            "dead-letters",
+            "replay",
+            "--queue",
+            w.dlq(),
+            "--retention",
+            "1ms",
+        ])
+        .await;
+    assert_eq!(refused.status.code(), Some(7), "{}", both(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("older than the dedup retention"),
+        "{}",
+        both(&refused)
+    );
+    assert_eq!(w.journal_rows().await, 0);
+    assert_eq!(w.depth(w.dlq()).await, 1, "nothing was taken");
+    w.set_broken(&["a"], false).await;
+    let running = w.start_consumer().await;
+    let forced = w
+        .run(&[
+            "dead-letters",
+            "replay",
+            "--queue",
+            w.dlq(),
+            "--retention",
+            "1ms",
+            "--force",
+        ])
+        .await;
+    assert_eq!(forced.status.code(), Some(0), "{}", both(&forced));
+    support::eventually("a booked", || async { w.bookings().await == ["a"] }).await;
+    running.stop().await;
+    w.close().await;
+}
