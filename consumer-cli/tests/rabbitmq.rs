@@ -199,7 +199,7 @@ async fn a_dry_run_and_inspection_change_nothing_on_the_broker() {
         .await;
     assert_eq!(show.status.code(), Some(0), "{}", both(&show));
     assert!(
-        stdout(&show).contains(&format!("\n  {{\n    \"id\": \"")),
+        stdout(&show).contains("\n  {\n    \"id\": \""),
         "the payload pretty-printed: {}",
         both(&show)
     );
