@@ -42,6 +42,14 @@ pub struct Services {
         hide_env_values = true
     )]
     pub amqp_url: String,
+    /// Kafka, for dead-letter topics and replays to retry topics.
+    #[arg(
+        long,
+        env = "KAFKA_BROKERS",
+        global = true,
+        default_value = "127.0.0.1:9092"
+    )]
+    pub kafka_brokers: String,
 }
 
 /// The subcommands.
@@ -49,7 +57,7 @@ pub struct Services {
 pub enum Command {
     /// Dead letters: list, show, export, import, purge, replay.
     #[command(subcommand, name = "dead-letters", visible_alias = "dl")]
-    DeadLetters(DeadLetters),
+    DeadLetters(Box<DeadLetters>),
     /// The transactional outbox: status, retry failed aggregates.
     #[command(subcommand)]
     Outbox(Outbox),
@@ -130,8 +138,12 @@ pub enum DeadLetters {
 pub struct PlaceArgs {
     /// A RabbitMQ dead-letter queue (e.g. `orders.dlq`) instead of the
     /// store's dead-letter table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "topic")]
     pub queue: Option<String>,
+    /// A Kafka dead-letter topic (e.g. `orders.dlq`) instead of the store's
+    /// dead-letter table.
+    #[arg(long)]
+    pub topic: Option<String>,
 }
 
 /// Filters shared by list, export, purge and replay.
@@ -193,6 +205,12 @@ pub struct ReplayArgs {
     /// Which letters.
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Send replays to this Kafka topic: the failed consumer group's own
+    /// retry topic (`Topics::with_retry_topic`). Needed for letters from a
+    /// Kafka topic; without it replays go to the RabbitMQ work queue of
+    /// each letter's origin.
+    #[arg(long)]
+    pub to_topic: Option<String>,
     /// Letters per second at most.
     #[arg(long)]
     pub rate: Option<f64>,

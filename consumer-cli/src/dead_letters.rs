@@ -253,6 +253,12 @@ pub async fn purge(
 ) -> Result<usize> {
     let filter = Filter::from_args(filter)?;
     let mut letters = Letters::open(services, place).await?;
+    if !letters.removes_letters() {
+        return Err(Error::Usage(format!(
+            "{} cannot delete single records: its retention deletes letters; purge works on the dead-letter table and RabbitMQ queues",
+            letters.describe()
+        )));
+    }
     let snapshot = match letters.snapshot().await {
         Ok(s) => s,
         Err(e) => {

@@ -74,7 +74,7 @@ async fn run(cli: Cli) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match cli.command {
-        Command::DeadLetters(cmd) => match cmd {
+        Command::DeadLetters(cmd) => match *cmd {
             DeadLetters::List {
                 place,
                 filter,

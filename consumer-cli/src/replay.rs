@@ -67,18 +67,26 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
     let state = HandlerState::new(pool.clone());
     let journal = Journal::open(pool, !args.dry_run).await?;
     let mut letters = Letters::open(services, &args.place).await?;
-    let result = replay(services, args, &filter, &state, &journal, &mut letters, out).await;
+    if letters.is_kafka() && args.to_topic.is_none() {
+        return Err(Error::Usage(format!(
+            "letters from {} need --to-topic: the failed group's own retry topic (a work topic is read by every consumer group, and a replay there would run them all)",
+            letters.describe()
+        )));
+    }
+    let route = Route::new(services, args.to_topic.as_deref())?;
+    let result = replay(args, &filter, &state, &journal, &route, &mut letters, out).await;
+    route.close().await;
     // Whatever happened, what was not removed goes back as it was.
     let released = letters.release().await;
     result.and(released)
 }
 
 async fn replay(
-    services: &Services,
     args: &ReplayArgs,
     filter: &Filter,
     state: &HandlerState,
     journal: &Journal,
+    route: &Route,
     letters: &mut Letters,
     out: &mut impl Write,
 ) -> Result<()> {
@@ -112,7 +120,7 @@ async fn replay(
     }
 
     let mut todo: Vec<&Held> = Vec::new();
-    let mut report = Report::new(args.json);
+    let mut report = Report::new(args.json, route);
     for held in &chosen {
         let l = &held.letter;
         let fate = if journal.was_sent(l).await? {
@@ -140,7 +148,6 @@ async fn replay(
         return report.summary(out, true);
     }
 
-    let route = Route::new(services);
     let result = async {
         let mut pacer = Pacer::new(args.rate);
         let canaries = args.canary.unwrap_or(0).min(todo.len());
@@ -148,7 +155,7 @@ async fn replay(
         if !first.is_empty() {
             for held in first {
                 pacer.wait().await;
-                send(state, &route, journal, letters, held).await?;
+                send(state, route, journal, letters, held).await?;
                 report.letter(out, &held.letter, Fate::Sent)?;
             }
             let canary_letters: Vec<&Letter> = first.iter().map(|h| &h.letter).collect();
@@ -162,7 +169,7 @@ async fn replay(
         );
         for held in rest {
             pacer.wait().await;
-            send(state, &route, journal, letters, held).await?;
+            send(state, route, journal, letters, held).await?;
             report.letter(out, &held.letter, Fate::Sent)?;
             bar.inc(1);
         }
@@ -170,7 +177,6 @@ async fn replay(
         Ok::<(), Error>(())
     }
     .await;
-    route.close().await;
     result?;
     report.summary(out, false)
 }
@@ -185,7 +191,7 @@ async fn send(
     state.reset_attempts(&held.letter).await?;
     route.send(&held.letter).await?;
     journal
-        .record(&held.letter, &Route::of(&held.letter))
+        .record(&held.letter, &route.of(&held.letter))
         .await?;
     letters.remove(held).await
 }
@@ -254,15 +260,17 @@ impl Pacer {
 }
 
 /// Per-letter lines and the totals.
-struct Report {
+struct Report<'r> {
     json: bool,
+    route: &'r Route,
     counts: [usize; 5],
 }
 
-impl Report {
-    fn new(json: bool) -> Self {
+impl<'r> Report<'r> {
+    fn new(json: bool, route: &'r Route) -> Self {
         Self {
             json,
+            route,
             counts: [0; 5],
         }
     }
@@ -281,7 +289,7 @@ impl Report {
                 "id": l.id,
                 "handler": l.letter.handler,
                 "message_id": l.letter.message_id,
-                "route": Route::of(l),
+                "route": self.route.of(l),
                 "outcome": match fate {
                     Fate::Sent => "sent",
                     Fate::WouldSend => "would_send",
@@ -298,7 +306,7 @@ impl Report {
                 l.letter.message_id,
                 fate.as_str(),
                 if matches!(fate, Fate::Sent | Fate::WouldSend) {
-                    format!(" -> {}", Route::of(l))
+                    format!(" -> {}", self.route.of(l))
                 } else {
                     String::new()
                 }

@@ -7,8 +7,15 @@
 //! routed to several handlers by event type, the router hands it to the
 //! handler of its type, and any other handler's dedup row absorbs it.
 //!
-//! Kafka dead-letter topics are not replayed by this version: a topic is
-//! shared by consumer groups, and the per-group route is still to build.
+//! **Kafka**: a work topic is shared by every consumer group that reads it,
+//! so a replay there would run every group again. The per-group route is
+//! the failed group's own retry topic (`Topics::with_retry_topic`, e.g.
+//! `orders.retry.charge`): its source subscribes to it, no other group
+//! does, and a record there without a due time is processed at once.
+//! `--to-topic` names it; a letter from a Kafka topic is not replayed
+//! without it. (The default `<topic>.retry` is shared by the groups that
+//! keep the default: replaying there reaches each of them, and the groups
+//! that had processed the message absorb it by their dedup rows.)
 
 use consumer_amqp::AmqpPublisher;
 use consumer_core::Message;
@@ -43,30 +50,75 @@ pub fn replay_message(letter: &Letter) -> Message {
     message
 }
 
-/// Sends replayed letters to the handlers' work queues on RabbitMQ.
+/// Sends replayed letters to the handlers' work queues on RabbitMQ, or to
+/// one Kafka retry topic.
 #[derive(Debug)]
 pub struct Route {
     url: String,
     publisher: AmqpPublisher,
+    #[cfg(feature = "kafka")]
+    kafka: Option<(String, consumer_kafka::KafkaPublisher)>,
 }
 
 impl Route {
-    /// A route on the RabbitMQ the flags name (connected on first send).
-    pub fn new(services: &Services) -> Self {
-        Self {
+    /// A route on the RabbitMQ the flags name (connected on first send), or
+    /// to Kafka topic `to_topic`.
+    pub fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
+        #[cfg(feature = "kafka")]
+        let kafka = match to_topic {
+            Some(topic) => {
+                consumer_kafka::validate_topic(topic)
+                    .map_err(|e| Error::Usage(format!("--to-topic: {e}")))?;
+                Some((
+                    topic.to_owned(),
+                    crate::places::kafka::kafka_publisher(&services.kafka_brokers)?,
+                ))
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "kafka"))]
+        if to_topic.is_some() {
+            return Err(Error::Usage(
+                "--to-topic needs the `kafka` feature: build consumer-cli with it".into(),
+            ));
+        }
+        Ok(Self {
             url: services.amqp_url.clone(),
             publisher: AmqpPublisher::new(services.amqp_url.clone())
                 .with_connection_name("consumer-cli-replay"),
-        }
+            #[cfg(feature = "kafka")]
+            kafka,
+        })
     }
 
     /// Where `letter` goes, for messages and the journal.
-    pub fn of(letter: &Letter) -> String {
+    pub fn of(&self, letter: &Letter) -> String {
+        #[cfg(feature = "kafka")]
+        if let Some((topic, _)) = &self.kafka {
+            return format!("Kafka topic {topic}");
+        }
         format!("queue {}", letter.letter.origin.destination)
     }
 
     /// Publishes the replay of `letter` and waits for its confirm.
     pub async fn send(&self, letter: &Letter) -> Result<()> {
+        #[cfg(feature = "kafka")]
+        if let Some((topic, producer)) = &self.kafka {
+            use consumer_core::Publisher as _;
+            let out = [consumer_core::Outgoing {
+                destination: topic.clone(),
+                message: replay_message(letter),
+            }];
+            for r in producer.publish(&out).await {
+                r.map_err(|e| {
+                    Error::Broker(format!(
+                        "replaying {} to Kafka topic {topic}: {e}",
+                        letter.id
+                    ))
+                })?;
+            }
+            return Ok(());
+        }
         let queue = &letter.letter.origin.destination;
         consumer_amqp::validate_name("work queue", queue).map_err(|e| {
             Error::Other(format!(

@@ -6,6 +6,8 @@
 //! taken, held until [`Letters::release`]; it removes a held letter only
 //! when told to, and puts every other one back as it was.
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "amqp")]
 pub mod rabbitmq;
 pub mod table;
@@ -43,11 +45,24 @@ pub enum Letters {
     /// A RabbitMQ dead-letter queue.
     #[cfg(feature = "amqp")]
     Queue(Box<rabbitmq::DeadLetterQueue>),
+    /// A Kafka dead-letter topic.
+    #[cfg(feature = "kafka")]
+    Topic(kafka::DeadLetterTopic),
 }
 
 impl Letters {
     /// Opens the place the flags name.
     pub async fn open(services: &Services, place: &PlaceArgs) -> Result<Self> {
+        if let Some(topic) = &place.topic {
+            #[cfg(feature = "kafka")]
+            return Ok(Self::Topic(
+                kafka::DeadLetterTopic::open(&services.kafka_brokers, topic).await?,
+            ));
+            #[cfg(not(feature = "kafka"))]
+            return Err(Error::Usage(format!(
+                "--topic {topic} needs the `kafka` feature: build consumer-cli with it"
+            )));
+        }
         match &place.queue {
             None => Ok(Self::Table(table::DeadLetterTable::open(services).await?)),
             #[cfg(feature = "amqp")]
@@ -67,6 +82,8 @@ impl Letters {
             Self::Table(t) => t.describe(),
             #[cfg(feature = "amqp")]
             Self::Queue(q) => q.describe(),
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.describe(),
         }
     }
 
@@ -76,15 +93,35 @@ impl Letters {
             Self::Table(t) => t.snapshot().await,
             #[cfg(feature = "amqp")]
             Self::Queue(q) => q.snapshot().await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.snapshot().await,
         }
     }
 
-    /// Removes a held letter from the place for good.
+    /// Whether letters can be removed one by one (not from a Kafka topic).
+    pub fn removes_letters(&self) -> bool {
+        match self {
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => false,
+            _ => true,
+        }
+    }
+
+    /// Whether the place is a Kafka topic (replays need `--to-topic`).
+    pub fn is_kafka(&self) -> bool {
+        !self.removes_letters()
+    }
+
+    /// Removes a held letter from the place for good; on a Kafka topic,
+    /// where records cannot be deleted, it stays (the replay journal keeps
+    /// a rerun from sending it again).
     pub async fn remove(&mut self, held: &Held) -> Result<()> {
         match self {
             Self::Table(t) => t.remove(held.handle).await,
             #[cfg(feature = "amqp")]
             Self::Queue(q) => q.remove(held.handle).await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => Ok(()),
         }
     }
 
@@ -94,6 +131,8 @@ impl Letters {
             Self::Table(t) => t.append(letter).await,
             #[cfg(feature = "amqp")]
             Self::Queue(q) => q.append(letter).await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.append(letter).await,
         }
     }
 
@@ -101,6 +140,8 @@ impl Letters {
     pub async fn release(self) -> Result<()> {
         match self {
             Self::Table(_) => Ok(()),
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => Ok(()),
             #[cfg(feature = "amqp")]
             Self::Queue(q) => (*q).release().await,
         }
