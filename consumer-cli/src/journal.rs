@@ -10,7 +10,7 @@
 
 use sqlx::postgres::PgPool;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::letter::Letter;
 
 /// The journal on the store's database.
@@ -18,6 +18,9 @@ use crate::letter::Letter;
 pub struct Journal {
     pool: PgPool,
 }
+
+/// The advisory lock class of replays ("cr" for consumer replay).
+const REPLAY_LOCK: i32 = 0x6372;
 
 const DDL: &str = "CREATE TABLE IF NOT EXISTS consumer_replay_journal (\
      letter_id  TEXT        PRIMARY KEY, \
@@ -34,6 +37,27 @@ impl Journal {
             sqlx::query(DDL).execute(&pool).await?;
         }
         Ok(Self { pool })
+    }
+
+    /// Holds the store's replay lock (a session advisory lock, one per
+    /// schema) for as long as the returned connection lives; it is taken
+    /// out of the pool, so dropping it closes the session and frees the
+    /// lock. Two replays on one store at once would each send what the
+    /// other has not journaled yet.
+    pub async fn lock(&self) -> Result<sqlx::PgConnection> {
+        let mut conn = self.pool.acquire().await?.detach();
+        let got: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
+                .bind(REPLAY_LOCK)
+                .fetch_one(&mut conn)
+                .await?;
+        if !got {
+            return Err(Error::Refused(
+                "another replay is running on this store; wait for it (or stop it) and run again"
+                    .into(),
+            ));
+        }
+        Ok(conn)
     }
 
     /// Whether an earlier replay sent `letter`.

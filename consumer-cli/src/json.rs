@@ -166,3 +166,55 @@ impl ListedJson {
 pub fn line<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use consumer_core::{Envelope, Headers};
+
+    fn letter() -> Letter {
+        let mut headers = Headers::new();
+        headers.append("x-bytes", [0xffu8, 0x00]);
+        headers.append("ce_id", "m-1");
+        let envelope = Envelope::from_parts(
+            bytes::Bytes::from_static(b"\x00{not json"),
+            headers,
+            Some("k".into()),
+            Origin::default(),
+            || "m-1".into(),
+        );
+        #[derive(Debug, thiserror::Error)]
+        #[error("boom")]
+        struct Boom;
+        Letter::new(DeadLetter::new(
+            DeadLetterKind::Poison,
+            &Boom,
+            &envelope,
+            "h",
+            1,
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_letter_survives_json_byte_for_byte() {
+        let l = letter();
+        let text = line(&LetterJson::of(&l));
+        let back = serde_json::from_str::<LetterJson>(&text)
+            .expect("parses")
+            .into_letter()
+            .expect("a letter");
+        assert_eq!(back.id, l.id);
+        assert_eq!(back.letter.payload, l.letter.payload);
+        assert_eq!(back.letter.original_headers, l.letter.original_headers);
+        assert_eq!(line(&LetterJson::of(&back)), text);
+    }
+
+    #[test]
+    fn an_id_that_does_not_match_the_letter_is_refused() {
+        let mut json = LetterJson::of(&letter());
+        json.message_id = "m-2".into();
+        let err = json.into_letter().expect_err("refused");
+        assert!(err.contains("does not match"), "{err}");
+    }
+}

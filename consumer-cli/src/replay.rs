@@ -66,6 +66,12 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
     let pool = database::connect(services).await?;
     let state = HandlerState::new(pool.clone());
     let journal = Journal::open(pool, !args.dry_run).await?;
+    // Released when the connection closes, however the run ends.
+    let _lock = if args.dry_run {
+        None
+    } else {
+        Some(journal.lock().await?)
+    };
     let mut letters = Letters::open(services, &args.place).await?;
     if letters.is_kafka() && args.to_topic.is_none() {
         return Err(Error::Usage(format!(

@@ -451,3 +451,27 @@ async fn letters_older_than_the_retention_are_refused_unless_forced() {
     running.stop().await;
     w.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replay_on_the_same_store_is_refused_while_one_runs() {
+    let w = World::new("lock").await;
+    w.dead_letters(&["a"]).await;
+    // What a running replay holds.
+    let mut held = w.schema.pool.acquire().await.expect("connection");
+    let got: bool =
+        sqlx::query_scalar("SELECT pg_try_advisory_lock(25458, hashtext(current_schema()))")
+            .fetch_one(&mut *held)
+            .await
+            .expect("lock");
+    assert!(got);
+    let refused = w.run(&["dead-letters", "replay", "--queue", w.dlq()]).await;
+    assert_eq!(refused.status.code(), Some(7), "{}", both(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("another replay is running"),
+        "{}",
+        both(&refused)
+    );
+    assert_eq!(w.depth(w.dlq()).await, 1);
+    drop(held);
+    w.close().await;
+}
