@@ -10,7 +10,8 @@
 //! | 4 | a canary replay came back dead: the fix did not work; nothing more was sent |
 //! | 5 | a canary's outcome did not arrive within `--canary-timeout` |
 //! | 6 | not found: no such dead letter, no such failed aggregate |
-//! | 7 | refused: confirmation declined, or letters past the dedup retention without `--force` |
+//! | 7 | refused: confirmation declined, letters past the dedup retention without `--force`, or another replay running |
+//! | 130 | interrupted (Ctrl-C): the letter in flight was finished; run again to go on |
 
 /// The process's exit codes; see the module docs.
 pub mod exit {
@@ -30,6 +31,8 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 6;
     /// Refused: not confirmed, or past the retention.
     pub const REFUSED: u8 = 7;
+    /// Stopped by Ctrl-C.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// An error of the tool; its `Display` is the sentence printed.
@@ -84,6 +87,11 @@ pub enum Error {
     /// A canary's outcome never came.
     #[error("canary undecided: {0}")]
     CanaryTimeout(String),
+    /// Ctrl-C stopped a replay between two letters.
+    #[error(
+        "interrupted after {0} letter(s) were sent; run the same command again to go on (the journal skips what was sent)"
+    )]
+    Interrupted(usize),
     /// A database statement failed.
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
@@ -125,6 +133,7 @@ impl Error {
             Self::Refused(_) => exit::REFUSED,
             Self::CanaryFailed(_) => exit::CANARY_FAILED,
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,
+            Self::Interrupted(_) => exit::INTERRUPTED,
             Self::Database(_) | Self::Broker(_) | Self::Io { .. } | Self::Other(_) => exit::FAILURE,
         }
     }

@@ -17,6 +17,8 @@
 //!    first dead one, the rest untouched.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
@@ -154,6 +156,17 @@ async fn replay(
         return report.summary(out, true);
     }
 
+    // Ctrl-C stops the run between two letters, never inside one.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let flag = Arc::clone(&interrupted);
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+    let stop = || interrupted.load(Ordering::SeqCst);
     let result = async {
         let mut pacer = Pacer::new(args.rate);
         let canaries = args.canary.unwrap_or(0).min(todo.len());
@@ -161,6 +174,9 @@ async fn replay(
         if !first.is_empty() {
             for held in first {
                 pacer.wait().await;
+                if stop() {
+                    return Err(Error::Interrupted(report.sent()));
+                }
                 send(state, route, journal, letters, held).await?;
                 report.letter(out, &held.letter, Fate::Sent)?;
             }
@@ -175,6 +191,10 @@ async fn replay(
         );
         for held in rest {
             pacer.wait().await;
+            if stop() {
+                bar.finish_and_clear();
+                return Err(Error::Interrupted(report.sent()));
+            }
             send(state, route, journal, letters, held).await?;
             report.letter(out, &held.letter, Fate::Sent)?;
             bar.inc(1);
@@ -183,6 +203,7 @@ async fn replay(
         Ok::<(), Error>(())
     }
     .await;
+    watcher.abort();
     result?;
     report.summary(out, false)
 }
@@ -319,6 +340,10 @@ impl<'r> Report<'r> {
             )
         };
         writeln!(out, "{text}").map_err(Error::io("writing the output"))
+    }
+
+    fn sent(&self) -> usize {
+        self.counts[0]
     }
 
     fn note(&self, out: &mut impl Write, text: &str) -> Result<()> {

@@ -475,3 +475,40 @@ async fn a_second_replay_on_the_same_store_is_refused_while_one_runs() {
     drop(held);
     w.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_a_replay_between_letters_with_exit_130_and_a_rerun_goes_on() {
+    let w = World::new("sigint").await;
+    let ids = ["a", "b", "c", "d", "e", "f"];
+    w.dead_letters(&ids).await;
+    w.set_broken(&ids, false).await;
+    let running = w.start_consumer().await;
+    let replay = w
+        .cli()
+        .args(["dead-letters", "replay", "--queue", w.dlq(), "--rate", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn replay");
+    support::eventually("the first letter sent", || async {
+        w.journal_rows().await >= 1
+    })
+    .await;
+    let pid = replay.id().expect("pid").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let out = replay.wait_with_output().await.expect("replay ends");
+    assert_eq!(out.status.code(), Some(130), "{}", both(&out));
+    assert!(w.journal_rows().await < 6, "stopped before the end");
+
+    let rerun = w.run(&["dead-letters", "replay", "--queue", w.dlq()]).await;
+    assert_eq!(rerun.status.code(), Some(0), "{}", both(&rerun));
+    support::eventually("every booking", || async { w.bookings().await.len() >= 6 }).await;
+    running.stop().await;
+    assert_eq!(w.bookings().await, ids);
+    assert_eq!(w.depth(w.dlq()).await, 0);
+    w.close().await;
+}
