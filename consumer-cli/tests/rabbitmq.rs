@@ -216,6 +216,74 @@ async fn a_dry_run_and_inspection_change_nothing_on_the_broker() {
     );
     assert_eq!(w.journal_rows().await, 0);
 
+    // Filters select without taking anything.
+    let count = |o: &std::process::Output| stdout(o).lines().count();
+    let by_error = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--json",
+            "--error",
+            "booking b ",
+        ])
+        .await;
+    assert_eq!(count(&by_error), 1, "{}", both(&by_error));
+    let by_kind = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--json",
+            "--kind",
+            "poison",
+        ])
+        .await;
+    assert_eq!(count(&by_kind), 0, "{}", both(&by_kind));
+    let future = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--json",
+            "--since",
+            "2999-01-01T00:00:00Z",
+        ])
+        .await;
+    assert_eq!(count(&future), 0, "{}", both(&future));
+    let recent = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--json",
+            "--since",
+            "1h",
+            "--handler",
+            "book",
+        ])
+        .await;
+    assert_eq!(count(&recent), 4, "{}", both(&recent));
+    let bad = w
+        .run(&[
+            "dead-letters",
+            "list",
+            "--queue",
+            w.dlq(),
+            "--since",
+            "yesterday",
+        ])
+        .await;
+    assert_eq!(bad.status.code(), Some(2), "{}", both(&bad));
+    let after_filters = w
+        .run(&["dead-letters", "list", "--queue", w.dlq(), "--json"])
+        .await;
+    assert_eq!(stdout(&before), stdout(&after_filters));
+
     let missing = w
         .run(&["dead-letters", "show", "000000000000", "--queue", w.dlq()])
         .await;
