@@ -1,6 +1,8 @@
 //! What the handler's store says about a letter's message: committed
 //! (its dedup row is there), dead-lettered again, or neither yet.
 
+use std::collections::{HashMap, HashSet};
+
 use consumer_core::PgStore;
 use sqlx::postgres::PgPool;
 
@@ -42,6 +44,32 @@ impl HandlerState {
         .bind(&letter.letter.message_id)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    /// Which of `letters` the handlers committed, in one statement per
+    /// handler: the dedup table is keyed by handler and idempotency key, not
+    /// message id, so each statement reads the handler's rows once (not
+    /// once per letter).
+    pub async fn processed_among(&self, letters: &[&Letter]) -> Result<HashSet<String>> {
+        let mut by_handler: HashMap<&str, Vec<&str>> = HashMap::new();
+        for l in letters {
+            by_handler
+                .entry(l.letter.handler.as_str())
+                .or_default()
+                .push(l.letter.message_id.as_str());
+        }
+        let mut done = HashSet::new();
+        for (handler, ids) in by_handler {
+            let found: Vec<String> = sqlx::query_scalar(
+                "SELECT message_id FROM consumer_processed WHERE handler = $1 AND message_id = ANY($2)",
+            )
+            .bind(handler)
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await?;
+            done.extend(found.into_iter().map(|id| format!("{handler}\0{id}")));
+        }
+        Ok(done)
     }
 
     /// Forgets the message's attempts and its dead-letter mark, so the

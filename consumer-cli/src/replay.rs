@@ -129,6 +129,9 @@ async fn replay(
 
     let mut todo: Vec<&Held> = Vec::new();
     let mut report = Report::new(args.json, route);
+    let processed = state
+        .processed_among(&chosen.iter().map(|h| &h.letter).collect::<Vec<_>>())
+        .await?;
     for held in &chosen {
         let l = &held.letter;
         let fate = if journal.was_sent(l).await? {
@@ -136,7 +139,7 @@ async fn replay(
                 letters.remove(held).await?;
             }
             Some(Fate::AlreadySent)
-        } else if state.processed(l).await? {
+        } else if processed.contains(&format!("{}\0{}", l.letter.handler, l.letter.message_id)) {
             Some(Fate::AlreadyProcessed)
         } else if l.letter.payload_omitted.is_some() {
             Some(Fate::PayloadOmitted)
