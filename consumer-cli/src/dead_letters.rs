@@ -17,12 +17,13 @@ async fn selected(
     services: &Services,
     place: &PlaceArgs,
     filter: &FilterArgs,
-) -> Result<(Vec<Letter>, usize)> {
+) -> Result<(Vec<Letter>, Option<String>)> {
     let filter = Filter::from_args(filter)?;
     let mut letters = Letters::open(services, place).await?;
     let snapshot = letters.snapshot().await;
     letters.release().await?;
     let snapshot = snapshot?;
+    let remarks = snapshot.remarks();
     Ok((
         snapshot
             .letters
@@ -30,7 +31,7 @@ async fn selected(
             .map(|h| h.letter)
             .filter(|l| filter.matches(l))
             .collect(),
-        snapshot.foreign,
+        remarks,
     ))
 }
 
@@ -43,7 +44,10 @@ pub async fn list(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let (letters, foreign) = selected(services, place, filter).await?;
+    let (letters, remarks) = selected(services, place, filter).await?;
+    if let Some(r) = &remarks {
+        eprintln!("note: {r}");
+    }
     let w = |out: &mut dyn Write, text: &str| {
         out.write_all(text.as_bytes())
             .map_err(Error::io("writing the output"))
@@ -114,13 +118,7 @@ pub async fn list(
         ]);
     }
     w(out, &table.render())?;
-    let mut footer = format!("{} dead letter(s)", letters.len());
-    if foreign > 0 {
-        footer.push_str(&format!(
-            "; {foreign} other message(s) in the queue carry no x-dlq-* context (RabbitMQ's own dead letters) and are left alone"
-        ));
-    }
-    w(out, &format!("{footer}\n"))
+    w(out, &format!("{} dead letter(s)\n", letters.len()))
 }
 
 /// `show`: every field, the payload pretty-printed when it is JSON.
@@ -203,7 +201,10 @@ pub async fn export(
     filter: &FilterArgs,
     out: &mut impl Write,
 ) -> Result<usize> {
-    let (letters, _) = selected(services, place, filter).await?;
+    let (letters, remarks) = selected(services, place, filter).await?;
+    if let Some(r) = &remarks {
+        eprintln!("note: {r}");
+    }
     for l in &letters {
         writeln!(out, "{}", line(&LetterJson::of(l))).map_err(Error::io("writing the export"))?;
     }

@@ -99,6 +99,9 @@ async fn replay(
     out: &mut impl Write,
 ) -> Result<()> {
     let snapshot = letters.snapshot().await?;
+    if let Some(r) = snapshot.remarks() {
+        eprintln!("note: {r}");
+    }
     let chosen: Vec<&Held> = snapshot
         .letters
         .iter()

@@ -155,6 +155,15 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
         .map_err(|e| Error::Other(format!("assigning {topic}: {e}")))?;
     let mut per_partition: Vec<(i32, i64, Vec<Held>)> =
         ends.iter().map(|(p, _)| (*p, -1, Vec::new())).collect();
+    let expected: i64 = ends
+        .iter()
+        .zip(assignment.elements())
+        .map(|((_, high), e)| match e.offset() {
+            Offset::Offset(low) => high - low,
+            _ => 0,
+        })
+        .sum();
+    let mut read: i64 = 0;
     let deadline = Instant::now() + READ_TIMEOUT;
     let done = |pp: &[(i32, i64, Vec<Held>)]| {
         pp.iter()
@@ -185,6 +194,7 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
             continue;
         }
         *last = record.offset();
+        read += 1;
         let envelope = consumer_kafka::headers::to_envelope(&record);
         let message = Message {
             key: envelope.key,
@@ -202,6 +212,7 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
     for (_, _, held) in per_partition {
         snapshot.letters.extend(held);
     }
+    snapshot.unread = u64::try_from(expected - read).unwrap_or(0);
     Ok(snapshot)
 }
 

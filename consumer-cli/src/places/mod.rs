@@ -35,6 +35,30 @@ pub struct Snapshot {
     /// Messages without the `x-dlq-*` context (RabbitMQ's own dead
     /// letters, with `x-death`): never removed nor replayed.
     pub foreign: usize,
+    /// Offsets below a Kafka topic's high watermarks that yielded no record
+    /// (transaction markers, compaction, or a broker that skipped them):
+    /// said, so a missing letter is never silent.
+    pub unread: u64,
+}
+
+impl Snapshot {
+    /// What the snapshot left out, as a sentence; `None` when nothing was.
+    pub fn remarks(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.foreign > 0 {
+            parts.push(format!(
+                "{} other message(s) carry no x-dlq-* context (RabbitMQ's own dead letters) and are left alone",
+                self.foreign
+            ));
+        }
+        if self.unread > 0 {
+            parts.push(format!(
+                "{} offset(s) below the high watermarks yielded no record (transaction markers, compaction, or a broker that skipped records): some letters may not be listed",
+                self.unread
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
 }
 
 /// One place letters live.

@@ -64,7 +64,7 @@ impl DeadLetterTable {
         }
         Ok(Snapshot {
             letters,
-            foreign: 0,
+            ..Snapshot::default()
         })
     }
 
