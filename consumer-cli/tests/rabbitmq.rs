@@ -39,6 +39,45 @@ async fn a_canary_against_a_still_failing_handler_sends_exactly_n_and_exits_non_
     let snapshot = running.stats.snapshot();
     assert_eq!(snapshot.dead_terminal, 2, "two canaries came back dead");
     assert!(w.bookings().await.is_empty());
+    // The canaries' new letters: same message ids, attempts counted from
+    // one again, and a header naming the letter each replayed.
+    let sent: Vec<(String, String)> = sqlx::query_as(
+        "SELECT letter_id, message_id FROM consumer_replay_journal ORDER BY message_id",
+    )
+    .fetch_all(&w.schema.pool)
+    .await
+    .expect("journal");
+    let list = w
+        .run(&["dead-letters", "list", "--queue", w.dlq(), "--json"])
+        .await;
+    for (letter_id, message_id) in &sent {
+        let again: Vec<serde_json::Value> = stdout(&list)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .filter(|v: &serde_json::Value| {
+                v["message_id"] == message_id.as_str() && v["id"] != letter_id.as_str()
+            })
+            .collect();
+        assert_eq!(
+            again.len(),
+            1,
+            "{message_id} came back once: {}",
+            both(&list)
+        );
+        assert_eq!(again[0]["attempts"], 1);
+        assert_eq!(
+            again[0]["key"].as_str(),
+            message_id.strip_prefix("m-"),
+            "the original key"
+        );
+        let headers = again[0]["headers"].as_array().expect("headers");
+        assert!(
+            headers
+                .iter()
+                .any(|h| h["name"] == "x-replay-of" && h["value"] == letter_id.as_str()),
+            "{headers:?}"
+        );
+    }
     running.stop().await;
     w.close().await;
 }
