@@ -202,3 +202,91 @@ async fn kafka_letters_replay_to_the_groups_retry_topic_with_a_canary_and_export
     let _ = std::fs::remove_file(&file);
     w.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_replay_killed_halfway_and_rerun_sends_each_letter_once_from_the_journal() {
+    let brokers = brokers();
+    let w = World::new("kafka-kill").await;
+    let topic = format!("cli-kafka-kill-{}", uuid::Uuid::new_v4().simple());
+    let retry = format!("{topic}.retry.book");
+    let topics = Topics::new(&topic)
+        .expect("topic")
+        .with_retry_topic(&retry)
+        .expect("retry topic");
+    topics.create(&brokers, 2, 1).await.expect("create topics");
+    let dlt = topics.dead_letter_topic().to_owned();
+    let names: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+    let ids: Vec<&str> = names.iter().map(String::as_str).collect();
+    w.set_broken(&ids, true).await;
+    let consumer = Consumer::new(
+        KafkaSource::builder(&brokers, format!("g-{topic}"), topics.clone())
+            .with_producer_property("batch.num.messages", "1")
+            .connect()
+            .expect("Kafka source"),
+        PgStore::new(w.schema.pool.clone()),
+        book,
+    );
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    publish(&brokers, &topic, &ids).await;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        stats.wait_for(|s| s.dead_terminal >= 20),
+    )
+    .await
+    .expect("twenty dead letters within 60 s");
+    w.set_broken(&ids, false).await;
+
+    let mut first = w
+        .cli()
+        .args([
+            "dead-letters",
+            "replay",
+            "--topic",
+            &dlt,
+            "--to-topic",
+            &retry,
+            "--rate",
+            "20",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn replay");
+    support::eventually("a quarter sent", || async { w.journal_rows().await >= 5 }).await;
+    first.start_kill().expect("SIGKILL the replay");
+    assert_eq!(first.wait().await.expect("killed").code(), None);
+    let sent_before = w.journal_rows().await;
+    assert!(sent_before < 20, "killed halfway");
+
+    let second = w
+        .run(&[
+            "dead-letters",
+            "replay",
+            "--topic",
+            &dlt,
+            "--to-topic",
+            &retry,
+        ])
+        .await;
+    assert_eq!(second.status.code(), Some(0), "{}", both(&second));
+    assert!(
+        stdout(&second).contains(&format!("already sent {sent_before}")),
+        "the letters stay on the topic; the journal skips them: {}",
+        both(&second)
+    );
+    support::eventually("twenty bookings", || async {
+        w.bookings().await.len() >= 20
+    })
+    .await;
+    let _ = stop.send(());
+    run.await.expect("join").expect("consumer");
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(w.bookings().await, expected, "each booking exactly once");
+    assert_eq!(w.journal_rows().await, 20);
+    w.close().await;
+}
