@@ -17,13 +17,14 @@
 //! keep the default: replaying there reaches each of them, and the groups
 //! that had processed the message absorb it by their dedup rows.)
 
+#[cfg(feature = "amqp")]
 use consumer_amqp::AmqpPublisher;
 use consumer_core::Message;
 use consumer_core::envelope::{format_time, names};
 use time::OffsetDateTime;
 
 use crate::args::Services;
-use crate::error::{Error, Result, redact};
+use crate::error::{Error, Result};
 use crate::letter::Letter;
 
 /// The header a replayed copy carries: the id of the letter it replays.
@@ -54,7 +55,9 @@ pub fn replay_message(letter: &Letter) -> Message {
 /// one Kafka retry topic.
 #[derive(Debug)]
 pub struct Route {
+    #[cfg(feature = "amqp")]
     url: String,
+    #[cfg(feature = "amqp")]
     publisher: AmqpPublisher,
     #[cfg(feature = "kafka")]
     kafka: Option<(String, consumer_kafka::KafkaPublisher)>,
@@ -83,7 +86,9 @@ impl Route {
             ));
         }
         Ok(Self {
+            #[cfg(feature = "amqp")]
             url: services.amqp_url.clone(),
+            #[cfg(feature = "amqp")]
             publisher: AmqpPublisher::new(services.amqp_url.clone())
                 .with_connection_name("consumer-cli-replay"),
             #[cfg(feature = "kafka")]
@@ -119,6 +124,19 @@ impl Route {
             }
             return Ok(());
         }
+        self.send_to_work_queue(letter).await
+    }
+
+    #[cfg(not(feature = "amqp"))]
+    async fn send_to_work_queue(&self, letter: &Letter) -> Result<()> {
+        Err(Error::Usage(format!(
+            "letter {} goes back to a RabbitMQ work queue, which needs the `amqp` feature (or name a Kafka topic with --to-topic)",
+            letter.id
+        )))
+    }
+
+    #[cfg(feature = "amqp")]
+    async fn send_to_work_queue(&self, letter: &Letter) -> Result<()> {
         let queue = &letter.letter.origin.destination;
         consumer_amqp::validate_name("work queue", queue).map_err(|e| {
             Error::Other(format!(
@@ -136,7 +154,7 @@ impl Route {
                 } => crate::places::rabbitmq::unreachable(&self.url, &source),
                 consumer_amqp::Error::Unroutable { .. } => Error::Broker(format!(
                     "work queue {queue} does not exist on {}: is the consumer of handler {} deployed there?",
-                    redact(&self.url),
+                    crate::error::redact(&self.url),
                     letter.letter.handler
                 )),
                 other => Error::Broker(format!("replaying {} to {queue}: {other}", letter.id)),
@@ -145,6 +163,7 @@ impl Route {
 
     /// Closes the connection.
     pub async fn close(&self) {
+        #[cfg(feature = "amqp")]
         self.publisher.close().await;
     }
 }
