@@ -86,7 +86,9 @@ impl DeadLetterKind {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// The kind named `s` (`poison`, `terminal`, `exhausted`), as headers
+    /// and the dead-letter table write it.
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
             "poison" => Some(Self::Poison),
             "terminal" => Some(Self::Terminal),

@@ -10,3 +10,21 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// The bytes `hex` spells (either case); `None` for an odd length or a
+/// character that is not a hex digit.
+pub(crate) fn decode(hex: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let bytes = hex.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}

@@ -115,6 +115,24 @@ pub fn headers_json(headers: &Headers) -> String {
     serde_json::Value::from(entries).to_string()
 }
 
+/// Reads back what [`headers_json`] wrote (a `value_hex` entry becomes its
+/// bytes again); `None` when `json` is not such an array.
+pub fn headers_from_json(json: &str) -> Option<Headers> {
+    let entries: Vec<serde_json::Value> = serde_json::from_str(json).ok()?;
+    let mut headers = Headers::new();
+    for entry in entries {
+        let name = entry.get("name")?.as_str()?;
+        match (entry.get("value"), entry.get("value_hex")) {
+            (Some(serde_json::Value::String(text)), _) => headers.append(name, text.as_str()),
+            (_, Some(serde_json::Value::String(hex))) => {
+                headers.append(name, crate::hex::decode(hex)?)
+            }
+            _ => return None,
+        }
+    }
+    Some(headers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +148,8 @@ mod tests {
             "[{\"name\":\"a\",\"value\":\"1\"},{\"name\":\"b\",\"value_hex\":\"ff00\"},\
              {\"name\":\"c\u{FFFD}\",\"value_hex\":\"7800\"}]"
         );
+        let back = headers_from_json(&headers_json(&h)).expect("reads back");
+        assert_eq!(back.get_bytes("b"), Some(&[0xffu8, 0x00][..]));
+        assert_eq!(back.iter().count(), 3);
     }
 }

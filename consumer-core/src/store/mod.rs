@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 
 pub use database::StoreDatabase;
 pub use dedup::{Claim, DedupStore, FailureRecord};
-pub use letter_row::LetterRow;
+pub use letter_row::{LetterRow, headers_from_json, headers_json};
 pub use memory::{MemoryStore, MemoryTx};
 #[cfg(feature = "postgres")]
 pub use sql::PgStore;

@@ -1,0 +1,281 @@
+//! The command line: subcommands, flags, and the environment variables the
+//! examples use for addresses.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Inspect and replay dead letters, repair the outbox, purge the dedup store.
+#[derive(Debug, Parser)]
+#[command(name = "consumer", version, about, long_about = None)]
+pub struct Cli {
+    /// Addresses of the services.
+    #[command(flatten)]
+    pub services: Services,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the store and the brokers are.
+#[derive(Debug, Args, Clone)]
+pub struct Services {
+    /// The handlers' store: dedup, attempts, dead-letter table, outbox.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+    /// The schema the store's tables are in (PostgreSQL `search_path`).
+    #[arg(long, env = "CONSUMER_SCHEMA", global = true)]
+    pub schema: Option<String>,
+    /// RabbitMQ, for dead-letter queues and replays to work queues.
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        global = true,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true
+    )]
+    pub amqp_url: String,
+    /// Kafka, for dead-letter topics and replays to retry topics.
+    #[arg(
+        long,
+        env = "KAFKA_BROKERS",
+        global = true,
+        default_value = "127.0.0.1:9092"
+    )]
+    pub kafka_brokers: String,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Dead letters: list, show, export, import, purge, replay.
+    #[command(subcommand, name = "dead-letters", visible_alias = "dl")]
+    DeadLetters(Box<DeadLetters>),
+    /// The transactional outbox: status, retry failed aggregates.
+    #[command(subcommand)]
+    Outbox(Outbox),
+    /// The dedup store: counts per handler, purge old rows.
+    #[command(subcommand)]
+    Dedup(Dedup),
+}
+
+/// Dead-letter subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DeadLetters {
+    /// A table of the letters (or counts per group).
+    List {
+        /// Where the letters are.
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// Which letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Counts per kind, handler or error instead of one row per letter.
+        #[arg(long, value_enum)]
+        group_by: Option<GroupBy>,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One letter with all its context.
+    Show {
+        /// The letter's id, as `list` shows it.
+        id: String,
+        /// Where the letter is.
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Writes the letters as JSON lines (every byte of payload and headers).
+    Export {
+        /// Where the letters are.
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// Which letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// The file to write (default: standard output).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Adds letters from JSON lines written by `export`.
+    Import {
+        /// Where the letters go.
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// The file to read (default: standard input).
+        #[arg(long, short)]
+        input: Option<PathBuf>,
+    },
+    /// Deletes letters, after a confirmation.
+    Purge {
+        /// Where the letters are.
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// Which letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Do not ask.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Sends letters back to the handler that failed them.
+    Replay(ReplayArgs),
+}
+
+/// Where letters live: the store's dead-letter table, or a RabbitMQ
+/// dead-letter queue.
+#[derive(Debug, Args, Clone)]
+pub struct PlaceArgs {
+    /// A RabbitMQ dead-letter queue (e.g. `orders.dlq`) instead of the
+    /// store's dead-letter table.
+    #[arg(long, conflicts_with = "topic")]
+    pub queue: Option<String>,
+    /// A Kafka dead-letter topic (e.g. `orders.dlq`) instead of the store's
+    /// dead-letter table.
+    #[arg(long)]
+    pub topic: Option<String>,
+}
+
+/// Filters shared by list, export, purge and replay.
+#[derive(Debug, Args, Clone, Default)]
+pub struct FilterArgs {
+    /// Only letters of this kind.
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+    /// Only letters of this handler.
+    #[arg(long)]
+    pub handler: Option<String>,
+    /// Only letters whose error or causes contain this text.
+    #[arg(long)]
+    pub error: Option<String>,
+    /// Only letters with this partition key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only letters whose last failure is at or after this (RFC 3339, or a
+    /// duration ago such as `2h`).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only letters whose last failure is before this (RFC 3339, or a
+    /// duration ago).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only the letter with this id (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<String>,
+}
+
+/// A dead-letter kind on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum KindArg {
+    /// Could not be decoded.
+    Poison,
+    /// A terminal error.
+    Terminal,
+    /// Retries used up.
+    Exhausted,
+}
+
+/// What `list --group-by` counts by.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum GroupBy {
+    /// The letter's kind.
+    Kind,
+    /// The handler that gave up.
+    Handler,
+    /// The error's message.
+    Error,
+}
+
+/// `dead-letters replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Where the letters are.
+    #[command(flatten)]
+    pub place: PlaceArgs,
+    /// Which letters.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Send replays to this Kafka topic: the failed consumer group's own
+    /// retry topic (`Topics::with_retry_topic`). Needed for letters from a
+    /// Kafka topic; without it replays go to the RabbitMQ work queue of
+    /// each letter's origin.
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Letters per second at most.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Replay this many first and wait for their outcome; stop with exit
+    /// code 4 if any comes back dead.
+    #[arg(long)]
+    pub canary: Option<usize>,
+    /// How long to wait for the canaries' outcome.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub canary_timeout: Duration,
+    /// Say what would be sent, send nothing, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The store's dedup retention: older letters are refused.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "7days")]
+    pub retention: Duration,
+    /// Replay letters older than the retention too (they may run twice).
+    #[arg(long)]
+    pub force: bool,
+    /// JSON lines (one per letter's outcome) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Outbox subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Outbox {
+    /// Pending events, the oldest's age, failed aggregates with their errors.
+    Status {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The outbox table.
+        #[arg(long, default_value = "outbox_events")]
+        outbox_table: String,
+    },
+    /// Unblocks failed aggregates so the relay publishes them again, in order.
+    Retry {
+        /// `aggregate_type/aggregate_id`, as `status` shows it.
+        aggregate: Option<String>,
+        /// Every failed aggregate.
+        #[arg(long, conflicts_with = "aggregate")]
+        all: bool,
+        /// The outbox table.
+        #[arg(long, default_value = "outbox_events")]
+        outbox_table: String,
+    },
+}
+
+/// Dedup subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Dedup {
+    /// Rows per handler.
+    Counts {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes dedup and attempt rows older than a duration, in batches.
+    Purge {
+        /// e.g. `7days`: the store's retention.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Rows per statement.
+        #[arg(long, default_value_t = 1000)]
+        batch: u32,
+    },
+}

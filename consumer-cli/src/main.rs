@@ -1,0 +1,147 @@
+//! `consumer`: the operator's tool for the consumer framework's dead
+//! letters, outbox and dedup store.
+//!
+//! ```text
+//! consumer dead-letters list --queue orders.dlq --group-by error
+//! consumer dead-letters show 3f9a1c0be27d --queue orders.dlq
+//! consumer dead-letters replay --queue orders.dlq --handler charge --canary 1 --rate 50
+//! consumer outbox status
+//! consumer dedup purge --older-than 7days
+//! ```
+//!
+//! Addresses come from `--database-url` / `DATABASE_URL`, `--schema` /
+//! `CONSUMER_SCHEMA` and `--amqp-url` / `AMQP_URL`. Exit codes are listed
+//! in [`error`].
+
+// Without a broker feature only the table, the outbox and dedup work; the
+// broker paths are compiled out and their shared pieces go unused.
+#![cfg_attr(
+    not(any(feature = "amqp", feature = "kafka")),
+    allow(dead_code, unused_variables)
+)]
+
+mod args;
+mod database;
+mod dead_letters;
+mod dedup;
+mod error;
+mod handler_state;
+mod journal;
+mod json;
+mod letter;
+mod outbox;
+mod places;
+mod progress;
+mod render;
+mod replay;
+mod route;
+
+use std::io::{BufReader, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox};
+use crate::error::{Error, Result, exit};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let services = &cli.services;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::DeadLetters(cmd) => match *cmd {
+            DeadLetters::List {
+                place,
+                filter,
+                group_by,
+                json,
+            } => dead_letters::list(services, &place, &filter, group_by, json, &mut out).await,
+            DeadLetters::Show { id, place, json } => {
+                dead_letters::show(services, &place, &id, json, &mut out).await
+            }
+            DeadLetters::Export {
+                place,
+                filter,
+                output,
+            } => {
+                let n = match output {
+                    Some(path) => {
+                        let file = std::fs::File::create(&path)
+                            .map_err(Error::io(format!("creating {}", path.display())))?;
+                        let mut file = std::io::BufWriter::new(file);
+                        dead_letters::export(services, &place, &filter, &mut file).await?
+                    }
+                    None => dead_letters::export(services, &place, &filter, &mut out).await?,
+                };
+                eprintln!("exported {n} dead letter(s)");
+                Ok(())
+            }
+            DeadLetters::Import { place, input } => {
+                let n = match input {
+                    Some(path) => {
+                        let file = std::fs::File::open(&path)
+                            .map_err(Error::io(format!("opening {}", path.display())))?;
+                        dead_letters::import(services, &place, BufReader::new(file)).await?
+                    }
+                    None => dead_letters::import(services, &place, std::io::stdin().lock()).await?,
+                };
+                writeln!(out, "imported {n} dead letter(s)")
+                    .map_err(Error::io("writing the output"))
+            }
+            DeadLetters::Purge { place, filter, yes } => {
+                dead_letters::purge(services, &place, &filter, yes, &mut out)
+                    .await
+                    .map(|_| ())
+            }
+            DeadLetters::Replay(args) => replay::run(services, &args, &mut out).await,
+        },
+        Command::Outbox(cmd) => match cmd {
+            Outbox::Status { json, outbox_table } => {
+                outbox::status(services, &outbox_table, json, &mut out).await
+            }
+            Outbox::Retry {
+                aggregate,
+                all,
+                outbox_table,
+            } => outbox::retry(services, &outbox_table, aggregate.as_deref(), all, &mut out).await,
+        },
+        Command::Dedup(cmd) => match cmd {
+            Dedup::Counts { json } => dedup::counts(services, json, &mut out).await,
+            Dedup::Purge { older_than, batch } => {
+                dedup::purge(services, older_than, batch, &mut out).await
+            }
+        },
+    }
+}

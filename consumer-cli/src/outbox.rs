@@ -1,0 +1,171 @@
+//! `outbox status | retry`: what waits in the outbox, and unblocking the
+//! aggregates whose event failed for good.
+//!
+//! An event the relay gave up on is marked failed and blocks its aggregate,
+//! so the aggregate's later events wait behind it and keep their order.
+//! `retry` makes the failed events eligible again and lifts the block (the
+//! store's [`Outbox::retry_failed`]): the relay publishes the failed event
+//! first, then the ones behind it, in order.
+
+use std::io::Write;
+
+use consumer_core::outbox::Outbox;
+use sqlx::Postgres;
+use time::OffsetDateTime;
+
+use crate::args::Services;
+use crate::database;
+use crate::error::{Error, Result};
+use crate::json::line;
+use crate::render::{Table, age};
+
+/// One failed event, blocking its aggregate.
+#[derive(Debug, sqlx::FromRow, serde::Serialize)]
+struct Failed {
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+    version: i64,
+    attempts: i32,
+    last_error: Option<String>,
+    failed_ms: Option<i64>,
+}
+
+fn outbox(table: &str) -> Result<Outbox> {
+    Outbox::new()
+        .with_table(table)
+        .map_err(|e| Error::Usage(format!("--outbox-table {table:?}: {e}")))
+}
+
+/// `status`.
+pub async fn status(
+    services: &Services,
+    table: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let outbox = outbox(table)?;
+    let pool = database::connect(services).await?;
+    let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*), (EXTRACT(EPOCH FROM min(created_at)) * 1000)::bigint FROM {} WHERE published_at IS NULL",
+        outbox.table()
+    )))
+    .fetch_one(&pool)
+    .await
+    .map_err(|e| database::explain(e, outbox.table()))?;
+    let failed: Vec<Failed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT aggregate_type, aggregate_id, event_type, version, attempts, last_error, \
+         (EXTRACT(EPOCH FROM failed_at) * 1000)::bigint AS failed_ms \
+         FROM {} WHERE failed_at IS NOT NULL AND published_at IS NULL ORDER BY seq",
+        outbox.table()
+    )))
+    .fetch_all(&pool)
+    .await?;
+    let now_ms =
+        i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+    let oldest_age_s = oldest_ms.map(|ms| (now_ms - ms) / 1000);
+    let w = |out: &mut dyn Write, text: String| {
+        out.write_all(text.as_bytes())
+            .map_err(Error::io("writing the output"))
+    };
+    if json {
+        return w(
+            out,
+            format!(
+                "{}\n",
+                line(&serde_json::json!({
+                    "pending": pending,
+                    "oldest_age_seconds": oldest_age_s,
+                    "failed": failed,
+                }))
+            ),
+        );
+    }
+    w(
+        out,
+        format!(
+            "pending events: {pending}\noldest pending: {}\nfailed aggregates: {}\n",
+            oldest_age_s.map_or_else(|| "-".to_owned(), age),
+            failed.len()
+        ),
+    )?;
+    if !failed.is_empty() {
+        let mut t = Table::new(&[
+            "AGGREGATE",
+            "EVENT",
+            "VERSION",
+            "ATTEMPTS",
+            "FAILED",
+            "ERROR",
+        ]);
+        for f in &failed {
+            t.row(vec![
+                format!("{}/{}", f.aggregate_type, f.aggregate_id),
+                f.event_type.clone(),
+                f.version.to_string(),
+                f.attempts.to_string(),
+                f.failed_ms.map_or_else(
+                    || "-".to_owned(),
+                    |ms| format!("{} ago", age((now_ms - ms) / 1000)),
+                ),
+                f.last_error.clone().unwrap_or_default(),
+            ]);
+        }
+        w(out, t.render())?;
+    }
+    Ok(())
+}
+
+/// `retry AGGREGATE` or `retry --all`.
+pub async fn retry(
+    services: &Services,
+    table: &str,
+    aggregate: Option<&str>,
+    all: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let outbox = outbox(table)?;
+    let pool = database::connect(services).await?;
+    let targets: Vec<(String, String)> = match (aggregate, all) {
+        (Some(a), false) => {
+            let Some((kind, id)) = a.split_once('/') else {
+                return Err(Error::Usage(format!(
+                    "aggregate {a:?} must be written aggregate_type/aggregate_id, as `outbox status` shows it"
+                )));
+            };
+            vec![(kind.to_owned(), id.to_owned())]
+        }
+        (None, true) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT aggregate_type, aggregate_id FROM {}_aggregates WHERE blocked_at IS NOT NULL ORDER BY aggregate_type, aggregate_id",
+            outbox.table()
+        )))
+        .fetch_all(&pool)
+        .await
+        .map_err(|e| database::explain(e, outbox.table()))?,
+        _ => {
+            return Err(Error::Usage(
+                "name an aggregate (aggregate_type/aggregate_id) or pass --all".into(),
+            ));
+        }
+    };
+    let bar = crate::progress::bar(targets.len() as u64, "retrying", targets.len() < 100);
+    let mut events = 0;
+    for (kind, id) in &targets {
+        let n = outbox
+            .retry_failed::<Postgres>(&pool, kind, id)
+            .await
+            .map_err(|e| Error::Other(format!("retrying {kind}/{id}: {e}")))?;
+        if n == 0 && aggregate.is_some() {
+            return Err(Error::NoSuchAggregate(format!("{kind}/{id}")));
+        }
+        events += n;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    writeln!(
+        out,
+        "retrying {events} failed event(s) of {} aggregate(s); the relay publishes them, then what waited behind them, in order",
+        targets.len()
+    )
+    .map_err(Error::io("writing the output"))
+}

@@ -1,0 +1,227 @@
+//! A Kafka dead-letter topic (`<topic>.dlq` by default).
+//!
+//! **Reading changes nothing.** A snapshot takes each partition's low and
+//! high watermarks first, assigns the partitions (no group membership, so no
+//! rebalance touches a running consumer) from the low watermark, and reads
+//! until every partition reached the high watermark taken at the start:
+//! records produced meanwhile are past it and not read. Offsets are never
+//! committed, under a group id of the tool's own.
+//!
+//! Records cannot be deleted one by one from a topic: a replayed letter
+//! stays in it, and the replay journal is what keeps a rerun from sending
+//! it again. `purge` refuses on Kafka (topic retention deletes letters).
+
+use std::time::{Duration, Instant};
+
+use consumer_core::{DeadLetter, Message, Outgoing, Publisher};
+use consumer_kafka::KafkaPublisher;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{Held, Snapshot};
+use crate::error::{Error, Result};
+use crate::letter::Letter;
+
+/// How long a snapshot may take to reach the high watermarks.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Metadata and watermark requests.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One dead-letter topic.
+#[derive(Debug)]
+pub struct DeadLetterTopic {
+    brokers: String,
+    topic: String,
+    publisher: Option<KafkaPublisher>,
+}
+
+impl DeadLetterTopic {
+    /// Checks that the brokers answer and the topic exists.
+    pub async fn open(brokers: &str, topic: &str) -> Result<Self> {
+        consumer_kafka::validate_topic(topic).map_err(|e| Error::Usage(e.to_string()))?;
+        let this = Self {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            publisher: None,
+        };
+        let (brokers, topic) = (this.brokers.clone(), this.topic.clone());
+        tokio::task::spawn_blocking(move || partitions(&reader(&brokers)?, &brokers, &topic))
+            .await
+            .map_err(|e| Error::Other(format!("the Kafka reader stopped: {e}")))??;
+        Ok(this)
+    }
+
+    /// `Kafka topic x`.
+    pub fn describe(&self) -> String {
+        format!("Kafka topic {}", self.topic)
+    }
+
+    /// Every record below the high watermarks taken now, in partition and
+    /// offset order.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let (brokers, topic) = (self.brokers.clone(), self.topic.clone());
+        tokio::task::spawn_blocking(move || read_snapshot(&brokers, &topic))
+            .await
+            .map_err(|e| Error::Other(format!("the Kafka reader stopped: {e}")))?
+    }
+
+    /// Produces `letter` to the topic, waiting for its acknowledgement.
+    pub async fn append(&mut self, letter: &Letter) -> Result<()> {
+        let destination = self.topic.clone();
+        let publisher = self.publisher()?;
+        let out = [Outgoing {
+            destination,
+            message: letter.letter.to_message(),
+        }];
+        for r in publisher.publish(&out).await {
+            r.map_err(|e| Error::Broker(format!("producing to Kafka topic {}: {e}", self.topic)))?;
+        }
+        Ok(())
+    }
+
+    fn publisher(&mut self) -> Result<&KafkaPublisher> {
+        if self.publisher.is_none() {
+            self.publisher = Some(kafka_publisher(&self.brokers)?);
+        }
+        self.publisher
+            .as_ref()
+            .ok_or_else(|| Error::Other("no Kafka producer".into()))
+    }
+}
+
+/// A producer on `brokers` (one record per batch: tansu 0.6 needs it, and
+/// a replay is not about throughput).
+pub fn kafka_publisher(brokers: &str) -> Result<KafkaPublisher> {
+    KafkaPublisher::builder(brokers)
+        .with_property("batch.num.messages", "1")
+        .build()
+        .map_err(|e| Error::Other(format!("creating a Kafka producer for {brokers}: {e}")))
+}
+
+fn reader(brokers: &str) -> Result<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "group.id",
+            format!("consumer-cli-reader-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .map_err(|e| Error::Other(format!("creating a Kafka reader for {brokers}: {e}")))
+}
+
+fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str) -> Result<Vec<i32>> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+        .map_err(|e| unreachable(brokers, &e))?;
+    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Err(Error::NoSuchQueue {
+            queue: topic.to_owned(),
+            address: brokers.to_owned(),
+        });
+    };
+    if t.error().is_some() || t.partitions().is_empty() {
+        return Err(Error::NoSuchQueue {
+            queue: topic.to_owned(),
+            address: brokers.to_owned(),
+        });
+    }
+    Ok(t.partitions().iter().map(|p| p.id()).collect())
+}
+
+fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
+    let consumer = reader(brokers)?;
+    let mut ends = Vec::new();
+    let mut assignment = TopicPartitionList::new();
+    for p in partitions(&consumer, brokers, topic)? {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+            .map_err(|e| unreachable(brokers, &e))?;
+        if high > low {
+            assignment
+                .add_partition_offset(topic, p, Offset::Offset(low))
+                .map_err(|e| Error::Other(format!("assigning {topic}/{p}: {e}")))?;
+            ends.push((p, high));
+        }
+    }
+    let mut snapshot = Snapshot::default();
+    if ends.is_empty() {
+        return Ok(snapshot);
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| Error::Other(format!("assigning {topic}: {e}")))?;
+    let mut per_partition: Vec<(i32, i64, Vec<Held>)> =
+        ends.iter().map(|(p, _)| (*p, -1, Vec::new())).collect();
+    let expected: i64 = ends
+        .iter()
+        .zip(assignment.elements())
+        .map(|((_, high), e)| match e.offset() {
+            Offset::Offset(low) => high - low,
+            _ => 0,
+        })
+        .sum();
+    let mut read: i64 = 0;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let done = |pp: &[(i32, i64, Vec<Held>)]| {
+        pp.iter()
+            .zip(&ends)
+            .all(|((_, last, _), (_, high))| *last + 1 >= *high)
+    };
+    while !done(&per_partition) {
+        if Instant::now() >= deadline {
+            return Err(Error::Broker(format!(
+                "Kafka topic {topic} was not read up to its high watermarks within {}s",
+                READ_TIMEOUT.as_secs()
+            )));
+        }
+        let Some(polled) = consumer.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let record = polled.map_err(|e| Error::Broker(format!("reading {topic}: {e}")))?;
+        use rdkafka::Message as _;
+        let Some(slot) = per_partition
+            .iter_mut()
+            .zip(&ends)
+            .find(|((p, _, _), _)| *p == record.partition())
+        else {
+            continue;
+        };
+        let ((_, last, held), (_, high)) = slot;
+        if record.offset() >= *high || record.offset() <= *last {
+            continue;
+        }
+        *last = record.offset();
+        read += 1;
+        let envelope = consumer_kafka::headers::to_envelope(&record);
+        let message = Message {
+            key: envelope.key,
+            headers: envelope.headers,
+            payload: envelope.payload,
+        };
+        match DeadLetter::from_message(&message) {
+            Some(dl) => held.push(Held {
+                letter: Letter::new(dl),
+                handle: u64::try_from(record.offset()).unwrap_or(0),
+            }),
+            None => snapshot.foreign += 1,
+        }
+    }
+    for (_, _, held) in per_partition {
+        snapshot.letters.extend(held);
+    }
+    snapshot.unread = u64::try_from(expected - read).unwrap_or(0);
+    Ok(snapshot)
+}
+
+/// The Kafka brokers did not answer.
+pub fn unreachable(brokers: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::Unreachable {
+        service: "Kafka",
+        address: brokers.to_owned(),
+        reason: e.to_string(),
+        hint: "--kafka-brokers or KAFKA_BROKERS",
+    }
+}

@@ -1,0 +1,189 @@
+//! The places dead letters live, behind one interface: the store's
+//! dead-letter table ([`table`]) and RabbitMQ dead-letter queues
+//! ([`rabbitmq`]).
+//!
+//! A [`Letters`] reads a *snapshot*: the letters present when it was
+//! taken, held until [`Letters::release`]; it removes a held letter only
+//! when told to, and puts every other one back as it was.
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "amqp")]
+pub mod rabbitmq;
+pub mod table;
+
+use crate::args::{PlaceArgs, Services};
+use crate::error::{Error, Result};
+use crate::letter::Letter;
+
+/// A letter read from a place, held until the place is released.
+#[derive(Debug)]
+pub struct Held {
+    /// The letter.
+    pub letter: Letter,
+    /// The place's handle on it: the table's row id, the channel's
+    /// delivery tag.
+    handle: u64,
+}
+
+/// A snapshot: the letters, and how many messages in the place are not
+/// dead letters the framework wrote (left untouched).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Letters in the place's order (oldest first).
+    pub letters: Vec<Held>,
+    /// Messages without the `x-dlq-*` context (RabbitMQ's own dead
+    /// letters, with `x-death`): never removed nor replayed.
+    pub foreign: usize,
+    /// Offsets below a Kafka topic's high watermarks that yielded no record
+    /// (transaction markers, compaction, or a broker that skipped them):
+    /// said, so a missing letter is never silent.
+    pub unread: u64,
+}
+
+impl Snapshot {
+    /// What the snapshot left out, as a sentence; `None` when nothing was.
+    pub fn remarks(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.foreign > 0 {
+            parts.push(format!(
+                "{} other message(s) carry no x-dlq-* context (RabbitMQ's own dead letters) and are left alone",
+                self.foreign
+            ));
+        }
+        if self.unread > 0 {
+            parts.push(format!(
+                "{} offset(s) below the high watermarks yielded no record (transaction markers, compaction, or a broker that skipped records): some letters may not be listed",
+                self.unread
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// One place letters live.
+#[derive(Debug)]
+pub enum Letters {
+    /// The store's `consumer_dead_letters` table.
+    Table(table::DeadLetterTable),
+    /// A RabbitMQ dead-letter queue.
+    #[cfg(feature = "amqp")]
+    Queue(Box<rabbitmq::DeadLetterQueue>),
+    /// A Kafka dead-letter topic.
+    #[cfg(feature = "kafka")]
+    Topic(kafka::DeadLetterTopic),
+}
+
+impl Letters {
+    /// Opens the place the flags name.
+    pub async fn open(services: &Services, place: &PlaceArgs) -> Result<Self> {
+        if let Some(topic) = &place.topic {
+            #[cfg(feature = "kafka")]
+            return Ok(Self::Topic(
+                kafka::DeadLetterTopic::open(&services.kafka_brokers, topic).await?,
+            ));
+            #[cfg(not(feature = "kafka"))]
+            return Err(Error::Usage(format!(
+                "--topic {topic} needs the `kafka` feature: build consumer-cli with it"
+            )));
+        }
+        match &place.queue {
+            None => Ok(Self::Table(table::DeadLetterTable::open(services).await?)),
+            #[cfg(feature = "amqp")]
+            Some(queue) => Ok(Self::Queue(Box::new(
+                rabbitmq::DeadLetterQueue::open(services, queue).await?,
+            ))),
+            #[cfg(not(feature = "amqp"))]
+            Some(_) => Err(Error::Usage(
+                "--queue needs the `amqp` feature: build consumer-cli with it".into(),
+            )),
+        }
+    }
+
+    /// The place, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Table(t) => t.describe(),
+            #[cfg(feature = "amqp")]
+            Self::Queue(q) => q.describe(),
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.describe(),
+        }
+    }
+
+    /// Reads every letter present now and holds them.
+    pub async fn snapshot(&mut self) -> Result<Snapshot> {
+        match self {
+            Self::Table(t) => t.snapshot().await,
+            #[cfg(feature = "amqp")]
+            Self::Queue(q) => q.snapshot().await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.snapshot().await,
+        }
+    }
+
+    /// Whether letters can be removed one by one (not from a Kafka topic).
+    pub fn removes_letters(&self) -> bool {
+        match self {
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => false,
+            _ => true,
+        }
+    }
+
+    /// Whether the place is a Kafka topic (replays need `--to-topic`).
+    pub fn is_kafka(&self) -> bool {
+        !self.removes_letters()
+    }
+
+    /// Removes a held letter from the place for good; on a Kafka topic,
+    /// where records cannot be deleted, it stays (the replay journal keeps
+    /// a rerun from sending it again).
+    pub async fn remove(&mut self, held: &Held) -> Result<()> {
+        match self {
+            Self::Table(t) => t.remove(held.handle).await,
+            #[cfg(feature = "amqp")]
+            Self::Queue(q) => q.remove(held.handle).await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => Ok(()),
+        }
+    }
+
+    /// Adds a letter (import).
+    pub async fn append(&mut self, letter: &Letter) -> Result<()> {
+        match self {
+            Self::Table(t) => t.append(letter).await,
+            #[cfg(feature = "amqp")]
+            Self::Queue(q) => q.append(letter).await,
+            #[cfg(feature = "kafka")]
+            Self::Topic(t) => t.append(letter).await,
+        }
+    }
+
+    /// Puts back every held letter not removed, in its original order.
+    pub async fn release(self) -> Result<()> {
+        match self {
+            Self::Table(_) => Ok(()),
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => Ok(()),
+            #[cfg(feature = "amqp")]
+            Self::Queue(q) => (*q).release().await,
+        }
+    }
+
+    /// The letter with `id`, from a snapshot; every letter is released.
+    pub async fn find(mut self, id: &str) -> Result<Letter> {
+        let snapshot = self.snapshot().await?;
+        let place = self.describe();
+        let found = snapshot
+            .letters
+            .into_iter()
+            .find(|h| h.letter.id == id)
+            .map(|h| h.letter);
+        self.release().await?;
+        found.ok_or_else(|| Error::NoSuchLetter {
+            id: id.to_owned(),
+            place,
+        })
+    }
+}
