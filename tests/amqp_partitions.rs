@@ -368,7 +368,7 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
     };
     assert_eq!(
         series("consumer.dead_letter_queue.depth"),
-        [dlq.clone()],
+        std::slice::from_ref(&dlq),
         "the shared DLQ once"
     );
     let depths = series("consumer.queue.depth");
