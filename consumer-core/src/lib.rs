@@ -29,6 +29,7 @@
 //! Backends implement [`Source`] and [`Acker`].
 
 pub mod asyncapi;
+pub mod batch;
 pub mod compat;
 pub mod dead_letter;
 pub mod envelope;

@@ -1109,3 +1109,149 @@ pub async fn the_host_stops_every_part_with_work_in_flight_and_loses_nothing<B: 
         assert_eq!(seqs, [0, 1, 2, 3], "{key}: order survives the stop");
     }
 }
+
+/// Runs `handler` in batches of up to 16 (10 ms wait) until drained.
+async fn run_batched_until_drained<B: BrokerHarness>(
+    h: &SuiteHarness,
+    broker: &B,
+    topic: &str,
+) -> StatsSnapshot {
+    let batched = consumer::batch::Batched::new(handlers::BatchWork)
+        .with_max_batch(16)
+        .with_max_wait(Duration::from_millis(10));
+    run_until_drained(h, broker, topic, batched).await
+}
+
+pub async fn a_batch_claims_each_key_once_and_acks_its_duplicates<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let jobs: Vec<Job> = (0..24).map(|i| Job::new(&format!("k{i}"), 0)).collect();
+    for job in &jobs {
+        BrokerHarness::publish(&broker, "t", job.message())
+            .await
+            .expect("publish");
+    }
+    // The same delivery twice, and the same business key under another id.
+    BrokerHarness::duplicate_next_publishes(&broker, 1);
+    BrokerHarness::publish(&broker, "t", jobs[3].message())
+        .await
+        .expect("publish");
+    BrokerHarness::publish(&broker, "t", jobs[5].message().with_id("another-id"))
+        .await
+        .expect("publish");
+    let s = run_batched_until_drained(&h, &broker, "t").await;
+    for job in &jobs {
+        assert_eq!(h.effects_of("batch", &job.id).await, 1, "{}", job.id);
+    }
+    assert_eq!((s.processed, s.duplicates), (24, 3));
+    assert!(
+        jobs.iter()
+            .any(|j| handlers::batch_sizes(&j.id).iter().any(|n| *n > 1)),
+        "messages were handled in batches"
+    );
+}
+
+pub async fn a_failing_message_in_a_batch_is_isolated_and_the_others_commit_once<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let good: Vec<Job> = (0..16).map(|i| Job::new(&format!("g{i}"), 0)).collect();
+    let flaky = Job {
+        fail_times: 2,
+        ..Job::new("flaky", 0)
+    };
+    let terminal = Job {
+        terminal: true,
+        ..Job::new("terminal", 0)
+    };
+    let panics = Job {
+        panic: true,
+        ..Job::new("panics", 0)
+    };
+    for job in good.iter().chain([&flaky, &terminal, &panics]) {
+        BrokerHarness::publish(&broker, "t", job.message())
+            .await
+            .expect("publish");
+    }
+    let poison = Message::raw(&b"{not json"[..])
+        .with_key("poison")
+        .with_id("batch-poison");
+    BrokerHarness::publish(&broker, "t", poison)
+        .await
+        .expect("publish");
+    let s = run_batched_until_drained(&h, &broker, "t").await;
+    for job in good.iter().chain([&flaky]) {
+        assert_eq!(h.effects_of("batch", &job.id).await, 1, "{}", job.id);
+    }
+    for job in [&terminal, &panics] {
+        assert_eq!(h.effects_of("batch", &job.id).await, 0, "{}", job.id);
+    }
+    let mut kinds: Vec<(String, DeadLetterKind)> = BrokerHarness::dead_letter_records(&broker, "t")
+        .await
+        .into_iter()
+        .map(|d| (d.message_id, d.kind))
+        .collect();
+    kinds.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        kinds.len(),
+        3,
+        "poison, terminal and panic dead-lettered: {kinds:?}"
+    );
+    assert!(kinds.contains(&("batch-poison".to_owned(), DeadLetterKind::Poison)));
+    assert_eq!(s.dead_letters(), 3);
+    // The flaky job failed in a batch once, then ran alone until it passed.
+    let attempts: Vec<u32> = support::call_log(&flaky.id)
+        .iter()
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts.last(), Some(&3), "{attempts:?}");
+    let sizes = handlers::batch_sizes(&flaky.id);
+    let retries = &sizes[sizes.len() - 2..];
+    assert_eq!(retries, [1, 1], "its retries ran alone: {sizes:?}");
+}
+
+pub async fn keys_stay_in_order_within_and_across_batches<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let (keys, per_key) = (6, 20);
+    for seq in 0..per_key {
+        for k in 0..keys {
+            let job = Job {
+                jitter: true,
+                ..Job::new(&format!("key-{k}"), seq)
+            };
+            BrokerHarness::publish(&broker, "t", job.message())
+                .await
+                .expect("publish");
+        }
+    }
+    run_batched_until_drained(&h, &broker, "t").await;
+    let effects = h.effects_in_commit_order("batch").await;
+    assert_eq!(effects.len(), (keys * per_key) as usize);
+    for k in 0..keys {
+        let key = format!("key-{k}");
+        let seqs: Vec<i64> = effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+        assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "order of {key}");
+    }
+}
+
+pub async fn a_crash_after_a_batch_commits_redelivers_without_a_second_effect<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let jobs: Vec<Job> = (0..8).map(|i| Job::new(&format!("c{i}"), 0)).collect();
+    BrokerHarness::lose_next_acks(&broker, 3);
+    for job in &jobs {
+        BrokerHarness::publish(&broker, "t", job.message())
+            .await
+            .expect("publish");
+    }
+    let s = run_batched_until_drained(&h, &broker, "t").await;
+    for job in &jobs {
+        assert_eq!(h.effects_of("batch", &job.id).await, 1, "{}", job.id);
+    }
+    assert!(
+        s.duplicates >= 1,
+        "what was committed and not acked came back: {s:?}"
+    );
+}

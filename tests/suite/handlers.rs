@@ -137,3 +137,75 @@ pub fn orders_router(ignore_unknown: bool) -> consumer::Router<crate::suite::cas
     };
     builder.build().expect("a valid router")
 }
+
+/// The workhorse in batches: one effect per message, marked failures for
+/// the misbehaving ones, and each call's batch size logged by job id.
+pub struct BatchWork;
+
+/// The size of the batch each call of a job ran in, by job id.
+pub fn batch_sizes(job_id: &str) -> Vec<usize> {
+    batch_log()
+        .lock()
+        .expect("log")
+        .get(job_id)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn batch_log() -> &'static std::sync::Mutex<std::collections::HashMap<String, Vec<usize>>> {
+    static LOG: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, Vec<usize>>>,
+    > = std::sync::OnceLock::new();
+    LOG.get_or_init(Default::default)
+}
+
+impl consumer::batch::BatchHandler<crate::suite::cases::SuiteStore> for BatchWork {
+    type Message = Job;
+
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+
+    fn retry_policy(&self) -> consumer::RetryPolicy {
+        consumer::RetryPolicy::exponential(
+            std::time::Duration::from_millis(10),
+            std::time::Duration::from_millis(200),
+            4,
+        )
+    }
+
+    fn idempotency_key(&self, job: &Job, _: &MessageContext) -> String {
+        job.id.clone()
+    }
+
+    async fn handle_batch(
+        &self,
+        batch: &mut consumer::batch::Batch<Job>,
+        tx: &mut SuiteTx,
+    ) -> Result<(), consumer::BoxError> {
+        let mut failures = Vec::new();
+        for (i, item) in batch.iter() {
+            let job = item.message();
+            batch_log()
+                .lock()
+                .expect("log")
+                .entry(job.id.clone())
+                .or_default()
+                .push(batch.len());
+            match support::behave(job, item.context()).await {
+                Ok(()) => {
+                    SuiteHarness::insert_effect(tx, "batch", job, item.context().message_id())
+                        .await?;
+                }
+                Err(e) => failures.push((i, e)),
+            }
+        }
+        for (i, e) in failures {
+            match e {
+                JobError::Terminal(_) => batch.fail_terminal(i, e),
+                e => batch.fail(i, e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -50,6 +50,10 @@ macro_rules! declare {
             an_unknown_event_type_is_acked_and_counted_when_the_router_ignores_them,
             one_handlers_failure_leaves_another_types_dedup_and_order_intact,
             the_host_stops_every_part_with_work_in_flight_and_loses_nothing,
+            a_batch_claims_each_key_once_and_acks_its_duplicates,
+            a_failing_message_in_a_batch_is_isolated_and_the_others_commit_once,
+            keys_stay_in_order_within_and_across_batches,
+            a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
         );
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {

@@ -22,6 +22,11 @@ impl MessageContext {
         }
     }
 
+    /// Sets the key the delivery is deduplicated on.
+    pub(crate) fn set_idempotency_key(&mut self, key: String) {
+        self.idempotency_key = Some(key);
+    }
+
     /// The message id (CloudEvents `id`).
     pub fn message_id(&self) -> &str {
         &self.envelope.id

@@ -30,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
+pub(crate) use panic::CatchUnwind;
 pub use panic::HandlerPanicked;
 
 use crate::envelope::Envelope;

@@ -16,14 +16,14 @@ pub struct HandlerPanicked(String);
 pin_project_lite::pin_project! {
     /// Turns a panic inside the handler's future into an error, so one bad
     /// message cannot take its lane (and every later message of its key) down.
-    pub(super) struct CatchUnwind<F> {
+    pub(crate) struct CatchUnwind<F> {
         #[pin]
         inner: F,
     }
 }
 
 impl<F> CatchUnwind<F> {
-    pub(super) fn new(inner: F) -> Self {
+    pub(crate) fn new(inner: F) -> Self {
         Self { inner }
     }
 }

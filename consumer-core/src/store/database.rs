@@ -25,6 +25,15 @@ pub trait StoreDatabase: Database + sealed::Sealed {
         message_id: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// Claims every `(key, message_id)` of `claims` (distinct keys, sorted
+    /// by key) with one multi-row insert; per claim, whether it was fresh.
+    #[doc(hidden)]
+    fn claim_many(
+        conn: &mut Self::Connection,
+        handler: &str,
+        claims: &[(&str, &str)],
+    ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
+
     #[doc(hidden)]
     fn record_failure(
         pool: &Pool<Self>,

@@ -35,6 +35,18 @@ pub trait DedupStore: Clone + Send + Sync + 'static {
         message_id: &str,
     ) -> impl Future<Output = Result<Claim<Self::Tx>, Error>> + Send;
 
+    /// Begins one transaction and claims every key of `claims`
+    /// (`(key, message_id)`, keys distinct) for `handler` in it, with one
+    /// multi-row insert in key order, so batches that share keys cannot
+    /// deadlock; per claim, in the order given, whether it was fresh. The
+    /// transaction holds the fresh rows; the duplicates were committed
+    /// before. A batched handler's claim ([`batch`](crate::batch)).
+    fn claim_batch(
+        &self,
+        handler: &str,
+        claims: &[(&str, &str)],
+    ) -> impl Future<Output = Result<(Self::Tx, Vec<bool>), Error>> + Send;
+
     /// Commits business writes and the dedup row together.
     fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Error>> + Send;
 

@@ -116,13 +116,26 @@ impl MemoryStore {
 pub struct MemoryTx {
     store: MemoryStore,
     slot: String,
+    /// The other keys of a batch's transaction (empty otherwise: no
+    /// allocation on the one-message path).
+    more: Vec<String>,
     done: bool,
+}
+
+impl MemoryTx {
+    fn end(&mut self, commit: bool) {
+        self.done = true;
+        self.store.finish(&self.slot, commit);
+        for slot in &self.more {
+            self.store.finish(slot, commit);
+        }
+    }
 }
 
 impl Drop for MemoryTx {
     fn drop(&mut self) {
         if !self.done {
-            self.store.finish(&self.slot, false);
+            self.end(false);
         }
     }
 }
@@ -154,6 +167,7 @@ impl DedupStore for MemoryStore {
                         return Ok(Claim::Fresh(MemoryTx {
                             store: self.clone(),
                             slot,
+                            more: Vec::new(),
                             done: false,
                         }));
                     }
@@ -163,15 +177,42 @@ impl DedupStore for MemoryStore {
         }
     }
 
+    /// Claims the keys one by one in key order (waiting, as `claim` does,
+    /// for a key another transaction holds), into one transaction.
+    async fn claim_batch(
+        &self,
+        handler: &str,
+        claims: &[(&str, &str)],
+    ) -> Result<(MemoryTx, Vec<bool>), Error> {
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_by(|a, b| claims[*a].0.cmp(claims[*b].0));
+        let mut fresh = vec![false; claims.len()];
+        let mut slots: Vec<String> = Vec::new();
+        for i in order {
+            let (key, id) = claims[i];
+            if let Claim::Fresh(mut tx) = self.claim(handler, key, id).await? {
+                tx.done = true;
+                slots.push(std::mem::take(&mut tx.slot));
+                fresh[i] = true;
+            }
+        }
+        let mut slots = slots.into_iter();
+        let tx = MemoryTx {
+            store: self.clone(),
+            slot: slots.next().unwrap_or_default(),
+            more: slots.collect(),
+            done: false,
+        };
+        Ok((tx, fresh))
+    }
+
     async fn commit(&self, mut tx: MemoryTx) -> Result<(), Error> {
-        tx.done = true;
-        self.finish(&tx.slot, true);
+        tx.end(true);
         Ok(())
     }
 
     async fn rollback(&self, mut tx: MemoryTx) -> Result<(), Error> {
-        tx.done = true;
-        self.finish(&tx.slot, false);
+        tx.end(false);
         Ok(())
     }
 

@@ -93,6 +93,25 @@ impl<DB: StoreDatabase> Store<DB> {
         }
     }
 
+    /// Begins a transaction and claims every key of `claims` in it; see
+    /// [`DedupStore::claim_batch`].
+    pub async fn claim_batch(
+        &self,
+        handler: &str,
+        claims: &[(&str, &str)],
+    ) -> Result<(Tx<DB>, Vec<bool>), Error> {
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_by(|a, b| claims[*a].0.cmp(claims[*b].0));
+        let sorted: Vec<(&str, &str)> = order.iter().map(|i| claims[*i]).collect();
+        let mut tx = self.pool.begin().await?;
+        let fresh_sorted = DB::claim_many(&mut tx, handler, &sorted).await?;
+        let mut fresh = vec![false; claims.len()];
+        for (at, i) in order.into_iter().enumerate() {
+            fresh[i] = fresh_sorted.get(at).copied().unwrap_or(false);
+        }
+        Ok((Tx { inner: tx }, fresh))
+    }
+
     /// Records one more failed attempt (in its own transaction, so a
     /// rollback of the business transaction does not erase it).
     pub async fn record_failure(
@@ -173,6 +192,14 @@ impl<DB: StoreDatabase> DedupStore for Store<DB> {
         message_id: &str,
     ) -> Result<Claim<Tx<DB>>, Error> {
         Store::claim(self, handler, key, message_id).await
+    }
+
+    async fn claim_batch(
+        &self,
+        handler: &str,
+        claims: &[(&str, &str)],
+    ) -> Result<(Tx<DB>, Vec<bool>), Error> {
+        Store::claim_batch(self, handler, claims).await
     }
 
     async fn commit(&self, tx: Tx<DB>) -> Result<(), Error> {

@@ -1,0 +1,198 @@
+//! The batcher: collects what the lanes hand over, runs batches, splits
+//! the ones that fail, and answers each message with its own outcome.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::BatchHandler;
+use super::items::{Batch, BatchItem};
+use crate::handler::{Failure, FailureKind, Outcome};
+use crate::runtime::CatchUnwind;
+use crate::store::DedupStore;
+
+/// A message waiting for its batch, and where its outcome goes.
+pub(super) struct Pending<M> {
+    pub(super) item: BatchItem<M>,
+    pub(super) key: String,
+    pub(super) reply: oneshot::Sender<Outcome>,
+}
+
+/// A store or commit failure shared by every message of a batch.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BatchFailed(String);
+
+fn failed(kind: FailureKind, error: impl Into<crate::error::BoxError>) -> Outcome {
+    Outcome::Failed(Failure::new(kind, error))
+}
+
+/// Runs batches of what arrives on `rx` until every sender is gone.
+pub(super) async fn run_batches<S, H>(
+    handler: Arc<H>,
+    store: S,
+    mut rx: mpsc::Receiver<Pending<H::Message>>,
+    max_batch: usize,
+    max_wait: Duration,
+) where
+    S: DedupStore,
+    H: BatchHandler<S>,
+{
+    // Messages whose idempotency key was already in the batch being built:
+    // they open the next one.
+    let mut carried: VecDeque<Pending<H::Message>> = VecDeque::new();
+    loop {
+        let first = match carried.pop_front() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let deadline = Instant::now() + max_wait;
+        let mut keys: HashSet<String> = HashSet::new();
+        keys.insert(first.key.clone());
+        let mut batch = vec![first];
+        let mut later: VecDeque<Pending<H::Message>> = VecDeque::new();
+        while batch.len() < max_batch {
+            let next = match carried.pop_front() {
+                Some(p) => p,
+                None => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(p)) => p,
+                    Ok(None) | Err(_) => break,
+                },
+            };
+            if keys.insert(next.key.clone()) {
+                batch.push(next);
+            } else {
+                later.push_back(next);
+            }
+        }
+        later.extend(carried);
+        carried = later;
+        run(&*handler, &store, batch).await;
+    }
+}
+
+/// Runs `items` as one batch; see the module docs of [`batch`](super).
+pub(super) fn run<'a, S, H>(
+    handler: &'a H,
+    store: &'a S,
+    items: Vec<Pending<H::Message>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>
+where
+    S: DedupStore,
+    H: BatchHandler<S>,
+{
+    Box::pin(async move {
+        if items.is_empty() {
+            return;
+        }
+        let claimed = {
+            let claims: Vec<(&str, &str)> = items
+                .iter()
+                .map(|p| (p.key.as_str(), p.item.context.message_id()))
+                .collect();
+            store.claim_batch(handler.name(), &claims).await
+        };
+        let (mut tx, fresh) = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                let e = e.to_string();
+                for p in items {
+                    let _ = p
+                        .reply
+                        .send(failed(FailureKind::Transient, BatchFailed(e.clone())));
+                }
+                return;
+            }
+        };
+        let mut batch_items = Vec::with_capacity(items.len());
+        let mut replies = Vec::with_capacity(items.len());
+        for (p, fresh) in items.into_iter().zip(fresh) {
+            if fresh {
+                batch_items.push(p.item);
+                replies.push((p.key, p.reply));
+            } else {
+                let _ = p.reply.send(Outcome::Duplicate);
+            }
+        }
+        if batch_items.is_empty() {
+            let _ = store.commit(tx).await;
+            return;
+        }
+        let mut batch = Batch::new(batch_items);
+        let result = CatchUnwind::new(handler.handle_batch(&mut batch, &mut tx)).await;
+        let Batch {
+            items,
+            failed: marks,
+        } = batch;
+        match result {
+            Ok(Ok(())) if !marks.iter().any(Option::is_some) => match store.commit(tx).await {
+                Ok(()) => {
+                    for (_, reply) in replies {
+                        let _ = reply.send(Outcome::Processed);
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    for (_, reply) in replies {
+                        let _ = reply.send(failed(FailureKind::Transient, BatchFailed(e.clone())));
+                    }
+                }
+            },
+            // Some marked failed: they get their failure, the others run
+            // again without them.
+            Ok(Ok(())) => {
+                rollback(store, tx).await;
+                let mut again = Vec::new();
+                for ((item, mark), (key, reply)) in items.into_iter().zip(marks).zip(replies) {
+                    match mark {
+                        Some((kind, error)) => {
+                            let _ = reply.send(failed(kind, error));
+                        }
+                        None => again.push(Pending { item, key, reply }),
+                    }
+                }
+                run(handler, store, again).await;
+            }
+            // Not attributed: a single message gets the failure (a panic is
+            // a bug: terminal, as on the one-message path); more are split.
+            Ok(Err(_)) | Err(_) if items.len() > 1 => {
+                rollback(store, tx).await;
+                let mut rest: Vec<Pending<H::Message>> = items
+                    .into_iter()
+                    .zip(replies)
+                    .map(|(item, (key, reply))| Pending { item, key, reply })
+                    .collect();
+                let second = rest.split_off(rest.len() / 2);
+                run(handler, store, rest).await;
+                run(handler, store, second).await;
+            }
+            Ok(Err(error)) => {
+                rollback(store, tx).await;
+                if let Some((_, reply)) = replies.into_iter().next() {
+                    let _ = reply.send(failed(FailureKind::Transient, error));
+                }
+            }
+            Err(panic) => {
+                rollback(store, tx).await;
+                if let Some((_, reply)) = replies.into_iter().next() {
+                    let _ = reply.send(failed(FailureKind::Terminal, panic));
+                }
+            }
+        }
+    })
+}
+
+async fn rollback<S: DedupStore>(store: &S, tx: S::Tx) {
+    if let Err(e) = store.rollback(tx).await {
+        // The connection is gone; the server rolls back on its own.
+        tracing::debug!(target: "consumer", error = %e, "batch rollback failed");
+    }
+}
