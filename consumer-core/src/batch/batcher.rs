@@ -32,17 +32,31 @@ fn failed(kind: FailureKind, error: impl Into<crate::error::BoxError>) -> Outcom
     Outcome::Failed(Failure::new(kind, error))
 }
 
-/// Runs batches of what arrives on `rx` until every sender is gone.
+/// How batches are collected and run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) max_batch: usize,
+    pub(super) max_wait: Duration,
+    pub(super) max_concurrent: usize,
+}
+
+/// Runs batches of what arrives on `rx` (up to `limits.max_concurrent` at
+/// once, each on its own transaction) until every sender is gone.
 pub(super) async fn run_batches<S, H>(
     handler: Arc<H>,
     store: S,
     mut rx: mpsc::Receiver<Pending<H::Message>>,
-    max_batch: usize,
-    max_wait: Duration,
+    limits: Limits,
 ) where
     S: DedupStore,
     H: BatchHandler<S>,
 {
+    let Limits {
+        max_batch,
+        max_wait,
+        max_concurrent,
+    } = limits;
+    let running = Arc::new(tokio::sync::Semaphore::new(max_concurrent.max(1)));
     // Messages whose idempotency key was already in the batch being built:
     // they open the next one.
     let mut carried: VecDeque<Pending<H::Message>> = VecDeque::new();
@@ -75,7 +89,16 @@ pub(super) async fn run_batches<S, H>(
         }
         later.extend(carried);
         carried = later;
-        run(&*handler, &store, batch).await;
+        // Batches run side by side: a lane hands over one delivery at a
+        // time, so no two running batches hold messages of one key.
+        let Ok(permit) = Arc::clone(&running).acquire_owned().await else {
+            return;
+        };
+        let (handler, store) = (Arc::clone(&handler), store.clone());
+        tokio::spawn(async move {
+            run(&*handler, &store, batch).await;
+            drop(permit);
+        });
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::BatchHandler;
-use super::batcher::{Pending, run, run_batches};
+use super::batcher::{Limits, Pending, run, run_batches};
 use super::items::BatchItem;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::retry::RetryPolicy;
@@ -49,47 +49,57 @@ struct BatcherGone;
 /// ```
 pub struct Batched<H: BatchHandler<S>, S: DedupStore> {
     handler: Arc<H>,
-    max_batch: usize,
-    max_wait: Duration,
+    limits: Limits,
     queue: OnceLock<mpsc::Sender<Pending<H::Message>>>,
     _store: PhantomData<fn() -> S>,
 }
 
 impl<H: BatchHandler<S>, S: DedupStore> Batched<H, S> {
     /// `handler` in batches of up to 64 messages, or what arrived within
-    /// 5 ms of the first.
+    /// 5 ms of the first, 4 batches running at once.
     pub fn new(handler: H) -> Self {
         Self {
             handler: Arc::new(handler),
-            max_batch: 64,
-            max_wait: Duration::from_millis(5),
+            limits: Limits {
+                max_batch: 64,
+                max_wait: Duration::from_millis(5),
+                max_concurrent: 4,
+            },
             queue: OnceLock::new(),
             _store: PhantomData,
         }
     }
 
-    /// Most messages per batch (at least 1).
+    /// Most messages per batch (at least 1). Keep it at or below 64 on
+    /// PostgreSQL when the handler uses savepoints of its own: past 64
+    /// subtransactions in one transaction PostgreSQL slows down.
     pub fn with_max_batch(mut self, n: usize) -> Self {
-        self.max_batch = n.max(1);
+        self.limits.max_batch = n.max(1);
         self
     }
 
     /// How long a batch waits for more messages after its first.
     pub fn with_max_wait(mut self, wait: Duration) -> Self {
-        self.max_wait = wait;
+        self.limits.max_wait = wait;
+        self
+    }
+
+    /// Most batches running at once, each in a transaction (and a pooled
+    /// connection) of its own (default 4; at least 1).
+    pub fn with_max_concurrent_batches(mut self, n: usize) -> Self {
+        self.limits.max_concurrent = n.max(1);
         self
     }
 
     /// The batcher's queue, started on first use with `store`.
     fn queue(&self, store: &S) -> &mpsc::Sender<Pending<H::Message>> {
         self.queue.get_or_init(|| {
-            let (tx, rx) = mpsc::channel(self.max_batch.saturating_mul(4).max(16));
+            let (tx, rx) = mpsc::channel(self.limits.max_batch.saturating_mul(4).max(16));
             tokio::spawn(run_batches(
                 Arc::clone(&self.handler),
                 store.clone(),
                 rx,
-                self.max_batch,
-                self.max_wait,
+                self.limits,
             ));
             tx
         })

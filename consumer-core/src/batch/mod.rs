@@ -13,7 +13,9 @@
 //!   waits for its delivery's outcome before handing over the next one, so a
 //!   batch holds at most one message per key: each key stays in order within
 //!   and across batches. Run the consumer with `with_max_in_flight` at least
-//!   the batch size, or batches never fill.
+//!   the batch size, or batches never fill. Up to
+//!   [`max_concurrent_batches`](Batched::with_max_concurrent_batches) run at
+//!   once, each in its own transaction; none holds two messages of one key.
 //! * **Claiming.** One transaction, one `INSERT … ON CONFLICT DO NOTHING
 //!   RETURNING` of every key ([`DedupStore::claim_batch`]), rows in key order
 //!   so batches that share keys cannot deadlock. Duplicates are acked
