@@ -65,6 +65,14 @@ pub struct PayloadSchema {
     pub schema: Value,
 }
 
+impl super::PayloadType {
+    /// The type's payload schema in `contract`, as [`PayloadSchema::schema`]
+    /// has it; `None` when the type has no schema.
+    pub fn schema(&self, contract: Contract) -> Option<Value> {
+        standalone(contract.side(), self)
+    }
+}
+
 /// One schema per subject and contract, sorted by subject then contract.
 pub(crate) fn payload_schemas(
     service: &str,
@@ -76,7 +84,7 @@ pub(crate) fn payload_schemas(
                    contract: Contract,
                    payload: &super::PayloadType,
                    whose: String| {
-        let Some(schema) = standalone(contract.side(), payload) else {
+        let Some(schema) = payload.schema(contract) else {
             problems.push(format!(
                 "{whose} is a `{}`, which has no JSON schema: derive `schemars::JsonSchema` for it",
                 payload.type_name()
