@@ -4,7 +4,8 @@
 //! the two never disagree.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::path::{Path, PathBuf};
+use std::{fmt, fs, io};
 
 use serde_json::Value;
 
@@ -63,6 +64,37 @@ pub struct PayloadSchema {
     /// A draft-07 JSON Schema document: the type's schema at the root, what
     /// it refers to under `definitions`.
     pub schema: Value,
+}
+
+/// Writes each schema as `<dir>/<contract>/<subject>.json`, pretty-printed:
+/// the current schemas `consumer schema check --current <dir>/<contract>`
+/// compares with a snapshot directory. Returns the files written.
+///
+/// # Errors
+///
+/// An I/O error, or `InvalidInput` for a subject that cannot name a file
+/// (empty, starting with `.`, containing `/`, a backslash or NUL).
+pub fn write_current(dir: &Path, schemas: &[PayloadSchema]) -> io::Result<Vec<PathBuf>> {
+    let mut written = Vec::with_capacity(schemas.len());
+    for s in schemas {
+        if s.subject.is_empty()
+            || s.subject.starts_with('.')
+            || s.subject.contains(['/', '\\', '\0'])
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("event type `{}` cannot name a schema file", s.subject),
+            ));
+        }
+        let contract_dir = dir.join(s.contract.dir_name());
+        fs::create_dir_all(&contract_dir)?;
+        let path = contract_dir.join(format!("{}.json", s.subject));
+        let mut text = serde_json::to_string_pretty(&s.schema).map_err(io::Error::other)?;
+        text.push('\n');
+        fs::write(&path, text)?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 impl super::PayloadType {

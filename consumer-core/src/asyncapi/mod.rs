@@ -48,7 +48,7 @@ pub(crate) use builder::{ServiceInfo, build};
 #[cfg(feature = "asyncapi")]
 pub(crate) use contracts::payload_schemas;
 #[cfg(feature = "asyncapi")]
-pub use contracts::{Contract, PayloadSchema};
+pub use contracts::{Contract, PayloadSchema, write_current};
 pub use description::{ChannelDescription, DeclaredEvent, PayloadType, SourceChannels};
 pub(crate) use description::{HandlerDescription, PartDescription};
 #[cfg(feature = "asyncapi")]
