@@ -37,7 +37,8 @@ pub fn record(args: &SchemaArgs, out: &mut impl Write) -> Result<()> {
 /// The snapshot directory, and each current schema to check by type;
 /// `record` makes the directory (`creates`), `check` wants it there.
 fn load(args: &SchemaArgs, creates: bool) -> Result<(SnapshotDir, BTreeMap<String, Value>)> {
-    if !args.snapshots.is_dir() && !(creates && !args.snapshots.exists()) {
+    let made_here = creates && !args.snapshots.exists();
+    if !args.snapshots.is_dir() && !made_here {
         return Err(Error::Usage(format!(
             "no snapshot directory at {} (`consumer schema record` makes it: one <event-type>/v1.json per type)",
             args.snapshots.display()
@@ -78,6 +79,20 @@ fn load(args: &SchemaArgs, creates: bool) -> Result<(SnapshotDir, BTreeMap<Strin
         if let Some(event_type) = stem(&path) {
             current.insert(event_type, read_schema(&path)?);
         }
+    }
+    if current.is_empty() {
+        let hint = if ["deserialize", "serialize"]
+            .iter()
+            .any(|c| args.current.join(c).is_dir())
+        {
+            " (it holds one directory per contract: point --current and --snapshots at the same contract's, e.g. <dir>/deserialize)"
+        } else {
+            ""
+        };
+        return Err(Error::Usage(format!(
+            "no <event-type>.json in {}{hint}",
+            args.current.display()
+        )));
     }
     if args.types.is_empty() {
         // Every type with snapshots must still have a schema: a type

@@ -132,7 +132,11 @@ fn a_breaking_change_exits_8_with_the_rule_and_path() {
         stdout.contains("PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL at #/properties/coupon"),
         "{stdout}"
     );
-    assert!(text(&out.stderr).contains("OrderPlaced"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("OrderPlaced"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -140,7 +144,10 @@ fn json_output_parses_and_carries_the_findings() {
     let scratch = Scratch::new();
     recorded_v1(&scratch);
     let current = scratch.current(PayloadType::of::<v2_breaking::OrderPlaced>());
-    let out = scratch.run(&["schema", "check", "--json", "--mode", "backward"], &current);
+    let out = scratch.run(
+        &["schema", "check", "--json", "--mode", "backward"],
+        &current,
+    );
     assert_eq!(out.status.code(), Some(8), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(report["compatible"], false);
@@ -165,7 +172,11 @@ fn record_adds_the_next_version_and_never_a_breaking_one() {
     let widened = scratch.current(PayloadType::of::<v2_widened::OrderPlaced>());
     let out = scratch.run(&["schema", "record", "--mode", "backward"], &widened);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("recorded"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("recorded"),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(scratch.snapshots().join("OrderPlaced/v2.json").is_file());
     assert_eq!(
         std::fs::read_to_string(&v1_path).expect("v1"),
@@ -203,6 +214,15 @@ fn errors_name_what_to_fix_and_exit_2() {
     assert!(
         stderr.contains("OrderPlaced.json is not a JSON document"),
         "{stderr}"
+    );
+
+    let contracts_root = current.parent().expect("current/").to_owned();
+    let out = scratch.run(&["schema", "check"], &contracts_root);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("one directory per contract"),
+        "{}",
+        text(&out.stderr)
     );
 
     let out = scratch.run(&["schema", "check", "--mode", "sideways"], &current);

@@ -156,7 +156,12 @@ pub(crate) fn payload_schemas(
                         add(subject, Contract::Deserialize, payload, whose);
                     } else {
                         for t in h.event_types {
-                            add((*t).to_owned(), Contract::Deserialize, payload, whose.clone());
+                            add(
+                                (*t).to_owned(),
+                                Contract::Deserialize,
+                                payload,
+                                whose.clone(),
+                            );
                         }
                     }
                 }

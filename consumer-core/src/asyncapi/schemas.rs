@@ -172,7 +172,10 @@ pub(crate) fn standalone(side: Side, payload: &PayloadType) -> Option<Value> {
     };
     let mut document = Map::new();
     if let Some(meta_schema) = meta_schema {
-        document.insert("$schema".to_owned(), Value::String(meta_schema.into_owned()));
+        document.insert(
+            "$schema".to_owned(),
+            Value::String(meta_schema.into_owned()),
+        );
     }
     document.append(&mut map);
     if !definitions.is_empty() {

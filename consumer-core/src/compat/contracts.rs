@@ -235,8 +235,10 @@ fn producer_against_consumer(schemas: &[PayloadSchema]) -> Vec<ContractProblem> 
         };
         match compare(written, read) {
             Ok(findings) => {
-                let findings: Vec<Finding> =
-                    findings.into_iter().filter(|f| !f.is_compatible()).collect();
+                let findings: Vec<Finding> = findings
+                    .into_iter()
+                    .filter(|f| !f.is_compatible())
+                    .collect();
                 if !findings.is_empty() {
                     problems.push(ContractProblem::ProducerBreaksConsumer {
                         subject: subject.to_owned(),
@@ -361,7 +363,11 @@ mod tests {
     fn snapshots_of_a_dropped_type_are_a_problem() {
         let root = scratch();
         let contracts = Contracts::new(&root);
-        let placed = schema("OrderPlaced", Contract::Deserialize, json!({"type": "string"}));
+        let placed = schema(
+            "OrderPlaced",
+            Contract::Deserialize,
+            json!({"type": "string"}),
+        );
         let first = contracts.verify(std::slice::from_ref(&placed), true);
         assert!(first.is_ok(), "{first}");
         let unchanged = contracts.verify(&[placed], false);
