@@ -68,7 +68,10 @@ pub struct PayloadSchema {
 
 /// Writes each schema as `<dir>/<contract>/<subject>.json`, pretty-printed:
 /// the current schemas `consumer schema check --current <dir>/<contract>`
-/// compares with a snapshot directory. Returns the files written.
+/// compares with a snapshot directory. Returns the files written. A
+/// `.json` file left in a contract's directory by an earlier build, of a
+/// type no longer in `schemas`, is removed, so a dropped type cannot pass
+/// for a current one.
 ///
 /// # Errors
 ///
@@ -93,6 +96,21 @@ pub fn write_current(dir: &Path, schemas: &[PayloadSchema]) -> io::Result<Vec<Pa
         text.push('\n');
         fs::write(&path, text)?;
         written.push(path);
+    }
+    for contract in Contract::ALL {
+        let contract_dir = dir.join(contract.dir_name());
+        let entries = match fs::read_dir(&contract_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let stale = path.extension().is_some_and(|e| e == "json") && !written.contains(&path);
+            if stale {
+                fs::remove_file(&path)?;
+            }
+        }
     }
     Ok(written)
 }
@@ -226,6 +244,26 @@ mod tests {
         assert!(read["definitions"].get("Line").is_some(), "{read:#}");
         let written = standalone(Side::Send, &PayloadType::of::<Placed>()).expect("a schema");
         assert_ne!(read["required"], written["required"]);
+    }
+
+    #[test]
+    fn write_current_leaves_no_schema_of_a_dropped_type() {
+        let dir = std::env::temp_dir().join(format!(
+            "consumer-write-current-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        let schema = |subject: &str| PayloadSchema {
+            subject: subject.to_owned(),
+            contract: Contract::Deserialize,
+            type_name: "t",
+            schema: serde_json::json!({"type": "string"}),
+        };
+        write_current(&dir, &[schema("A"), schema("B")]).expect("written");
+        let written = write_current(&dir, &[schema("A")]).expect("written");
+        assert_eq!(written, [dir.join("deserialize/A.json")]);
+        assert!(!dir.join("deserialize/B.json").exists());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
