@@ -64,6 +64,10 @@ pub enum Command {
     /// The dedup store: counts per handler, purge old rows.
     #[command(subcommand)]
     Dedup(Dedup),
+    /// Payload schemas: check the current ones against committed snapshots,
+    /// record a new version.
+    #[command(subcommand)]
+    Schema(Schema),
 }
 
 /// Dead-letter subcommands.
@@ -278,4 +282,39 @@ pub enum Dedup {
         #[arg(long, default_value_t = 1000)]
         batch: u32,
     },
+}
+
+/// Schema subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Schema {
+    /// Checks the current schemas against the snapshots; exit code 8 when
+    /// one breaks compatibility.
+    Check(SchemaArgs),
+    /// Checks, then commits each changed schema as its type's next
+    /// `vN.json` (never rewriting an older one); records nothing if one
+    /// breaks compatibility.
+    Record(SchemaArgs),
+}
+
+/// What `schema check` and `schema record` compare.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// The snapshot directory: `<event-type>/v1.json, v2.json, ...`.
+    #[arg(long, value_name = "DIR")]
+    pub snapshots: PathBuf,
+    /// The current schemas: a directory of `<event-type>.json`, or one
+    /// file (its type is `--type`, or its name without `.json`).
+    #[arg(long, value_name = "DIR|FILE")]
+    pub current: PathBuf,
+    /// BACKWARD, FORWARD, FULL, or one of them `_TRANSITIVE` (any case,
+    /// `-` or `_`).
+    #[arg(long, default_value = "full-transitive")]
+    pub mode: consumer_core::compat::Mode,
+    /// Only these event types (repeat it); default: every current schema,
+    /// and every type with snapshots must have one.
+    #[arg(long = "type", value_name = "EVENT_TYPE")]
+    pub types: Vec<String>,
+    /// One JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -11,6 +11,7 @@
 //! | 5 | a canary's outcome did not arrive within `--canary-timeout` |
 //! | 6 | not found: no such dead letter, no such failed aggregate |
 //! | 7 | refused: confirmation declined, letters past the dedup retention without `--force`, or another replay running |
+//! | 8 | incompatible: a current schema breaks its snapshots in the mode checked (`schema check`, `schema record`) |
 //! | 130 | interrupted (Ctrl-C): the letter in flight was finished; run again to go on |
 
 /// The process's exit codes; see the module docs.
@@ -31,6 +32,8 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 6;
     /// Refused: not confirmed, or past the retention.
     pub const REFUSED: u8 = 7;
+    /// A schema breaks compatibility with its snapshots.
+    pub const INCOMPATIBLE: u8 = 8;
     /// Stopped by Ctrl-C.
     pub const INTERRUPTED: u8 = 130;
 }
@@ -115,6 +118,24 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Schemas that break compatibility; the reports are printed already.
+    #[error(
+        "{count} of {checked} event type(s) break compatibility in {mode}: {types} (see the report above)"
+    )]
+    Incompatible {
+        /// How many break.
+        count: usize,
+        /// How many were checked.
+        checked: usize,
+        /// The mode.
+        mode: consumer_core::compat::Mode,
+        /// Their names, comma separated.
+        types: String,
+    },
+    /// A snapshot or schema that cannot be used as it is: which file, and
+    /// what to fix.
+    #[error("{0}")]
+    Schema(#[from] consumer_core::compat::CompatError),
     /// Anything else, said as a sentence.
     #[error("{0}")]
     Other(String),
@@ -134,6 +155,9 @@ impl Error {
             Self::CanaryFailed(_) => exit::CANARY_FAILED,
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,
             Self::Interrupted(_) => exit::INTERRUPTED,
+            Self::Incompatible { .. } => exit::INCOMPATIBLE,
+            Self::Schema(consumer_core::compat::CompatError::Io { .. }) => exit::FAILURE,
+            Self::Schema(_) => exit::USAGE,
             Self::Database(_) | Self::Broker(_) | Self::Io { .. } | Self::Other(_) => exit::FAILURE,
         }
     }

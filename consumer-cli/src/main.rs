@@ -7,6 +7,7 @@
 //! consumer dead-letters replay --queue orders.dlq --handler charge --canary 1 --rate 50
 //! consumer outbox status
 //! consumer dedup purge --older-than 7days
+//! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
 //! ```
 //!
 //! Addresses come from `--database-url` / `DATABASE_URL`, `--schema` /
@@ -35,13 +36,14 @@ mod progress;
 mod render;
 mod replay;
 mod route;
+mod schema;
 
 use std::io::{BufReader, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox};
+use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Schema};
 use crate::error::{Error, Result, exit};
 
 fn main() -> ExitCode {
@@ -142,6 +144,10 @@ async fn run(cli: Cli) -> Result<()> {
             Dedup::Purge { older_than, batch } => {
                 dedup::purge(services, older_than, batch, &mut out).await
             }
+        },
+        Command::Schema(cmd) => match cmd {
+            Schema::Check(args) => schema::check(&args, &mut out),
+            Schema::Record(args) => schema::record(&args, &mut out),
         },
     }
 }

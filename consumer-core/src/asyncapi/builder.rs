@@ -299,7 +299,7 @@ fn summary(event_type: Option<&str>, type_name: &str) -> String {
 }
 
 /// `a::b::Name<c::D>` as `Name<D>`.
-fn short_name(type_name: &str) -> String {
+pub(crate) fn short_name(type_name: &str) -> String {
     let mut out = String::new();
     let mut segment = String::new();
     for c in type_name.chars() {

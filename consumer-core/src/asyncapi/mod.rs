@@ -16,6 +16,10 @@
 //!   A handler takes what its type *deserializes* from; the outbox sends
 //!   what its type *serializes* to.
 //!
+//! The same schemas, one document per event type and contract, are what
+//! schema-evolution checks snapshot: [`Service::payload_schemas`](crate::Service::payload_schemas)
+//! and [`crate::compat`].
+//!
 //! A message type without a schema (no `schemars::JsonSchema`) still
 //! compiles; the document is refused with an error naming the type and the
 //! handler or event (`#[handler]` finds out through autoref
@@ -26,6 +30,8 @@
 
 #[cfg(feature = "asyncapi")]
 mod builder;
+#[cfg(feature = "asyncapi")]
+mod contracts;
 mod description;
 #[cfg(feature = "asyncapi")]
 mod document;
@@ -39,6 +45,10 @@ mod schemas;
 
 #[cfg(feature = "asyncapi")]
 pub(crate) use builder::{ServiceInfo, build};
+#[cfg(feature = "asyncapi")]
+pub(crate) use contracts::payload_schemas;
+#[cfg(feature = "asyncapi")]
+pub use contracts::{Contract, PayloadSchema, write_current};
 pub use description::{ChannelDescription, DeclaredEvent, PayloadType, SourceChannels};
 pub(crate) use description::{HandlerDescription, PartDescription};
 #[cfg(feature = "asyncapi")]

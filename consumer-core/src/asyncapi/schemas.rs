@@ -63,33 +63,20 @@ pub(crate) struct Schemas {
 impl Schemas {
     pub(crate) fn new() -> Self {
         Self {
-            receive: SchemaSettings::draft07().for_deserialize().into_generator(),
-            send: SchemaSettings::draft07().for_serialize().into_generator(),
+            receive: settings(Side::Receive).into_generator(),
+            send: settings(Side::Send).into_generator(),
         }
     }
 
     /// The schema of `payload` on `side`; `None` when the type has none.
     pub(crate) fn payload(&mut self, side: Side, payload: &PayloadType) -> Option<RawSchema> {
-        let make = payload.schema?;
         let generator = match side {
             Side::Receive => &mut self.receive,
             Side::Send => &mut self.send,
         };
-        let mut schema = make(generator);
-        schema.remove("$schema");
-        // A type schemars inlines (a primitive, a Vec, a map) comes back as
-        // itself: give it the dialect's transforms, as definitions get.
-        if schema.get("$ref").is_none() {
-            let mut transforms = generator.settings().transforms.clone();
-            for t in &mut transforms {
-                t.transform(&mut schema);
-            }
-        }
+        let schema = subschema(generator, payload)?;
         debug_assert_eq!(*generator.contract(), contract(side));
-        Some(RawSchema {
-            side,
-            schema: schema.to_value(),
-        })
+        Some(RawSchema { side, schema })
     }
 
     /// The definitions under their final names, and how to rewrite the
@@ -122,6 +109,79 @@ impl Schemas {
             Err(problems)
         }
     }
+}
+
+/// The generator settings of each side: draft-07, the dialect the AsyncAPI
+/// parser checks, for the side's serde contract. The document and the
+/// standalone schemas ([`standalone`]) both come from here.
+fn settings(side: Side) -> SchemaSettings {
+    match side {
+        Side::Receive => SchemaSettings::draft07().for_deserialize(),
+        Side::Send => SchemaSettings::draft07().for_serialize(),
+    }
+}
+
+/// The schema of `payload` in `generator`, references into its definitions
+/// left as they are; `None` when the type has none.
+fn subschema(generator: &mut SchemaGenerator, payload: &PayloadType) -> Option<Value> {
+    let make = payload.schema?;
+    let mut schema = make(generator);
+    schema.remove("$schema");
+    // A type schemars inlines (a primitive, a Vec, a map) comes back as
+    // itself: give it the dialect's transforms, as definitions get.
+    if schema.get("$ref").is_none() {
+        let mut transforms = generator.settings().transforms.clone();
+        for t in &mut transforms {
+            t.transform(&mut schema);
+        }
+    }
+    Some(schema.to_value())
+}
+
+/// The schema of `payload` on `side` as a document of its own: draft-07
+/// (`$schema`), the type's own schema at the root, the definitions it
+/// refers to under `definitions`. `None` when the type has none.
+pub(crate) fn standalone(side: Side, payload: &PayloadType) -> Option<Value> {
+    let mut generator = settings(side).into_generator();
+    let meta_schema = generator.settings().meta_schema.clone();
+    let mut root = subschema(&mut generator, payload)?;
+    let mut definitions = generator.take_definitions(true);
+    // The type itself at the root, rather than a `$ref` to it; kept among
+    // the definitions only when something refers to it (a recursive type).
+    let name = root
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix(DEFINITIONS))
+        .map(unescape);
+    if let Some(name) = name
+        && let Some(own) = definitions.get(&name).cloned()
+    {
+        root = own;
+        let mut refs = BTreeSet::new();
+        references(&root, &mut refs);
+        for schema in definitions.values() {
+            references(schema, &mut refs);
+        }
+        if !refs.contains(&name) {
+            definitions.remove(&name);
+        }
+    }
+    let Value::Object(mut map) = root else {
+        // `true` / `false` schemas: nothing to add beside them.
+        return Some(root);
+    };
+    let mut document = Map::new();
+    if let Some(meta_schema) = meta_schema {
+        document.insert(
+            "$schema".to_owned(),
+            Value::String(meta_schema.into_owned()),
+        );
+    }
+    document.append(&mut map);
+    if !definitions.is_empty() {
+        document.insert("definitions".to_owned(), Value::Object(definitions));
+    }
+    Some(Value::Object(document))
 }
 
 fn contract(side: Side) -> Contract {

@@ -10,7 +10,10 @@
 //! writer with the current schema as the reader, `FORWARD` the other way,
 //! `FULL` both, and the `_TRANSITIVE` forms every committed snapshot rather
 //! than only the latest. [`SnapshotDir`] reads the committed history
-//! (`contracts/<event-type>/v1.json, v2.json, ...`) and checks against it.
+//! (`contracts/<event-type>/v1.json, v2.json, ...`) and checks against it;
+//! [`Contracts`] (feature `asyncapi`) checks a whole service's
+//! [`payload_schemas`](crate::Service::payload_schemas), one snapshot
+//! directory per serde contract, as a CI test does.
 //!
 //! Content models matter as they do for serde: a struct reads unknown
 //! fields and ignores them (an *open* model, no `additionalProperties`)
@@ -41,6 +44,8 @@
 //! # Ok::<(), consumer_core::compat::CompatError>(())
 //! ```
 
+#[cfg(feature = "asyncapi")]
+mod contracts;
 mod mode;
 mod report;
 mod rule;
@@ -49,6 +54,8 @@ mod walk;
 
 use std::path::PathBuf;
 
+#[cfg(feature = "asyncapi")]
+pub use contracts::{ContractProblem, Contracts, ContractsOutcome};
 pub use mode::{Direction, Mode, UnknownMode};
 pub use report::{Comparison, Finding, Report};
 pub use rule::Rule;

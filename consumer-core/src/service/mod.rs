@@ -223,6 +223,21 @@ impl Service {
         )
     }
 
+    /// Each event type's payload schema per contract, as its own draft-07
+    /// document, made as [`Service::asyncapi`] makes the document's: what
+    /// handlers read (`Deserialize`) and what the outbox writes
+    /// (`Serialize`), one per event type and contract, sorted. Snapshot and
+    /// check them with [`crate::compat::SnapshotDir`], one directory per
+    /// contract ([`Contract::dir_name`](crate::asyncapi::Contract::dir_name)).
+    /// `Err` names each type without a schema, and an event type read (or
+    /// written) as two types whose schemas differ.
+    #[cfg(feature = "asyncapi")]
+    pub fn payload_schemas(
+        &self,
+    ) -> Result<Vec<crate::asyncapi::PayloadSchema>, crate::asyncapi::AsyncApiError> {
+        crate::asyncapi::payload_schemas(self.name, &self.described)
+    }
+
     /// Serves [`Service::asyncapi`] as `GET /asyncapi.json` on the health
     /// endpoint. Call it after the parts are added: the document is made
     /// here, so one that cannot be made fails the service before it starts.
