@@ -88,6 +88,20 @@ async fn a_kafka_replay_to_a_fixed_handler_processes_every_letter_once_and_a_rer
     );
     support::eventually("three bookings", || async { w.bookings().await.len() >= 3 }).await;
 
+    // A replayed letter stays on the topic; `list` says it was replayed.
+    let listed = w
+        .run(&["dead-letters", "list", "--topic", &k.dlt, "--json"])
+        .await;
+    let flags: Vec<Option<bool>> = stdout(&listed)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["replayed"].as_bool()
+        })
+        .collect();
+    assert_eq!(flags, [Some(true); 3], "{}", both(&listed));
+    let table = w.run(&["dead-letters", "list", "--topic", &k.dlt]).await;
+    assert!(stdout(&table).contains("REPLAYED"), "{}", both(&table));
+
     let again = w.run(&replay(&k, &[])).await;
     assert_eq!(again.status.code(), Some(0), "{}", both(&again));
     assert!(
@@ -292,6 +306,11 @@ async fn letters_arriving_in_a_kafka_dead_letter_topic_during_a_replay_are_not_r
         ])
         .await;
     assert_eq!(stdout(&late).lines().count(), 1, "{}", both(&late));
+    assert!(
+        stdout(&late).contains("\"replayed\":false"),
+        "{}",
+        both(&late)
+    );
     let dry = w.run(&replay(&k, &["--dry-run"])).await;
     assert!(
         stdout(&dry).contains(
