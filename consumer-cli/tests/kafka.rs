@@ -326,3 +326,37 @@ async fn letters_arriving_in_a_kafka_dead_letter_topic_during_a_replay_are_not_r
     assert_eq!(w.bookings().await, expected, "each once, the late one not");
     w.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_the_settle_producer_batched_are_all_read() {
+    let w = World::new("kafka-batched").await;
+    let k = KafkaTopics::create("batched").await;
+    // Batching on: tansu 0.6 then reports high watermarks below the
+    // batch's last offsets.
+    let running = k.start_consumer_with(&w, &[("linger.ms", "200")]);
+    let names: Vec<String> = (0..30).map(|i| format!("b{i:02}")).collect();
+    let ids: Vec<&str> = names.iter().map(String::as_str).collect();
+    k.dead_letters(&w, &running, &ids, 0).await;
+    running.stop().await;
+
+    let list = w
+        .run(&["dead-letters", "list", "--topic", &k.dlt, "--json"])
+        .await;
+    assert_eq!(list.status.code(), Some(0), "{}", both(&list));
+    let mut keys: Vec<String> = stdout(&list)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["key"].as_str().expect("a key").to_owned()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, names, "every letter, once: {}", both(&list));
+    let dry = w.run(&replay(&k, &["--dry-run"])).await;
+    assert!(
+        stdout(&dry).contains("dry run: 30 would be sent"),
+        "{}",
+        both(&dry)
+    );
+    w.close().await;
+}

@@ -65,12 +65,18 @@ impl KafkaTopics {
 
     /// A consumer of `book` in the group, on the world's store.
     pub fn start_consumer(&self, w: &World) -> Running {
+        // tansu 0.6 mishandles reads inside multi-record batches.
+        self.start_consumer_with(w, &[("batch.num.messages", "1")])
+    }
+
+    /// The same, with these properties on its settle producer.
+    pub fn start_consumer_with(&self, w: &World, producer: &[(&str, &str)]) -> Running {
+        let mut source = KafkaSource::builder(&self.brokers, &self.group, self.topics.clone());
+        for (k, v) in producer {
+            source = source.with_producer_property(*k, *v);
+        }
         let consumer = Consumer::new(
-            KafkaSource::builder(&self.brokers, &self.group, self.topics.clone())
-                // tansu 0.6 mishandles reads inside multi-record batches.
-                .with_producer_property("batch.num.messages", "1")
-                .connect()
-                .expect("Kafka source"),
+            source.connect().expect("Kafka source"),
             PgStore::new(w.schema.pool.clone()),
             book,
         );
