@@ -182,3 +182,59 @@ impl KafkaTopics {
             .collect()
     }
 }
+
+/// `(key, payload)` of every record of `topic`, per partition in offset
+/// order, read to the end of each partition.
+pub fn read_topic(brokers: &str, topic: &str) -> Vec<(Option<String>, Vec<u8>)> {
+    use rdkafka::Message as _;
+    use rdkafka::error::KafkaError;
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "group.id",
+            format!("cli-test-read-{}", uuid::Uuid::new_v4()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("Kafka reader");
+    let metadata = reader
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .expect("the topic exists")
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(topic, *p, rdkafka::Offset::Beginning)
+            .expect("assignment");
+    }
+    reader.assign(&tpl).expect("assign");
+    let mut ended = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ended.len() < partitions.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic} read to its end within 60 s"
+        );
+        match reader.poll(Duration::from_millis(200)) {
+            Some(Ok(r)) => out.push((
+                r.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                r.payload().unwrap_or_default().to_vec(),
+            )),
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                ended.insert(p);
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    out
+}
