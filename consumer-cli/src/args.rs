@@ -73,7 +73,8 @@ pub enum Command {
 /// Dead-letter subcommands.
 #[derive(Debug, Subcommand)]
 pub enum DeadLetters {
-    /// A table of the letters (or counts per group).
+    /// A table of the letters (or counts per group); on a Kafka topic, where
+    /// a replayed letter stays, a REPLAYED column from the replay journal.
     List {
         /// Where the letters are.
         #[command(flatten)]

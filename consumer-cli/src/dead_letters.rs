@@ -1,38 +1,63 @@
 //! `dead-letters list | show | export | import | purge`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, Write};
 
 use consumer_core::envelope::format_time;
 
 use crate::args::{FilterArgs, GroupBy, PlaceArgs, Services};
+use crate::database;
 use crate::error::{Error, Result};
+use crate::journal::Journal;
 use crate::json::{LetterJson, ListedJson, line};
 use crate::letter::{Filter, Letter};
 use crate::places::{Held, Letters};
 use crate::render::Table;
 
+/// What a read selected.
+struct Selected {
+    letters: Vec<Letter>,
+    /// What the snapshot left out, as a sentence.
+    remarks: Option<String>,
+    /// Whether replayed letters stay in the place (a Kafka topic).
+    keeps_replayed: bool,
+}
+
 /// Reads a snapshot, keeps what `filter` selects, releases the place.
-async fn selected(
-    services: &Services,
-    place: &PlaceArgs,
-    filter: &FilterArgs,
-) -> Result<(Vec<Letter>, Option<String>)> {
+async fn selected(services: &Services, place: &PlaceArgs, filter: &FilterArgs) -> Result<Selected> {
     let filter = Filter::from_args(filter)?;
     let mut letters = Letters::open(services, place).await?;
+    let keeps_replayed = !letters.removes_letters();
     let snapshot = letters.snapshot().await;
     letters.release().await?;
     let snapshot = snapshot?;
     let remarks = snapshot.remarks();
-    Ok((
-        snapshot
+    Ok(Selected {
+        letters: snapshot
             .letters
             .into_iter()
             .map(|h| h.letter)
             .filter(|l| filter.matches(l))
             .collect(),
         remarks,
-    ))
+        keeps_replayed,
+    })
+}
+
+/// The letters the replay journal says were sent; `None`, with a note, when
+/// the store cannot be read (the list is still shown).
+async fn replayed_ids(services: &Services) -> Option<HashSet<String>> {
+    let read = async {
+        let journal = Journal::open(database::connect(services).await?, false).await?;
+        journal.sent_ids().await
+    };
+    match read.await {
+        Ok(ids) => Some(ids),
+        Err(e) => {
+            eprintln!("note: which letters were already replayed is unknown: {e}");
+            None
+        }
+    }
 }
 
 /// `list`: a table, counts per group, or JSON lines.
@@ -44,10 +69,21 @@ pub async fn list(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let (letters, remarks) = selected(services, place, filter).await?;
+    let Selected {
+        letters,
+        remarks,
+        keeps_replayed,
+    } = selected(services, place, filter).await?;
     if let Some(r) = &remarks {
         eprintln!("note: {r}");
     }
+    // On a Kafka topic a replayed letter stays: the journal says which.
+    let replayed = if keeps_replayed && group_by.is_none() {
+        replayed_ids(services).await
+    } else {
+        None
+    };
+    let replayed_cell = |l: &Letter| replayed.as_ref().map(|ids| ids.contains(&l.id));
     let w = |out: &mut dyn Write, text: &str| {
         out.write_all(text.as_bytes())
             .map_err(Error::io("writing the output"))
@@ -90,11 +126,12 @@ pub async fn list(
     }
     if json {
         for l in &letters {
-            w(out, &format!("{}\n", line(&ListedJson::of(l, false))))?;
+            let listed = ListedJson::of(l, false).replayed(replayed_cell(l));
+            w(out, &format!("{}\n", line(&listed)))?;
         }
         return Ok(());
     }
-    let mut table = Table::new(&[
+    let mut header = vec![
         "ID",
         "HANDLER",
         "KIND",
@@ -102,11 +139,15 @@ pub async fn list(
         "LAST FAILURE",
         "KEY",
         "MESSAGE ID",
-        "ERROR",
-    ]);
+    ];
+    if keeps_replayed {
+        header.push("REPLAYED");
+    }
+    header.push("ERROR");
+    let mut table = Table::new(&header);
     for l in &letters {
         let dl = &l.letter;
-        table.row(vec![
+        let mut row = vec![
             l.id.clone(),
             dl.handler.clone(),
             dl.kind.as_str().to_owned(),
@@ -114,8 +155,16 @@ pub async fn list(
             format_time(dl.last_failure),
             dl.key.clone().unwrap_or_default(),
             dl.message_id.clone(),
-            dl.error.clone(),
-        ]);
+        ];
+        if keeps_replayed {
+            row.push(match replayed_cell(l) {
+                Some(true) => "yes".to_owned(),
+                Some(false) => "no".to_owned(),
+                None => "?".to_owned(),
+            });
+        }
+        row.push(dl.error.clone());
+        table.row(row);
     }
     w(out, &table.render())?;
     w(out, &format!("{} dead letter(s)\n", letters.len()))
@@ -201,7 +250,9 @@ pub async fn export(
     filter: &FilterArgs,
     out: &mut impl Write,
 ) -> Result<usize> {
-    let (letters, remarks) = selected(services, place, filter).await?;
+    let Selected {
+        letters, remarks, ..
+    } = selected(services, place, filter).await?;
     if let Some(r) = &remarks {
         eprintln!("note: {r}");
     }

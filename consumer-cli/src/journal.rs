@@ -8,6 +8,8 @@
 //! once on the wire, once in effect). Journaling first would instead lose a
 //! letter killed between the journal row and the publish.
 
+use std::collections::HashSet;
+
 use sqlx::postgres::PgPool;
 
 use crate::error::{Error, Result};
@@ -60,13 +62,18 @@ impl Journal {
         Ok(conn)
     }
 
-    /// Whether an earlier replay sent `letter`.
-    pub async fn was_sent(&self, letter: &Letter) -> Result<bool> {
+    /// Whether the journal's table exists (a dry run does not create it).
+    async fn exists(&self) -> Result<bool> {
         let exists: Option<String> =
             sqlx::query_scalar("SELECT to_regclass('consumer_replay_journal')::text")
                 .fetch_one(&self.pool)
                 .await?;
-        if exists.is_none() {
+        Ok(exists.is_some())
+    }
+
+    /// Whether an earlier replay sent `letter`.
+    pub async fn was_sent(&self, letter: &Letter) -> Result<bool> {
+        if !self.exists().await? {
             return Ok(false);
         }
         Ok(sqlx::query_scalar(
@@ -75,6 +82,18 @@ impl Journal {
         .bind(&letter.id)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    /// The ids of every letter a replay sent (`list` on a Kafka topic,
+    /// where a replayed letter stays, marks them).
+    pub async fn sent_ids(&self) -> Result<HashSet<String>> {
+        if !self.exists().await? {
+            return Ok(HashSet::new());
+        }
+        let ids: Vec<String> = sqlx::query_scalar("SELECT letter_id FROM consumer_replay_journal")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(ids.into_iter().collect())
     }
 
     /// Records that `letter` went to `route` (its copy confirmed).

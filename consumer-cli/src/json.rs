@@ -147,6 +147,10 @@ pub struct ListedJson {
     /// The payload parsed, when it is JSON (`show` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_json: Option<serde_json::Value>,
+    /// Whether a replay already sent it, per the replay journal (`list` on
+    /// a Kafka topic, where a replayed letter stays; absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<bool>,
 }
 
 impl ListedJson {
@@ -158,7 +162,14 @@ impl ListedJson {
             payload_json: with_payload
                 .then(|| serde_json::from_slice(&letter.letter.payload).ok())
                 .flatten(),
+            replayed: None,
         }
+    }
+
+    /// The same, saying whether a replay already sent it.
+    pub fn replayed(mut self, replayed: Option<bool>) -> Self {
+        self.replayed = replayed;
+        self
     }
 }
 

@@ -3,9 +3,10 @@
 //! **Reading changes nothing.** A snapshot takes each partition's low and
 //! high watermarks first, assigns the partitions (no group membership, so no
 //! rebalance touches a running consumer) from the low watermark, and reads
-//! until every partition reached the high watermark taken at the start:
-//! records produced meanwhile are past it and not read. Offsets are never
-//! committed, under a group id of the tool's own.
+//! every partition to its end: records at or past the high watermark taken
+//! at the start were produced meanwhile and are left out (unless the broker
+//! reports watermarks below the records it returns: see [`read_snapshot`]).
+//! Offsets are never committed, under a group id of the tool's own.
 //!
 //! Records cannot be deleted one by one from a topic: a replayed letter
 //! stays in it, and the replay journal is what keeps a rerun from sending
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use consumer_core::{DeadLetter, Message, Outgoing, Publisher};
 use consumer_kafka::KafkaPublisher;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Held, Snapshot};
@@ -107,7 +109,7 @@ fn reader(brokers: &str) -> Result<BaseConsumer> {
         )
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
+        .set("enable.partition.eof", "true")
         .create()
         .map_err(|e| Error::Other(format!("creating a Kafka reader for {brokers}: {e}")))
 }
@@ -131,10 +133,42 @@ fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str) -> Result<Vec
     Ok(t.partitions().iter().map(|p| p.id()).collect())
 }
 
+/// One partition being read.
+struct PartitionRead {
+    id: i32,
+    /// The high watermark taken at the start.
+    high: i64,
+    /// The offset of the last record read.
+    last: i64,
+    /// Whether the reader reached the end of the partition after `high`.
+    at_end: bool,
+    /// Records below `high`: the snapshot.
+    below: Vec<Option<Held>>,
+    /// Records at or past `high`, read on the way to the end: letters that
+    /// arrived meanwhile on a broker whose watermarks are right.
+    past: Vec<Option<Held>>,
+}
+
+impl PartitionRead {
+    fn done(&self) -> bool {
+        self.at_end && self.last + 1 >= self.high
+    }
+}
+
+/// Reads each partition to its end (`enable.partition.eof`), then decides
+/// what the snapshot holds: the records below the high watermarks taken at
+/// the start, unless the broker has returned records at offsets its own
+/// high watermark, asked again, still says do not exist. tansu 0.6 does
+/// that after a multi-record batch: its `ListOffsets` answer is the last
+/// batch's base offset + 1, while the batch's records have their offsets
+/// (16 records at offsets 0..=15, high watermark 1). Stopping at the
+/// watermark would then silently leave letters out; the partition is
+/// taken to its end instead, and [`Snapshot::past_watermarks`] says so.
 fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
     let consumer = reader(brokers)?;
-    let mut ends = Vec::new();
+    let mut parts = Vec::new();
     let mut assignment = TopicPartitionList::new();
+    let mut expected: i64 = 0;
     for p in partitions(&consumer, brokers, topic)? {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
@@ -143,74 +177,88 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
             assignment
                 .add_partition_offset(topic, p, Offset::Offset(low))
                 .map_err(|e| Error::Other(format!("assigning {topic}/{p}: {e}")))?;
-            ends.push((p, high));
+            expected += high - low;
+            parts.push(PartitionRead {
+                id: p,
+                high,
+                last: low - 1,
+                at_end: false,
+                below: Vec::new(),
+                past: Vec::new(),
+            });
         }
     }
     let mut snapshot = Snapshot::default();
-    if ends.is_empty() {
+    if parts.is_empty() {
         return Ok(snapshot);
     }
     consumer
         .assign(&assignment)
         .map_err(|e| Error::Other(format!("assigning {topic}: {e}")))?;
-    let mut per_partition: Vec<(i32, i64, Vec<Held>)> =
-        ends.iter().map(|(p, _)| (*p, -1, Vec::new())).collect();
-    let expected: i64 = ends
-        .iter()
-        .zip(assignment.elements())
-        .map(|((_, high), e)| match e.offset() {
-            Offset::Offset(low) => high - low,
-            _ => 0,
-        })
-        .sum();
-    let mut read: i64 = 0;
     let deadline = Instant::now() + READ_TIMEOUT;
-    let done = |pp: &[(i32, i64, Vec<Held>)]| {
-        pp.iter()
-            .zip(&ends)
-            .all(|((_, last, _), (_, high))| *last + 1 >= *high)
-    };
-    while !done(&per_partition) {
+    while !parts.iter().all(PartitionRead::done) {
         if Instant::now() >= deadline {
             return Err(Error::Broker(format!(
-                "Kafka topic {topic} was not read up to its high watermarks within {}s",
+                "Kafka topic {topic} was not read up to its end within {}s",
                 READ_TIMEOUT.as_secs()
             )));
         }
         let Some(polled) = consumer.poll(Duration::from_millis(500)) else {
             continue;
         };
-        let record = polled.map_err(|e| Error::Broker(format!("reading {topic}: {e}")))?;
+        let record = match polled {
+            Ok(record) => record,
+            Err(KafkaError::PartitionEOF(p)) => {
+                if let Some(part) = parts.iter_mut().find(|r| r.id == p) {
+                    part.at_end = true;
+                }
+                continue;
+            }
+            Err(e) => return Err(Error::Broker(format!("reading {topic}: {e}"))),
+        };
         use rdkafka::Message as _;
-        let Some(slot) = per_partition
-            .iter_mut()
-            .zip(&ends)
-            .find(|((p, _, _), _)| *p == record.partition())
-        else {
+        let Some(part) = parts.iter_mut().find(|r| r.id == record.partition()) else {
             continue;
         };
-        let ((_, last, held), (_, high)) = slot;
-        if record.offset() >= *high || record.offset() <= *last {
+        if record.offset() <= part.last {
             continue;
         }
-        *last = record.offset();
-        read += 1;
+        part.last = record.offset();
         let envelope = consumer_kafka::headers::to_envelope(&record);
         let message = Message {
             key: envelope.key,
             headers: envelope.headers,
             payload: envelope.payload,
         };
-        match DeadLetter::from_message(&message) {
-            Some(dl) => held.push(Held {
-                letter: Letter::new(dl),
-                handle: u64::try_from(record.offset()).unwrap_or(0),
-            }),
-            None => snapshot.foreign += 1,
+        let held = DeadLetter::from_message(&message).map(|dl| Held {
+            letter: Letter::new(dl),
+            handle: u64::try_from(record.offset()).unwrap_or(0),
+        });
+        if record.offset() < part.high {
+            part.below.push(held);
+        } else {
+            part.past.push(held);
         }
     }
-    for (_, _, held) in per_partition {
-        snapshot.letters.extend(held);
+    let mut read: i64 = 0;
+    for part in parts {
+        read += part.below.len() as i64;
+        let mut kept = part.below;
+        if !part.past.is_empty() {
+            let (_, high_now) = consumer
+                .fetch_watermarks(topic, part.id, REQUEST_TIMEOUT)
+                .map_err(|e| unreachable(brokers, &e))?;
+            if part.last >= high_now {
+                snapshot.past_watermarks += part.past.len() as u64;
+                kept.extend(part.past);
+            }
+        }
+        for held in kept {
+            match held {
+                Some(h) => snapshot.letters.push(h),
+                None => snapshot.foreign += 1,
+            }
+        }
     }
     snapshot.unread = u64::try_from(expected - read).unwrap_or(0);
     Ok(snapshot)

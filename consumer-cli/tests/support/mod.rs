@@ -16,6 +16,8 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde::{Deserialize, Serialize};
 
+pub mod kafka;
+
 /// The RabbitMQ the tests use.
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
