@@ -185,21 +185,100 @@ async fn child_consumer_process() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (queue, schema) = spec.split_once(' ').expect("queue and schema");
+    let mut parts = spec.split(' ');
+    let (Some(queue), Some(schema)) = (parts.next(), parts.next()) else {
+        panic!("{CHILD_ENV} is `queue schema [batched]`");
+    };
+    let batched = parts.next() == Some("batched");
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
     let source = AmqpSource::new(amqp_url(), test_topology(queue))
         .expect("topology")
         .with_prefetch(50);
-    Consumer::new(source, consumer::Store::new(pool), record)
-        .run_until(std::future::pending())
-        .await
-        .expect("child consumer");
+    let store = consumer::Store::new(pool);
+    let forever = std::future::pending();
+    if batched {
+        let handler = consumer::batch::Batched::new(RecordBatch).with_max_batch(16);
+        Consumer::new(source, store, handler)
+            .run_until(forever)
+            .await
+    } else {
+        Consumer::new(source, store, record)
+            .run_until(forever)
+            .await
+    }
+    .expect("child consumer");
+}
+
+/// `record` in batches: the same effect per job, one transaction per batch.
+struct RecordBatch;
+
+impl consumer::batch::BatchHandler<consumer::PgStore> for RecordBatch {
+    type Message = Job;
+
+    fn name(&self) -> &'static str {
+        "record"
+    }
+
+    fn retry_policy(&self) -> consumer::RetryPolicy {
+        consumer::RetryPolicy::none()
+    }
+
+    fn idempotency_key(&self, job: &Job, _: &consumer::MessageContext) -> String {
+        job.id.clone()
+    }
+
+    async fn handle_batch(
+        &self,
+        batch: &mut consumer::batch::Batch<Job>,
+        tx: &mut PgTx,
+    ) -> Result<(), consumer::BoxError> {
+        for (_, item) in batch.iter() {
+            if item.message().jitter {
+                // Slows the batch so the kill lands in the middle of it.
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            PgHarness::insert_effect(tx, "record", item.message(), item.context().message_id())
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() {
+    killed_mid_batch(false).await;
+}
+
+/// The same with a batched handler: the kill lands inside a batch's
+/// transaction, which PostgreSQL rolls back; its messages come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() {
+    killed_mid_batch(true).await;
+}
+
+/// Runs `consumer` until `n` effects are in, then stops it.
+async fn run_until_effects<R>(
+    h: &PgHarness,
+    consumer: Consumer<AmqpSource, consumer::PgStore, R>,
+    n: i64,
+) -> consumer::StatsSnapshot
+where
+    R: consumer::Routes<consumer::PgStore>,
+{
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    wait_effects(h, n).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+    stats.snapshot()
+}
+
+async fn killed_mid_batch(batched: bool) {
     let h = PgHarness::new().await;
     let queue = unique_prefix("kill");
     let n = 400;
@@ -225,7 +304,14 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
 
     let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", "child_consumer_process", "--nocapture"])
-        .env(CHILD_ENV, format!("{queue} {}", h.schema))
+        .env(
+            CHILD_ENV,
+            format!(
+                "{queue} {}{}",
+                h.schema,
+                if batched { " batched" } else { "" }
+            ),
+        )
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn the child consumer");
@@ -241,15 +327,12 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
         .await
         .expect("source");
     let metrics = source.metrics();
-    let consumer = Consumer::new(source, h.store(), record);
-    let stats = consumer.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(consumer.run_until(async move {
-        let _ = stopped.await;
-    }));
-    wait_effects(&h, n).await;
-    let _ = stop.send(());
-    support::within(run).await.expect("join").expect("consumer");
+    let s = if batched {
+        let handler = consumer::batch::Batched::new(RecordBatch).with_max_batch(16);
+        run_until_effects(&h, Consumer::new(source, h.store(), handler), n).await
+    } else {
+        run_until_effects(&h, Consumer::new(source, h.store(), record), n).await
+    };
 
     assert_eq!(effects(&h).await, n, "zero lost");
     assert_eq!(duplicated_effects(&h).await, 0, "zero duplicate effects");
@@ -257,7 +340,6 @@ async fn a_consumer_killed_mid_batch_is_redelivered_with_exactly_once_effects() 
         metrics.redelivered() > 0,
         "what the child held came back redelivered"
     );
-    let s = stats.snapshot();
     assert_eq!(s.dead_letters(), 0);
     // What the child committed is never run again: deliveries it committed
     // but had not acked come back and are skipped by dedup. (At most: a

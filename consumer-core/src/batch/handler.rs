@@ -119,6 +119,10 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
         self.handler.event_types()
     }
 
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+        self.handler.payload_type()
+    }
+
     async fn handle(&self, invocation: &mut Invocation<'_, S>) -> Outcome {
         let message: H::Message = match invocation.decode() {
             Ok(m) => m,

@@ -68,6 +68,15 @@ pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
         &[]
     }
 
+    /// The message type, for the service's AsyncAPI document. The default
+    /// names [`Message`](Self::Message) without a schema (the document is
+    /// then refused, naming it); return
+    /// `Some(PayloadType::of::<Self::Message>())` (feature `asyncapi`) for a
+    /// type that implements `schemars::JsonSchema`.
+    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+        Some(crate::asyncapi::PayloadType::without_schema::<Self::Message>())
+    }
+
     /// The key a message is deduplicated on (default: its message id).
     fn idempotency_key(&self, message: &Self::Message, context: &MessageContext) -> String {
         let _ = message;
