@@ -44,10 +44,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
+use consumer::memory::MemoryAcker;
+use consumer::metrics::SourceGauges;
 use consumer::store::Claim;
 use consumer::{
-    Consumer, DedupStore, Handler, Invocation, MemoryBroker, MemorySource, MemoryStore, Message,
-    Outcome, RetryPolicy, SqliteStore, Stats, handler,
+    Consumer, DedupStore, Envelope, Handler, Invocation, MemoryBroker, MemorySource, MemoryStore,
+    Message, Outcome, RetryPolicy, Source, SqliteStore, Stats, handler,
 };
 use cpu_time::ProcessTime;
 use opentelemetry::trace::TracerProvider as _;
@@ -391,9 +393,12 @@ async fn framework(
     if setup_only {
         return Ok(None);
     }
-    let source = broker.source(TOPIC);
-    let drained = broker.clone();
-    let shutdown = async move { drained.wait_drained(TOPIC).await };
+    let source = Exhausting {
+        source: broker.source(TOPIC),
+        broker: broker.clone(),
+        left: n,
+    };
+    let shutdown = std::future::pending();
 
     let cpu = ProcessTime::try_now()?;
     let wall = Instant::now();
@@ -419,8 +424,40 @@ async fn framework(
     Ok(Some(measured))
 }
 
-async fn consume<S: DedupStore, H: Handler<S>>(
+/// The broker's source, which closes once it gave out every message and
+/// all were settled: the end of input, as the raw loop's closed channel.
+/// (A shutdown future waiting on the broker instead would wake the
+/// dispatcher at every settle, which no deployment's shutdown does.)
+struct Exhausting {
     source: MemorySource,
+    broker: MemoryBroker,
+    left: u64,
+}
+
+impl Source for Exhausting {
+    type Acker = MemoryAcker;
+
+    fn system(&self) -> &'static str {
+        self.source.system()
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
+        self.source.gauges()
+    }
+
+    async fn recv(&mut self) -> consumer::Result<Option<(Envelope, MemoryAcker)>> {
+        if self.left == 0 {
+            self.broker.wait_drained(TOPIC).await;
+            return Ok(None);
+        }
+        let delivery = self.source.recv().await?;
+        self.left -= u64::from(delivery.is_some());
+        Ok(delivery)
+    }
+}
+
+async fn consume<S: DedupStore, H: Handler<S>>(
+    source: Exhausting,
     store: S,
     handler: H,
     shutdown: impl Future<Output = ()> + Send,

@@ -2,6 +2,7 @@
 //! classify, and decide the outcome (ack, retry in place or through the
 //! broker, dead letter).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +42,14 @@ pub enum InputError {
         /// The limit.
         limit: usize,
     },
+}
+
+/// Runs `step` in `cx`, or in the current context when `cx` is `None`.
+async fn within<F: Future>(cx: Option<Context>, step: F) -> F::Output {
+    match cx {
+        Some(cx) => step.with_context(cx).await,
+        None => step.await,
+    }
 }
 
 fn join(errors: &[HeaderError]) -> String {
@@ -94,10 +103,7 @@ where
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
             let (outcome, cx) = match self.precheck(&envelope) {
-                Err(e) => (
-                    Outcome::Failed(Failure::new(FailureKind::Poison, e)),
-                    Context::current(),
-                ),
+                Err(e) => (Outcome::Failed(Failure::new(FailureKind::Poison, e)), None),
                 Ok(()) => self.attempt(handler, &envelope).await,
             };
             let failure = match outcome {
@@ -108,13 +114,13 @@ where
                     {
                         tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
                     }
-                    return self.ack(&envelope, acker).with_context(cx).await;
+                    return within(cx, self.ack(&envelope, acker)).await;
                 }
                 Outcome::Duplicate => {
                     self.metrics.duplicate(&envelope, name);
                     self.stats.incr(Counter::Duplicates);
                     tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
-                    return self.ack(&envelope, acker).with_context(cx).await;
+                    return within(cx, self.ack(&envelope, acker)).await;
                 }
                 Outcome::Failed(f) => f,
             };
@@ -125,35 +131,31 @@ where
             };
             if let Some(kind) = kind {
                 let attempts = envelope.attempt;
-                return self
-                    .dead_letter(
-                        name,
-                        &envelope,
-                        acker,
-                        kind,
-                        &*failure.error,
-                        attempts,
-                        None,
-                    )
-                    .with_context(cx)
-                    .await;
+                let letter = self.dead_letter(
+                    name,
+                    &envelope,
+                    acker,
+                    kind,
+                    &*failure.error,
+                    attempts,
+                    None,
+                );
+                return within(cx, letter).await;
             }
 
             failed_here = true;
             let record = self.record_failure(name, &envelope, &failure.error).await;
             if !policy.should_retry(record.attempts) {
-                return self
-                    .dead_letter(
-                        name,
-                        &envelope,
-                        acker,
-                        DeadLetterKind::Exhausted,
-                        &*failure.error,
-                        record.attempts,
-                        Some(record.first_failure),
-                    )
-                    .with_context(cx)
-                    .await;
+                let letter = self.dead_letter(
+                    name,
+                    &envelope,
+                    acker,
+                    DeadLetterKind::Exhausted,
+                    &*failure.error,
+                    record.attempts,
+                    Some(record.first_failure),
+                );
+                return within(cx, letter).await;
             }
             let delay = jitter(&policy, record.attempts);
             self.stats.incr(Counter::Retries);
@@ -168,11 +170,7 @@ where
             );
             let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
             if policy.mode() == RetryMode::Redeliver {
-                match self
-                    .redeliver(name, &envelope, acker, &copy)
-                    .with_context(cx.clone())
-                    .await
-                {
+                match within(cx.clone(), self.redeliver(name, &envelope, acker, &copy)).await {
                     Redelivered::Refused(refused) => acker = refused,
                     Redelivered::Settled(settled) => {
                         if settled {
@@ -185,7 +183,7 @@ where
             // In place (the mode, or the fallback for a refused copy).
             self.metrics.retry(&envelope, name, "in_place");
             if !self.sleep_unless_stopping(delay).await {
-                return self.release(&envelope, acker).with_context(cx).await;
+                return within(cx, self.release(&envelope, acker)).await;
             }
             let mut next = Envelope::clone(&envelope);
             next.attempt = copy.attempt;
@@ -208,16 +206,29 @@ where
     }
 
     /// One handler attempt, in its span, timed for
-    /// `messaging.process.duration`.
-    async fn attempt(&self, handler: &R::Handler, envelope: &Arc<Envelope>) -> (Outcome, Context) {
+    /// `messaging.process.duration`; with the context its settle steps run
+    /// in (`None`: the current one, when the span is not recorded).
+    async fn attempt(
+        &self,
+        handler: &R::Handler,
+        envelope: &Arc<Envelope>,
+    ) -> (Outcome, Option<Context>) {
         let (span, cx) = trace::consume_span(envelope, handler.name(), &self.spans);
-        let recorded = span.clone();
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
         let started = Instant::now();
-        let run = CatchUnwind::new(handler.handle(&mut invocation))
-            .with_context(cx.clone())
-            .instrument(span);
-        let (outcome, error) = match run.await {
+        let run = CatchUnwind::new(handler.handle(&mut invocation));
+        // A span not recorded leaves `cx` the current context: attaching
+        // it again on every poll would change nothing, at a cost.
+        let (ran, cx) = if span.is_disabled() {
+            (run.await, None)
+        } else {
+            let recorded = span.clone();
+            (
+                run.with_context(cx.clone()).instrument(recorded).await,
+                Some(cx),
+            )
+        };
+        let (outcome, error) = match ran {
             Ok(outcome) => {
                 let error = match &outcome {
                     Outcome::Failed(f) => Some(match f.kind {
@@ -237,7 +248,7 @@ where
         self.metrics
             .processed(envelope, handler.name(), started.elapsed(), error);
         if let Some(e) = error {
-            trace::record_error(&recorded, e);
+            trace::record_error(&span, e);
         }
         (outcome, cx)
     }

@@ -2,9 +2,16 @@
 //! arrival order; different keys run in parallel.
 //!
 //! A lane exists while its key has deliveries queued or running: the first
-//! delivery of an idle key starts a lane task, which takes the key's next
+//! delivery of an idle key starts a lane, which takes the key's next
 //! delivery until none is left. A delivery without a key gets a lane of its
-//! own (its id). Lanes are found by a keyed hash of the key (SipHash with a
+//! own (its id).
+//!
+//! Lane tasks outlive their lanes: a task whose key ran out of deliveries
+//! waits, idle, to be handed the next key that starts a lane, so a key
+//! that comes back costs a wake-up rather than a task spawned and joined.
+//! There are never more lane tasks than lanes ever ran at once (at most
+//! `max_in_flight`, each holding a permit while it runs); the idle ones end
+//! at shutdown, once the running ones drained. Lanes are found by a keyed hash of the key (SipHash with a
 //! random key, so producers cannot aim at collisions): two keys whose
 //! 64-bit hashes collide would share a lane, which costs parallelism, never
 //! order.
@@ -47,6 +54,26 @@ impl Hasher for LaneIdHasher {
     }
 }
 
+/// Lanes started and handed to idle lane tasks, and the tasks waiting.
+pub(super) struct IdleLanes<A> {
+    /// Handed over, not picked up yet.
+    handed: VecDeque<(u64, Job<A>)>,
+    /// Idle tasks not handed a lane yet.
+    waiting: usize,
+    /// Shutdown drained: idle tasks end.
+    closed: bool,
+}
+
+impl<A> Default for IdleLanes<A> {
+    fn default() -> Self {
+        Self {
+            handed: VecDeque::new(),
+            waiting: 0,
+            closed: false,
+        }
+    }
+}
+
 fn lane_key(envelope: &Envelope) -> &str {
     envelope.key.as_deref().unwrap_or(&envelope.id)
 }
@@ -74,9 +101,65 @@ where
         }
     }
 
+    /// Hands a started lane to an idle lane task, or returns it when none
+    /// waits and a task must be spawned.
+    pub(super) fn hand_to_idle(&self, lane: u64, first: Job<A>) -> Option<(u64, Job<A>)> {
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.waiting == 0 || idle.closed {
+                return Some((lane, first));
+            }
+            idle.waiting -= 1;
+            idle.handed.push_back((lane, first));
+        }
+        self.idle_wake.notify_one();
+        None
+    }
+
+    /// Ends the idle lane tasks (and those that go idle from now on).
+    pub(super) fn close_idle_lanes(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.idle_wake.notify_waiters();
+    }
+
+    /// A lane task: runs its lane, then every lane it is handed while idle,
+    /// until the idle tasks are closed.
+    pub(super) async fn run_lanes(self: Arc<Self>, lane: u64, first: Job<A>) {
+        let mut next = Some((lane, first));
+        while let Some((lane, first)) = next {
+            self.run_lane(lane, first).await;
+            next = self.next_lane().await;
+        }
+    }
+
+    /// Waits, idle, to be handed a lane; `None` once closed.
+    async fn next_lane(&self) -> Option<(u64, Job<A>)> {
+        loop {
+            let woken = self.idle_wake.notified();
+            tokio::pin!(woken);
+            {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(handed) = idle.handed.pop_front() {
+                    return Some(handed);
+                }
+                if idle.closed {
+                    return None;
+                }
+                idle.waiting += 1;
+                // Registered before the lock is let go: a hand-over or the
+                // close that follows wakes this task.
+                woken.as_mut().enable();
+            }
+            woken.await;
+        }
+    }
+
     /// Runs the lane's deliveries until its queue is empty; after shutdown
     /// began, releases them instead.
-    pub(super) async fn run_lane(self: Arc<Self>, lane: u64, first: Job<A>) {
+    async fn run_lane(&self, lane: u64, first: Job<A>) {
         let mut job = first;
         loop {
             // Everything done for the delivery continues the producer's

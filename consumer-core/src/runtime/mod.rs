@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
@@ -42,7 +42,7 @@ use crate::router::{Router, Routes, Single};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
-use lanes::Lanes;
+use lanes::{IdleLanes, Lanes};
 
 /// Backoff for settle steps (dead letter, retry copy) and source errors.
 const STEP_BACKOFF: RetryPolicy =
@@ -243,6 +243,8 @@ where
             max_payload_bytes: self.max_payload_bytes,
             settle_timeout: self.settle_timeout,
             lanes: Mutex::new(Lanes::default()),
+            idle: Mutex::new(IdleLanes::default()),
+            idle_wake: Notify::new(),
             lane_keys: RandomState::new(),
             stop: stop_rx,
         });
@@ -252,12 +254,16 @@ where
         let mut source_errors = 0u32;
         tokio::pin!(shutdown);
 
+        let batch = refill_batch(self.max_in_flight);
+        // Permits taken for deliveries not received yet (see `next_permit`).
+        let mut reserve: Option<OwnedSemaphorePermit> = None;
+
         let result = loop {
             while lanes.try_join_next().is_some() {}
             let permit = tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
-                p = Arc::clone(&permits).acquire_owned() => match p {
+                p = next_permit(&permits, &mut reserve, batch) => match p {
                     Ok(p) => p,
                     Err(_) => break Ok(()),
                 },
@@ -281,8 +287,10 @@ where
                         received: Instant::now(),
                         _permit: permit,
                     };
-                    if let Some((lane, first)) = shared.enqueue(job) {
-                        lanes.spawn(Arc::clone(&shared).run_lane(lane, first));
+                    if let Some((lane, first)) = shared.enqueue(job)
+                        && let Some((lane, first)) = shared.hand_to_idle(lane, first)
+                    {
+                        lanes.spawn(Arc::clone(&shared).run_lanes(lane, first));
                     }
                 }
                 Ok(None) => break Ok(()),
@@ -298,6 +306,8 @@ where
                 Err(e) => break Err(e),
             }
         };
+        // The drain below waits for every permit.
+        drop(reserve);
 
         shared.stats.set_draining();
         let _ = stop_tx.send(true);
@@ -311,11 +321,72 @@ where
             );
             lanes.abort_all();
         }
+        shared.close_idle_lanes();
         while lanes.join_next().await.is_some() {}
         drop(shared);
         source.close().await;
         result
     }
+}
+
+/// Permits a saturated dispatcher waits for before it takes deliveries
+/// again: an eighth of the window, so that one wake-up hands several
+/// deliveries over instead of one per settled delivery.
+fn refill_batch(max_in_flight: usize) -> u32 {
+    u32::try_from((max_in_flight / 8).clamp(1, 64)).unwrap_or(1)
+}
+
+/// How long a saturated dispatcher waits for a whole batch of permits
+/// before it takes what came free (deliveries held long, such as in-place
+/// retries waiting, may keep a batch from ever coming free).
+const REFILL_WAIT: Duration = Duration::from_millis(1);
+
+/// The next delivery's permit: from `reserve`, else a free one, else (every
+/// permit taken) a batch of `batch` once it came free, or what came free
+/// within [`REFILL_WAIT`]; the rest of a batch goes to `reserve`.
+///
+/// Cancel-safe: dropped while waiting, it has taken nothing.
+async fn next_permit(
+    permits: &Arc<Semaphore>,
+    reserve: &mut Option<OwnedSemaphorePermit>,
+    batch: u32,
+) -> Result<OwnedSemaphorePermit, AcquireError> {
+    if let Some(held) = reserve.take() {
+        return Ok(one_of(held, reserve));
+    }
+    // Closed: the wait below says so.
+    if let Ok(one) = Arc::clone(permits).try_acquire_owned() {
+        return Ok(one);
+    }
+    let many = Arc::clone(permits).acquire_many_owned(batch);
+    let taken = match tokio::time::timeout(REFILL_WAIT, many).await {
+        Ok(taken) => taken?,
+        Err(_) => {
+            let mut taken = Arc::clone(permits).acquire_owned().await?;
+            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+            if free > 0
+                && let Ok(more) = Arc::clone(permits).try_acquire_many_owned(free)
+            {
+                taken.merge(more);
+            }
+            taken
+        }
+    };
+    Ok(one_of(taken, reserve))
+}
+
+/// One permit of `held`; the others go to `reserve`.
+fn one_of(
+    mut held: OwnedSemaphorePermit,
+    reserve: &mut Option<OwnedSemaphorePermit>,
+) -> OwnedSemaphorePermit {
+    if held.num_permits() > 1
+        && let Some(one) = held.split(1)
+    {
+        *reserve = Some(held);
+        return one;
+    }
+    held
 }
 
 /// One delivery held by the runtime, with its in-flight permit.
@@ -337,6 +408,10 @@ struct Shared<S, R, A> {
     max_payload_bytes: usize,
     settle_timeout: Duration,
     lanes: Mutex<Lanes<A>>,
+    /// Lane tasks whose key ran out of deliveries, waiting for another key.
+    idle: Mutex<IdleLanes<A>>,
+    /// Wakes an idle lane task handed a key.
+    idle_wake: Notify,
     /// Hashes partition keys into lane ids.
     lane_keys: RandomState,
     stop: watch::Receiver<bool>,
