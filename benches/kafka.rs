@@ -15,15 +15,21 @@
 //!   each side is a warm-up (metadata, producer id) and is not timed.
 //! * Consuming: `KafkaSource` + `Consumer` + a no-op `#[handler]` (which
 //!   decodes the JSON) + `MemoryStore`, with no tracing subscriber (spans
-//!   off), against a raw `BaseConsumer` loop that stores each record's offset
-//!   after it (`store_offset_from_message`): both with
+//!   off), against two raw `BaseConsumer` loops that store each record's
+//!   offset after it (`store_offset_from_message`). The primary baseline
+//!   (`raw-consume-equal`) does the framework's work by hand: it reads
+//!   `ce_id`, `ce_type` and the key from the record, decodes the payload
+//!   into the handler's type with the same `serde_json` call, and claims and
+//!   commits the message id through the same `MemoryStore`; the bare loop
+//!   (`raw-consume`) only touches the payload, and is kept as a second
+//!   baseline. All three with
 //!   `enable.auto.offset.store=false`, auto-commit every second, a final
 //!   synchronous commit (`CONSUMER_DEFAULTS` minus `statistics.interval.ms`,
 //!   which the source needs for its lag metrics and a raw loop would not
 //!   set). Each run is a fresh consumer group reading the same preloaded
 //!   topic from the beginning; timing starts at the first record received,
-//!   and the committed offsets are checked afterwards. The raw loop does not
-//!   decode; the decode's own cost is printed for reference. The bench polls
+//!   and the committed offsets are checked afterwards. The decode's own cost
+//!   is printed for reference. The bench polls
 //!   `Stats` every 10 ms rather than awaiting `Stats::wait_for`, whose
 //!   wake-up on every counter change would be charged to the framework.
 //! * Consuming, diagnostics: the framework with a pause window larger than a
@@ -65,7 +71,8 @@
 //! (librdkafka's timers, the source's 1 s statistics, idle pollers) is
 //! stretched by valgrind's slowdown, so it weighs more per message there
 //! than natively. `KAFKA_CALLGRIND_OUT=dir` keeps the profiles for
-//! `callgrind_annotate`. (`scripts/bench-callgrind` is written for
+//! `callgrind_annotate`; `KAFKA_CALLGRIND_SIDES="raw-consume
+//! raw-consume-equal fw-consume"` runs only the sides named. (`scripts/bench-callgrind` is written for
 //! `runtime_overhead`'s sides and setup-only runs; this bench drives
 //! valgrind itself.)
 //!
@@ -82,7 +89,7 @@
 //!
 //! Sides for `--side` (each prints its figure; a consume side should read a
 //! topic of exactly `--n` records): `raw-publish`, `fw-publish`
-//! (a topic of their own), `raw-consume`, `fw-consume`,
+//! (a topic of their own), `raw-consume`, `raw-consume-equal`, `fw-consume`,
 //! `fw-consume-unpaused`, `raw-consume-pausing` (`--topic`, a fresh group).
 
 use std::collections::HashMap;
@@ -633,7 +640,7 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 /// What decoding one payload costs (the framework's handler decodes, the
-/// raw loop does not).
+/// bare raw loop does not).
 fn decode_cost(msgs: &[Message]) -> f64 {
     let sample = &msgs[..msgs.len().min(20_000)];
     let c0 = ProcessTime::now();
@@ -753,7 +760,7 @@ async fn full(s: &Settings, n: usize) {
         }
     }
     println!(
-        "  (for reference: serde_json decoding one payload, which the framework's handler does and the raw loop does not: {:.2} µs CPU)",
+        "  (for reference: serde_json decoding one payload, which the framework's handler and the equal-work loop do and the bare loop does not: {:.2} µs CPU)",
         decode_cost(&msgs)
     );
 
