@@ -93,19 +93,23 @@ where
     let mut first = [(&[][..], &[][..]); INLINE_HEADERS];
     let mut bytes = 0;
     let mut seen = 0;
+    // Only a name with a NUL byte can be a forged framework header: the
+    // check below runs for those records alone.
+    let mut nul_in_name = false;
     for (i, (name, value)) in headers.clone().take(count).enumerate() {
         if let Some(slot) = first.get_mut(i) {
             *slot = (name, value);
         }
         bytes += name.len() + value.len();
         seen += 1;
+        nul_in_name |= name.contains(&0);
     }
     let mut table = Headers::with_capacity(seen, bytes);
     table.extend(first.iter().take(seen).copied().map(named));
     if seen > INLINE_HEADERS {
         table.extend(headers.take(seen).skip(INLINE_HEADERS).map(named));
     }
-    let key = key.map(|k| String::from_utf8_lossy(k).into_owned());
+    let key = key.map(|k| lossy(k).into_owned());
     let origin = Origin {
         destination: topic.to_owned(),
         position: position(None, partition, offset),
@@ -115,7 +119,9 @@ where
         Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
             position(Some(topic), partition, offset)
         });
-    refuse_nul_in_framework_names(&mut envelope);
+    if nul_in_name {
+        refuse_nul_in_framework_names(&mut envelope);
+    }
     envelope
 }
 
@@ -158,7 +164,17 @@ fn is_framework_header(name: &str) -> bool {
 
 /// A header as read: its name lossily as text.
 fn named<'a>((name, value): (&'a [u8], &'a [u8])) -> (std::borrow::Cow<'a, str>, &'a [u8]) {
-    (String::from_utf8_lossy(name), value)
+    (lossy(name), value)
+}
+
+/// `String::from_utf8_lossy`, with `from_utf8`'s faster check first: names
+/// and keys are nearly always valid (and short), and the lossy reader
+/// walks every byte through its chunk decoder even then.
+fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// `[<topic>/]<partition>/<offset>`, without the formatting machinery.

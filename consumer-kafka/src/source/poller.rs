@@ -105,7 +105,9 @@ impl Poller {
     fn wait_for_room(&self) {
         let mut started: Option<Instant> = None;
         loop {
-            let mut pause = TopicPartitionList::new();
+            // Built only when a partition is to be paused: a list is a
+            // librdkafka allocation, and this runs before every poll.
+            let mut pause: Option<TopicPartitionList> = None;
             {
                 let mut state = self.shared.lock();
                 let mut full = false;
@@ -118,7 +120,9 @@ impl Poller {
                     } else if started.is_some_and(|t| t.elapsed() >= self.max_poll_stall) {
                         p.full = false;
                         p.paused = true;
-                        pause.add_partition(&tp.topic, tp.partition);
+                        pause
+                            .get_or_insert_with(TopicPartitionList::new)
+                            .add_partition(&tp.topic, tp.partition);
                     } else {
                         full = true;
                     }
@@ -133,11 +137,11 @@ impl Poller {
                             .wait_timeout(state, Duration::from_millis(5))
                             .unwrap_or_else(PoisonError::into_inner),
                     );
-                } else if pause.count() == 0 {
+                } else if pause.is_none() {
                     return;
                 }
             }
-            if pause.count() > 0 {
+            if let Some(pause) = pause {
                 tracing::debug!(target: "consumer_kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
                 if let Err(e) = self.consumer.pause(&pause) {
                     tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
