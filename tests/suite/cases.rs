@@ -1082,7 +1082,19 @@ pub async fn the_host_stops_every_part_with_work_in_flight_and_loses_nothing<B: 
         .expect("join")
         .expect("the service stopped cleanly");
     let first = orders_stats.snapshot();
-    assert_eq!((first.processed, first.released), (3, 9));
+    if SuiteHarness::CONCURRENT_WRITERS >= 3 {
+        // Each key's first attempt was inside the gate: those three finish,
+        // the nine queued behind them are released.
+        assert_eq!((first.processed, first.released), (3, 9));
+    } else {
+        // One writer at a time: only one attempt is known to have started
+        // (the others may not have begun when the stop came, and are then
+        // released). Whatever ran finished; the rest was released.
+        assert!(
+            (1..=3).contains(&first.processed) && first.processed + first.released == 12,
+            "{first:?}"
+        );
+    }
     // On SQLite the audit's transaction waited for the gated writer: it may
     // have been released too.
     let audit_first = audit_stats.snapshot();
