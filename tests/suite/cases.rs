@@ -1082,7 +1082,10 @@ pub async fn the_host_stops_every_part_with_work_in_flight_and_loses_nothing<B: 
         .expect("join")
         .expect("the service stopped cleanly");
     let first = orders_stats.snapshot();
-    if SuiteHarness::CONCURRENT_WRITERS >= 3 {
+    // Clippy sees the constant of one store; the suite runs on several.
+    #[allow(clippy::absurd_extreme_comparisons)]
+    let three_writers = SuiteHarness::CONCURRENT_WRITERS >= 3;
+    if three_writers {
         // Each key's first attempt was inside the gate: those three finish,
         // the nine queued behind them are released.
         assert_eq!((first.processed, first.released), (3, 9));
