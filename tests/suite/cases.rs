@@ -438,7 +438,10 @@ pub async fn crash_between_commit_and_ack_redelivers_without_a_second_effect<B: 
         1,
         "the redelivery was skipped by dedup"
     );
-    assert_eq!(s.duplicates, 1);
+    // Which deliveries the two lost acks hit depends on whether the poison
+    // pill had arrived before the first crash: the job comes back once or
+    // twice, and is skipped each time.
+    assert!((1..=2).contains(&s.duplicates), "{s:?}");
     assert_eq!(
         BrokerHarness::dead_letters(&broker, "t").await.len(),
         1,
