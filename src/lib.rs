@@ -100,6 +100,30 @@ pub use consumer_core::*;
 ///
 /// The function becomes a unit struct of the same name that implements
 /// [`Handler`]; the original function is `name::call`.
+///
+/// # Batches
+///
+/// With `batch`, the function handles a [`batch::Batch`] of fresh messages
+/// in one transaction, and becomes a [`batch::BatchHandler`]: run it as
+/// [`batch::Batched::new(name)`](batch::Batched::new).
+///
+/// ```text
+/// #[handler(
+///     batch,
+///     idempotency_key = |payment| payment.id,   // a closure: the key of each message
+///     retry = exponential(attempts = 5),        // each failed message's own retries
+///     terminal = PaymentError::Declined,        // matched once a failure is narrowed to one message
+/// )]
+/// async fn record(payments: &mut Batch<Payment>, tx: &mut PgTx) -> Result<(), PaymentError>
+/// ```
+///
+/// * The first argument is the batch, `&mut Batch<M>`; each item carries
+///   its own [`MessageContext`] (`item.context()`), so there is no context
+///   argument. `tx` is optional, as above.
+/// * `batch.fail(i, e)` / `batch.fail_terminal(i, e)` say which message
+///   failed. An `Err` the function returns without marking one fails the
+///   batch: it is split in halves down to the message that fails alone,
+///   where `terminal` is matched against the `E` it returned.
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use consumer_macros::handler;

@@ -20,10 +20,10 @@ mod kw {
     syn::custom_keyword!(mode);
     syn::custom_keyword!(in_place);
     syn::custom_keyword!(redeliver);
+    syn::custom_keyword!(batch);
 }
 
-const ARGS: &str =
-    "expected one of: `idempotency_key`, `retry`, `terminal`, `event_type`, `name`, `crate`";
+const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `event_type`, `name`, `crate`";
 const RETRY_ARGS: &str = "expected one of: `base`, `max_delay`, `attempts`, `mode`";
 
 /// Everything written between the parentheses.
@@ -35,6 +35,8 @@ pub struct Args {
     pub name: Option<LitStr>,
     pub event_type: Option<Vec<LitStr>>,
     pub krate: Option<Path>,
+    /// `batch`: the function handles a `&mut Batch<M>` (a `BatchHandler`).
+    pub batch: Option<Span>,
     /// Errors that did not stop parsing (duplicates), reported together.
     pub errors: Option<syn::Error>,
 }
@@ -125,6 +127,16 @@ impl Parse for Args {
                     "event_type",
                     &mut errors,
                 );
+            } else if lookahead.peek(kw::batch) {
+                let k = input.parse::<kw::batch>()?;
+                if input.peek(Token![=]) || input.peek(syn::token::Paren) {
+                    return Err(syn::Error::new(
+                        k.span,
+                        "`batch` takes no value: write `batch`, and set the batch size on \
+                         `Batched::new(handler).with_max_batch(n)`",
+                    ));
+                }
+                set(&mut args.batch, k.span, k.span, "batch", &mut errors);
             } else if lookahead.peek(Token![crate]) {
                 let k = input.parse::<Token![crate]>()?;
                 input.parse::<Token![=]>()?;

@@ -34,7 +34,21 @@ pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-fn expand(m: &Model, func: &ItemFn) -> TokenStream {
+/// What both expansions share: the struct, the function as `call`, the
+/// assertions on the types, and the store the impl is for.
+pub(crate) struct Common {
+    /// The unit struct, its `call` and the type assertions.
+    pub(crate) items: TokenStream,
+    /// `<__ConsumerStore: DedupStore>` when the store is generic.
+    pub(crate) impl_generics: TokenStream,
+    /// The store type the impl is for.
+    pub(crate) db: TokenStream,
+    pub(crate) where_clause: TokenStream,
+    /// `fn name`, `fn retry_policy`, `fn event_types`, `fn payload_type`.
+    pub(crate) describe: TokenStream,
+}
+
+fn common(m: &Model, func: &ItemFn) -> Common {
     let krate = &m.krate;
     let vis = &func.vis;
     let ident = &func.sig.ident;
@@ -47,13 +61,100 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     let retry = &m.retry;
     let event_types = &m.event_types;
     let msg_ty = &m.message_ty;
-    let binding = &m.message_binding;
 
     let mut asserts = Vec::new();
     asserts.push(quote_spanned!(msg_ty.span()=> #krate::__private::assert_message::<#msg_ty>();));
     if let Some(e) = &m.error_ty {
         asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
     }
+
+    let (impl_generics, db) = match &m.tx_ty {
+        Some(t) => (quote!(), quote!(<#t as #krate::__private::TxStore>::Store)),
+        None => (
+            quote!(<__ConsumerStore: #krate::DedupStore>),
+            quote!(__ConsumerStore),
+        ),
+    };
+    // The transaction type's assertion is a bound on the impl rather than an
+    // `assert_tx` call: with the bound in the impl's environment, the
+    // projection to the database is well-formed wherever it is used, so a
+    // wrong type is reported once instead of once per use. The bound is
+    // respanned onto the type so rustc points at the type, not the attribute.
+    let where_clause = match &m.tx_ty {
+        Some(t) => {
+            let end = t
+                .to_token_stream()
+                .into_iter()
+                .last()
+                .map_or_else(|| t.span(), |tt| tt.span());
+            let bound = respan(quote!(: #krate::__private::TxStore), end);
+            quote!(where #t #bound)
+        }
+        None => quote!(),
+    };
+
+    let items = quote! {
+        #(#docs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, Default)]
+        #vis struct #ident;
+
+        impl #ident {
+            /// The handler's function, unchanged: call it directly in unit tests.
+            #(#attrs)*
+            #vis #sig #block
+        }
+
+        const _: () = {
+            #(#asserts)*
+        };
+    };
+    let describe = quote! {
+        fn name(&self) -> &'static str {
+            #name
+        }
+
+        fn retry_policy(&self) -> #krate::RetryPolicy {
+            #retry
+        }
+
+        fn event_types(&self) -> &'static [&'static str] {
+            &[#(#event_types),*]
+        }
+
+        fn payload_type(&self) -> ::core::option::Option<#krate::__private::probe::PayloadType> {
+            // Autoref specialisation: the schema when the type has one.
+            #[allow(unused_imports)]
+            use #krate::__private::probe::*;
+            ::core::option::Option::Some(
+                (&&#krate::__private::probe::Probe::<#msg_ty>::NEW).payload_type()
+            )
+        }
+    };
+    Common {
+        items,
+        impl_generics,
+        db,
+        where_clause,
+        describe,
+    }
+}
+
+fn expand(m: &Model, func: &ItemFn) -> TokenStream {
+    if m.batch {
+        return crate::expand_batch::expand(m, func, common(m, func));
+    }
+    let Common {
+        items,
+        impl_generics,
+        db,
+        where_clause,
+        describe,
+    } = common(m, func);
+    let krate = &m.krate;
+    let ident = &func.sig.ident;
+    let msg_ty = &m.message_ty;
+    let binding = &m.message_binding;
 
     // Without a key expression the claim is on the message id, borrowed
     // from the envelope rather than copied.
@@ -84,30 +185,6 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
         Param::Context => quote!(__consumer_inv.context()),
     });
 
-    let (impl_generics, db) = match &m.tx_ty {
-        Some(t) => (quote!(), quote!(<#t as #krate::__private::TxStore>::Store)),
-        None => (
-            quote!(<__ConsumerStore: #krate::DedupStore>),
-            quote!(__ConsumerStore),
-        ),
-    };
-    // The transaction type's assertion is a bound on the impl rather than an
-    // `assert_tx` call: with the bound in the impl's environment, the
-    // projection to the database is well-formed wherever it is used, so a
-    // wrong type is reported once instead of once per use. The bound is
-    // respanned onto the type so rustc points at the type, not the attribute.
-    let where_clause = match &m.tx_ty {
-        Some(t) => {
-            let end = t
-                .to_token_stream()
-                .into_iter()
-                .last()
-                .map_or_else(|| t.span(), |tt| tt.span());
-            let bound = respan(quote!(: #krate::__private::TxStore), end);
-            quote!(where #t #bound)
-        }
-        None => quote!(),
-    };
     let unused_tx = if m.tx_ty.is_none() {
         quote!(#[allow(unused_mut)])
     } else {
@@ -132,42 +209,10 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     };
 
     quote! {
-        #(#docs)*
-        #[allow(non_camel_case_types)]
-        #[derive(Debug, Clone, Copy, Default)]
-        #vis struct #ident;
-
-        impl #ident {
-            /// The handler's function, unchanged: call it directly in unit tests.
-            #(#attrs)*
-            #vis #sig #block
-        }
-
-        const _: () = {
-            #(#asserts)*
-        };
+        #items
 
         impl #impl_generics #krate::Handler<#db> for #ident #where_clause {
-            fn name(&self) -> &'static str {
-                #name
-            }
-
-            fn retry_policy(&self) -> #krate::RetryPolicy {
-                #retry
-            }
-
-            fn event_types(&self) -> &'static [&'static str] {
-                &[#(#event_types),*]
-            }
-
-            fn payload_type(&self) -> ::core::option::Option<#krate::__private::probe::PayloadType> {
-                // Autoref specialisation: the schema when the type has one.
-                #[allow(unused_imports)]
-                use #krate::__private::probe::*;
-                ::core::option::Option::Some(
-                    (&&#krate::__private::probe::Probe::<#msg_ty>::NEW).payload_type()
-                )
-            }
+            #describe
 
             async fn handle(
                 &self,
@@ -195,7 +240,7 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
 }
 
 /// Gives every token of `tokens` the span `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tt| {

@@ -5,6 +5,7 @@
 
 mod attr;
 mod expand;
+mod expand_batch;
 mod valid;
 
 use proc_macro::TokenStream;

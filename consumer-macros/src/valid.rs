@@ -27,6 +27,8 @@ pub struct Model {
     pub terminal: Option<Pat>,
     /// The CloudEvents types a router sends this handler.
     pub event_types: Vec<String>,
+    /// `batch`: the function takes `&mut Batch<M>`; `message_ty` is `M`.
+    pub batch: bool,
 }
 
 struct Errors(Option<syn::Error>);
@@ -107,8 +109,28 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
                 ),
             );
         }
-        // The first argument other than a (rejected) `self` is the message.
-        if std::mem::take(&mut first) {
+        // The first argument other than a (rejected) `self` is the message
+        // (or, with `batch`, the batch).
+        let is_first = std::mem::take(&mut first);
+        if is_first && args.batch.is_some() {
+            match (&*typed.pat, batch_message(&typed.ty)) {
+                (Pat::Ident(p), Some(ty)) if p.subpat.is_none() && p.by_ref.is_none() => {
+                    message = Some((p.ident.clone(), ty.clone()));
+                    params.push(Param::Message);
+                }
+                (_, None) => errors.push_spanned(
+                    &typed.ty,
+                    "with `batch`, the first argument is the batch, lent to the handler: \
+                     `orders: &mut Batch<OrderPlaced>` (`consumer::batch::Batch`)",
+                ),
+                (pat, Some(_)) => errors.push(
+                    pat.span(),
+                    "the batch argument must be a plain name (`orders: &mut Batch<OrderPlaced>`)",
+                ),
+            }
+            continue;
+        }
+        if is_first {
             match (&*typed.pat, &*typed.ty) {
                 (_, Type::Reference(r)) => errors.push_spanned(
                     r,
@@ -140,6 +162,11 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
                     params.push(Param::Tx);
                 }
             }
+            Type::Reference(r) if args.batch.is_some() => errors.push_spanned(
+                r,
+                "with `batch`, each message has its own context: read it from the batch \
+                 (`for (i, item) in orders.iter() { item.context() }`); remove this argument",
+            ),
             Type::Reference(r) => {
                 if has_ctx {
                     errors.push_spanned(
@@ -246,6 +273,25 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         },
     };
 
+    if args.batch.is_some() {
+        if let Some(key) = &args.idempotency_key
+            && !matches!(key, Expr::Closure(c) if c.inputs.len() == 1)
+        {
+            errors.push_spanned(
+                key,
+                "with `batch`, the key is computed for each message of the batch: name the \
+                 message in a closure, `idempotency_key = |order| order.order_id`",
+            );
+        }
+        if let (Some(pat), None) = (&args.terminal, &error_ty) {
+            errors.push_spanned(
+                pat,
+                "with `batch`, `terminal` is matched against the error the handler returned, \
+                 which needs its type: write the return type as `Result<(), MyError>`",
+            );
+        }
+    }
+
     let krate: syn::Path = args
         .krate
         .clone()
@@ -273,6 +319,7 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         retry,
         terminal: args.terminal,
         event_types,
+        batch: args.batch.is_some(),
     })
 }
 
@@ -330,6 +377,32 @@ fn named_type(ty: &Type) -> Option<&Ident> {
         return None;
     }
     Some(&last.ident)
+}
+
+/// `&mut Batch<M>` → `Some(M)`.
+fn batch_message(ty: &Type) -> Option<&Type> {
+    let Type::Reference(r) = ty else {
+        return None;
+    };
+    r.mutability?;
+    let Type::Path(p) = &*r.elem else {
+        return None;
+    };
+    let last = p.path.segments.last()?;
+    if last.ident != "Batch" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(a) = &last.arguments else {
+        return None;
+    };
+    let mut types = a.args.iter().filter_map(|g| match g {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    match (types.next(), types.next()) {
+        (Some(t), None) => Some(t),
+        _ => None,
+    }
 }
 
 /// The last path segment's name: `SqliteTx` for `consumer::SqliteTx`.

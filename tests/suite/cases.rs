@@ -1229,6 +1229,55 @@ pub async fn a_failing_message_in_a_batch_is_isolated_and_the_others_commit_once
     assert_eq!(retries, [1, 1], "its retries ran alone: {sizes:?}");
 }
 
+pub async fn an_unattributed_batch_failure_is_narrowed_to_its_message_and_classified<
+    B: BrokerHarness,
+>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let good: Vec<Job> = (0..16).map(|i| Job::new(&format!("u{i}"), 0)).collect();
+    let flaky = Job {
+        fail_times: 1,
+        ..Job::new("u-flaky", 0)
+    };
+    let terminal = Job {
+        terminal: true,
+        ..Job::new("u-terminal", 0)
+    };
+    for job in good.iter().chain([&flaky, &terminal]) {
+        BrokerHarness::publish(&broker, "t", job.message())
+            .await
+            .expect("publish");
+    }
+    let batched = consumer::batch::Batched::new(handlers::batch_unattributed)
+        .with_max_batch(16)
+        .with_max_wait(Duration::from_millis(10));
+    let s = run_until_drained(&h, &broker, "t", batched).await;
+    for job in good.iter().chain([&flaky]) {
+        assert_eq!(h.effects_of("batch-macro", &job.id).await, 1, "{}", job.id);
+    }
+    assert_eq!(h.effects_of("batch-macro", &terminal.id).await, 0);
+    let letters = BrokerHarness::dead_letter_records(&broker, "t").await;
+    let kinds: Vec<(Option<String>, DeadLetterKind, u32)> = letters
+        .into_iter()
+        .map(|d| (d.key, d.kind, d.attempts))
+        .collect();
+    // `terminal = JobError::Terminal(_)` matched the error once the batch
+    // was narrowed to it: dead-lettered on its first attempt.
+    assert_eq!(
+        kinds,
+        [(Some(terminal.key.clone()), DeadLetterKind::Terminal, 1)],
+        "only the terminal job is dead-lettered, without retry"
+    );
+    assert_eq!((s.processed, s.dead_letters()), (17, 1));
+    // The flaky job's failure was transient: retried, alone, and passed.
+    let attempts: Vec<u32> = support::call_log(&flaky.id)
+        .iter()
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts.last(), Some(&2), "{attempts:?}");
+    assert_eq!(handlers::batch_sizes(&flaky.id).last(), Some(&1));
+}
+
 pub async fn keys_stay_in_order_within_and_across_batches<B: BrokerHarness>() {
     let h = SuiteHarness::new().await;
     let broker = B::new(4).await;

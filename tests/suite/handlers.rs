@@ -142,6 +142,36 @@ pub fn orders_router(ignore_unknown: bool) -> consumer::Router<crate::suite::cas
 /// the misbehaving ones, and each call's batch size logged by job id.
 pub struct BatchWork;
 
+/// The batch workhorse in its `#[handler(batch)]` form, which says nothing
+/// about whose failure it returns: the first one of its batch, as `?`
+/// gives it. The batcher narrows the batch down to that message, and
+/// `terminal` classifies the error there.
+#[handler(
+    batch,
+    name = "batch-macro",
+    idempotency_key = |job| job.id,
+    retry = exponential(base = "10ms", max_delay = "200ms", attempts = 4),
+    terminal = JobError::Terminal(_),
+)]
+pub async fn batch_unattributed(
+    jobs: &mut consumer::batch::Batch<Job>,
+    tx: &mut SuiteTx,
+) -> Result<(), JobError> {
+    let len = jobs.len();
+    for (_, item) in jobs.iter() {
+        let job = item.message();
+        batch_log()
+            .lock()
+            .expect("log")
+            .entry(job.id.clone())
+            .or_default()
+            .push(len);
+        support::behave(job, item.context()).await?;
+        SuiteHarness::insert_effect(tx, "batch-macro", job, item.context().message_id()).await?;
+    }
+    Ok(())
+}
+
 /// The size of the batch each call of a job ran in, by job id.
 pub fn batch_sizes(job_id: &str) -> Vec<usize> {
     batch_log()

@@ -52,6 +52,7 @@ macro_rules! declare {
             the_host_stops_every_part_with_work_in_flight_and_loses_nothing,
             a_batch_claims_each_key_once_and_acks_its_duplicates,
             a_failing_message_in_a_batch_is_isolated_and_the_others_commit_once,
+            an_unattributed_batch_failure_is_narrowed_to_its_message_and_classified,
             keys_stay_in_order_within_and_across_batches,
             a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
         );

@@ -199,8 +199,13 @@ where
             }
             Ok(Err(error)) => {
                 rollback(store, tx).await;
+                let kind = if handler.is_terminal(&*error) {
+                    FailureKind::Terminal
+                } else {
+                    FailureKind::Transient
+                };
                 if let Some((_, reply)) = replies.into_iter().next() {
-                    let _ = reply.send(failed(FailureKind::Transient, error));
+                    let _ = reply.send(failed(kind, error));
                 }
             }
             Err(panic) => {

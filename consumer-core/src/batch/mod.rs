@@ -28,7 +28,8 @@
 //!   failure, and the others run again in a new transaction without them.
 //!   A failure the handler does not attribute (an `Err`, a panic) splits the
 //!   batch in halves, each run on its own, down to single messages, which
-//!   get the failure: at most `2n - 1` transactions for `n` messages.
+//!   get the failure (terminal where [`BatchHandler::is_terminal`] says so,
+//!   else transient): at most `2n - 1` transactions for `n` messages.
 //! * **Isolation.** A message that failed is retried (or dead-lettered) as
 //!   the one-message path says, and its retries run alone, in a batch of
 //!   one: a failing message never takes others down with it twice, and is
@@ -81,6 +82,15 @@ pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
     fn idempotency_key(&self, message: &Self::Message, context: &MessageContext) -> String {
         let _ = message;
         context.message_id().to_owned()
+    }
+
+    /// Whether `error`, returned by [`handle_batch`](Self::handle_batch)
+    /// for a batch of one message, fails that message for good (dead-lettered
+    /// without retry) rather than transiently (retried). Default: never.
+    /// `#[handler(batch, terminal = ..)]` matches the pattern here.
+    fn is_terminal(&self, error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+        let _ = error;
+        false
     }
 
     /// Handles the fresh messages of one batch in `tx`, the transaction
