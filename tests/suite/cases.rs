@@ -1278,6 +1278,57 @@ pub async fn an_unattributed_batch_failure_is_narrowed_to_its_message_and_classi
     assert_eq!(handlers::batch_sizes(&flaky.id).last(), Some(&1));
 }
 
+pub async fn a_batch_runs_in_one_span_linked_to_each_messages_span<B: BrokerHarness>() {
+    let spans = support::tracing_exporter();
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let jobs: Vec<Job> = (0..8).map(|i| Job::new(&format!("s{i}"), 0)).collect();
+    let mut producer_traces = Vec::new();
+    for job in &jobs {
+        let span = tracing::info_span!("publish job");
+        let _entered = span.enter();
+        BrokerHarness::publish(&broker, "t", job.message().with_current_trace())
+            .await
+            .expect("publish");
+        producer_traces.push(support::trace_id_of(&span));
+    }
+    run_batched_until_drained(&h, &broker, "t").await;
+    let Ok(finished) = spans.get_finished_spans() else {
+        panic!("spans exported");
+    };
+    let batch_spans: Vec<_> = finished
+        .iter()
+        .filter(|s| s.name == "handle_batch batch")
+        .collect();
+    for (job, producer_trace) in jobs.iter().zip(&producer_traces) {
+        let process = support::process_span(&spans, &job.id).expect("process span exported");
+        assert_eq!(&process.span_context.trace_id().to_string(), producer_trace);
+        let linked: Vec<_> = batch_spans
+            .iter()
+            .filter(|b| {
+                b.links
+                    .iter()
+                    .any(|l| l.span_context.span_id() == process.span_context.span_id())
+            })
+            .collect();
+        assert_eq!(
+            linked.len(),
+            1,
+            "{}: exactly one batch span links the message's process span",
+            job.id
+        );
+        let batch = linked[0];
+        assert_eq!(batch.parent_span_id, opentelemetry::trace::SpanId::INVALID);
+        assert_eq!(batch.span_kind, opentelemetry::trace::SpanKind::Internal);
+        let count = batch
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "messaging.batch.message_count")
+            .map(|kv| kv.value.to_string());
+        assert_eq!(count, Some(batch.links.len().to_string()), "{batch:?}");
+    }
+}
+
 pub async fn keys_stay_in_order_within_and_across_batches<B: BrokerHarness>() {
     let h = SuiteHarness::new().await;
     let broker = B::new(4).await;

@@ -53,6 +53,7 @@ macro_rules! declare {
             a_batch_claims_each_key_once_and_acks_its_duplicates,
             a_failing_message_in_a_batch_is_isolated_and_the_others_commit_once,
             an_unattributed_batch_failure_is_narrowed_to_its_message_and_classified,
+            a_batch_runs_in_one_span_linked_to_each_messages_span,
             keys_stay_in_order_within_and_across_batches,
             a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
         );

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::BatchHandler;
 use super::items::{Batch, BatchItem};
@@ -149,8 +150,18 @@ where
             let _ = store.commit(tx).await;
             return;
         }
+        let span = crate::trace::batch_span(handler.name(), batch_items.iter().map(|i| &i.trace));
         let mut batch = Batch::new(batch_items);
-        let result = CatchUnwind::new(handler.handle_batch(&mut batch, &mut tx)).await;
+        let result = CatchUnwind::new(handler.handle_batch(&mut batch, &mut tx))
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(Ok(())) if !batch.any_failed() => {}
+            Ok(Ok(())) => crate::trace::record_error(&span, "message_failed"),
+            Ok(Err(_)) => crate::trace::record_error(&span, "batch_failed"),
+            Err(_) => crate::trace::record_error(&span, "panic"),
+        }
+        drop(span);
         let Batch {
             items,
             failed: marks,

@@ -134,7 +134,12 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
         invocation.context.set_idempotency_key(key.clone());
         let (reply, outcome) = oneshot::channel();
         let pending = Pending {
-            item: BatchItem { message, context },
+            item: BatchItem {
+                message,
+                context,
+                // The lane runs this inside the delivery's span.
+                trace: crate::trace::current(),
+            },
             key,
             reply,
         };

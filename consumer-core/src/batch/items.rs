@@ -9,6 +9,8 @@ use crate::handler::{FailureKind, MessageContext};
 pub struct BatchItem<M> {
     pub(super) message: M,
     pub(super) context: MessageContext,
+    /// The delivery's `process` span's context, captured on its lane.
+    pub(super) trace: opentelemetry::Context,
 }
 
 impl<M> BatchItem<M> {
@@ -20,6 +22,16 @@ impl<M> BatchItem<M> {
     /// Its delivery: id, key, attempt, headers, idempotency key.
     pub fn context(&self) -> &MessageContext {
         &self.context
+    }
+
+    /// The OpenTelemetry context of this message's own `process` span (a
+    /// child of its producer's). The batch runs in a span of its own,
+    /// linked to every message's; to continue this message's trace in what
+    /// is sent for it, attach this context while building the message
+    /// (`let _guard = item.trace_context().attach();` then
+    /// `Message::with_current_trace`).
+    pub fn trace_context(&self) -> &opentelemetry::Context {
+        &self.trace
     }
 }
 

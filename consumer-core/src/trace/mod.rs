@@ -12,10 +12,12 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+mod batch;
 mod send;
 mod span;
 mod traceparent;
 
+pub use batch::batch_span;
 pub use send::{SendTarget, Sends};
 pub use span::{SpanScope, consume_span, delivery_context, record_error, settle_span};
 use traceparent::is_w3c_traceparent;
