@@ -160,12 +160,7 @@ pub async fn batch_unattributed(
     let len = jobs.len();
     for (_, item) in jobs.iter() {
         let job = item.message();
-        batch_log()
-            .lock()
-            .expect("log")
-            .entry(job.id.clone())
-            .or_default()
-            .push(len);
+        log_batch_size(&job.id, len);
         support::behave(job, item.context()).await?;
         SuiteHarness::insert_effect(tx, "batch-macro", job, item.context().message_id()).await?;
     }
@@ -180,6 +175,15 @@ pub fn batch_sizes(job_id: &str) -> Vec<usize> {
         .get(job_id)
         .cloned()
         .unwrap_or_default()
+}
+
+fn log_batch_size(job_id: &str, len: usize) {
+    batch_log()
+        .lock()
+        .expect("log")
+        .entry(job_id.to_owned())
+        .or_default()
+        .push(len);
 }
 
 fn batch_log() -> &'static std::sync::Mutex<std::collections::HashMap<String, Vec<usize>>> {
@@ -216,12 +220,7 @@ impl consumer::batch::BatchHandler<crate::suite::cases::SuiteStore> for BatchWor
         let mut failures = Vec::new();
         for (i, item) in batch.iter() {
             let job = item.message();
-            batch_log()
-                .lock()
-                .expect("log")
-                .entry(job.id.clone())
-                .or_default()
-                .push(batch.len());
+            log_batch_size(&job.id, batch.len());
             match support::behave(job, item.context()).await {
                 Ok(()) => {
                     SuiteHarness::insert_effect(tx, "batch", job, item.context().message_id())
