@@ -69,7 +69,8 @@ const CLAIM: &str = "SELECT w.id::text, w.aggregate_type, w.aggregate_id, w.vers
          AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
                          AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
          AND (pg_try_advisory_xact_lock({class}, hashtext(e.aggregate_type || chr(31) || e.aggregate_id)) \
-              OR set_config('consumer.outbox_refused', '1', true) IS NULL) \
+              OR (current_setting('consumer.outbox_refused', true) IS DISTINCT FROM '1' \
+                  AND set_config('consumer.outbox_refused', '1', true) IS NULL)) \
        ORDER BY e.seq LIMIT {batch} \
        FOR UPDATE OF e \
      ) w";
