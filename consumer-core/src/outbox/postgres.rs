@@ -21,30 +21,18 @@ const ENQUEUE: &str = "WITH v AS ( \
      INSERT INTO {t} (id, aggregate_type, aggregate_id, version, event_type, destination, payload, headers, trace_metadata) \
      SELECT $1::uuid, $2, $3, v.last_version, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb FROM v";
 
-/// The claim, O(batch) whatever the backlog: one scan of the unpublished
-/// rows of unblocked aggregates in `seq` order (the partial index on
-/// unpublished rows), taking, for each row before it is row-locked, its
-/// aggregate's advisory lock (re-taking a lock this relay holds is free),
-/// and keeping the first `{batch}` rows whose lock it gets. Rows that wait
-/// for a retry, or that failed since this statement's snapshot, are
-/// claimed too, flagged (column 12), so that what follows them is held.
-///
-/// Column 11 says whether the row's predecessor version is unpublished;
+/// The claim, O(batch) whatever the backlog: the `{batch}` oldest ready
+/// rows, by `seq` through the partial index on unpublished rows, locked
+/// `FOR UPDATE SKIP LOCKED` so that concurrent relays take disjoint
+/// windows; of those, the rows whose aggregate's advisory lock this relay
+/// gets (re-taking a lock it holds is free; rows of aggregates another
+/// relay holds stay row-locked, unpublished, until commit). The last
+/// column says whether the row's predecessor version is still unpublished:
 /// [`hold_gaps`] then holds the row back unless that predecessor is just
-/// before it in this batch. The probe behind it is only run once the scan
-/// was refused a lock (it notes that in a transaction-local setting, read
-/// by the rows after it): until then, every unpublished predecessor of a
-/// row is in this batch, because within an aggregate `seq` follows version
-/// order (`enqueue` draws `seq` under the aggregate's version row lock,
-/// which the previous writer held until its commit), so the predecessor
-/// came earlier in the scan, where its lock was granted (the same lock)
-/// and nothing else filtered it out. A refusal breaks that: the holder may
-/// commit during the scan and free the lock for a later version, while
-/// versions it had not claimed were passed over. Rows are row-locked only
-/// under their aggregate's advisory lock, so relays never wait for each
-/// other's row locks and there is no `SKIP LOCKED`; the `FOR UPDATE`
-/// re-checks a row another relay changed since the snapshot (published:
-/// dropped; retried or failed: flagged by its latest version).
+/// before it in this batch (it may be waiting for a retry, in another
+/// relay's window, or beyond this one), so what goes out is, per
+/// aggregate, always the next unpublished version onwards, whatever order
+/// `seq` and versions are in.
 ///
 /// Reading only the window (not every unpublished event of each aggregate,
 /// with its published history) keeps a round's cost proportional to the
@@ -52,34 +40,28 @@ const ENQUEUE: &str = "WITH v AS ( \
 /// rather than one wave per event of a few deep aggregates.
 const CLAIM: &str = "SELECT w.id::text, w.aggregate_type, w.aggregate_id, w.version, w.event_type, \
             w.destination, w.payload, w.headers, w.trace_metadata, w.created_ms, w.attempts, \
-            CASE WHEN w.version > 1 AND current_setting('consumer.outbox_refused', true) = '1' \
-                 THEN EXISTS (SELECT 1 FROM {t} p WHERE p.aggregate_type = w.aggregate_type \
+            CASE WHEN w.version = 1 THEN false \
+                 ELSE EXISTS (SELECT 1 FROM {t} p WHERE p.aggregate_type = w.aggregate_type \
                               AND p.aggregate_id = w.aggregate_id AND p.version = w.version - 1 \
-                              AND p.published_at IS NULL) \
-                 ELSE false END, \
-            w.waiting \
+                              AND p.published_at IS NULL) END \
      FROM ( \
        SELECT e.id, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
               e.payload::text AS payload, e.headers::text AS headers, \
               e.trace_metadata::text AS trace_metadata, \
-              (extract(epoch FROM e.created_at) * 1000)::bigint AS created_ms, e.attempts, \
-              e.failed_at IS NOT NULL OR coalesce(e.next_attempt_at > now(), false) AS waiting \
+              (extract(epoch FROM e.created_at) * 1000)::bigint AS created_ms, e.attempts \
        FROM {t} e \
-       WHERE e.published_at IS NULL \
+       WHERE e.published_at IS NULL AND e.failed_at IS NULL \
+         AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now()) \
          AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
                          AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
-         AND (pg_try_advisory_xact_lock({class}, hashtext(e.aggregate_type || chr(31) || e.aggregate_id)) \
-              OR (current_setting('consumer.outbox_refused', true) IS DISTINCT FROM '1' \
-                  AND set_config('consumer.outbox_refused', '1', true) IS NULL)) \
        ORDER BY e.seq LIMIT {batch} \
-       FOR UPDATE OF e \
-     ) w";
+       FOR UPDATE OF e SKIP LOCKED \
+     ) w \
+     WHERE pg_try_advisory_xact_lock($1, hashtext(w.aggregate_type || chr(31) || w.aggregate_id))";
 
 /// Puts claimed rows in aggregate then version order and holds back every
 /// row whose predecessor is unpublished (`pending`) and not the row just
-/// before it, and every row that follows a gap in its aggregate's
-/// versions: the relay stops that aggregate there for this round (it
-/// publishes an aggregate's rows up to its first held one).
+/// before it: the relay stops that aggregate there for this round.
 fn hold_gaps(mut rows: Vec<(Row, bool)>) -> Vec<Row> {
     rows.sort_by(|(a, _), (b, _)| {
         (&a.aggregate_type, &a.aggregate_id, a.version).cmp(&(
@@ -90,17 +72,12 @@ fn hold_gaps(mut rows: Vec<(Row, bool)>) -> Vec<Row> {
     });
     let mut out: Vec<Row> = Vec::with_capacity(rows.len());
     for (mut row, pending) in rows {
-        let (follows_predecessor, gap) = match out.last() {
-            Some(prev)
-                if prev.aggregate_type == row.aggregate_type
-                    && prev.aggregate_id == row.aggregate_id =>
-            {
-                let follows = prev.version == row.version - 1;
-                (follows, !follows)
-            }
-            _ => (false, false),
-        };
-        row.held |= (pending && !follows_predecessor) || gap;
+        let follows_predecessor = out.last().is_some_and(|prev| {
+            prev.aggregate_type == row.aggregate_type
+                && prev.aggregate_id == row.aggregate_id
+                && prev.version == row.version - 1
+        });
+        row.held |= pending && !follows_predecessor;
         out.push(row);
     }
     out
@@ -266,9 +243,9 @@ impl OutboxDatabase for Postgres {
         // planned again on every round.
         let claim = sql(CLAIM, outbox.table())
             .0
-            .replace("{batch}", &batch.max(1).to_string())
-            .replace("{class}", &LOCK_CLASS.to_string());
+            .replace("{batch}", &batch.max(1).to_string());
         let rows = sqlx::query(AssertSqlSafe(claim))
+            .bind(LOCK_CLASS)
             .fetch_all(&mut *tx)
             .await?;
         let mut claimed = Vec::with_capacity(rows.len());
@@ -285,7 +262,7 @@ impl OutboxDatabase for Postgres {
                 trace_metadata: r.try_get(8)?,
                 created_at_ms: r.try_get(9)?,
                 attempts: r.try_get(10)?,
-                held: r.try_get(12)?,
+                held: false,
             };
             claimed.push((row, r.try_get::<bool, _>(11)?));
         }
@@ -396,9 +373,6 @@ mod tests {
             (row("c", 4), true),
             // d-7 was published: d-8 goes.
             (row("d", 8), false),
-            // e-3 missing between e-2 and e-4 (not probed): e-4 waits.
-            (row("e", 2), false),
-            (row("e", 4), false),
         ]);
         assert_eq!(
             held(&out),
@@ -408,8 +382,6 @@ mod tests {
                 ("c-2".into(), true),
                 ("c-4".into(), true),
                 ("d-8".into(), false),
-                ("e-2".into(), false),
-                ("e-4".into(), true),
             ]
         );
     }
