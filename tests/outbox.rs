@@ -520,3 +520,50 @@ async fn a_notify_wakes_an_idle_postgres_relay() {
     run.abort();
     listener.abort();
 }
+
+/// The PostgreSQL claim relies on `seq` following version order within an
+/// aggregate (an event's unpublished predecessor comes before it in the
+/// claim's scan): concurrent writers on the same few aggregates must never
+/// give a later version a smaller `seq`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_seq_follows_version_order_within_an_aggregate_under_concurrent_writers() {
+    let pool = pg_pool().await;
+    let writers: Vec<_> = (0..6u32)
+        .map(|w| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let outbox = Outbox::new().with_default_destination("orders");
+                for i in 0..40u32 {
+                    let agg = format!("agg-{}", (i + w) % 3);
+                    let mut tx = pool.begin().await.expect("begin");
+                    let ev = NewEvent::new(
+                        "Order",
+                        &agg,
+                        "OrderPlaced",
+                        &OrderEvent {
+                            order: agg.clone(),
+                            n: i,
+                        },
+                    )
+                    .expect("json");
+                    outbox.enqueue(&mut tx, ev).await.expect("enqueue");
+                    tx.commit().await.expect("commit");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        within(w).await.expect("writer");
+    }
+    let (events, inverted): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM outbox_events), \
+                (SELECT count(*) FROM outbox_events a JOIN outbox_events b \
+                   ON a.aggregate_type = b.aggregate_type AND a.aggregate_id = b.aggregate_id \
+                  AND a.version < b.version AND a.seq > b.seq)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("query");
+    assert_eq!(events, 240);
+    assert_eq!(inverted, 0, "a later version got a smaller seq");
+}
