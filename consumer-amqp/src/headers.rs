@@ -193,11 +193,12 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         _ => key,
     };
     let origin = Origin {
-        destination: queue.to_owned(),
+        destination: queue.into(),
         position: format!(
             "{}/{}#{}",
             delivery.exchange, routing_key, delivery.delivery_tag
-        ),
+        )
+        .into(),
         placement: Placement::Exchange {
             exchange: delivery.exchange.to_owned(),
             routing_key: routing_key.to_owned(),

@@ -75,8 +75,8 @@ impl LetterJson {
             attempts: dl.attempts,
             first_failure: format_time(dl.first_failure),
             last_failure: format_time(dl.last_failure),
-            destination: dl.origin.destination.clone(),
-            position: dl.origin.position.clone(),
+            destination: dl.origin.destination.to_string(),
+            position: dl.origin.position.to_string(),
             key: dl.key.clone(),
             headers: serde_json::from_str(&headers_json(&dl.original_headers))
                 .unwrap_or(serde_json::Value::Null),
@@ -108,8 +108,8 @@ impl LetterJson {
             message_id: self.message_id,
             key: self.key,
             origin: Origin {
-                destination: self.destination,
-                position: self.position,
+                destination: self.destination.into(),
+                position: self.position.into(),
                 ..Origin::default()
             },
             original_headers: headers_from_json(&self.headers.to_string())

@@ -293,8 +293,8 @@ impl DeadLetter {
             message_id: text(headers::MESSAGE_ID)?,
             key: text(headers::KEY),
             origin: Origin {
-                destination: text(headers::DESTINATION)?,
-                position: text(headers::POSITION)?,
+                destination: text(headers::DESTINATION)?.into(),
+                position: text(headers::POSITION)?.into(),
                 ..Origin::default()
             },
             original_headers,

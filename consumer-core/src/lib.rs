@@ -55,7 +55,7 @@ pub mod testing;
 pub mod trace;
 
 pub use dead_letter::{DeadLetter, DeadLetterKind, OmittedPayload};
-pub use envelope::{Envelope, Headers, Message, Origin, Placement};
+pub use envelope::{Destination, Envelope, Headers, Message, Origin, Placement, Position};
 pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
 pub use handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
 pub use memory::{MemoryBroker, MemorySource};

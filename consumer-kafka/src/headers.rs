@@ -27,7 +27,7 @@
 
 use bytes::Bytes;
 use consumer_core::envelope::HeaderError;
-use consumer_core::{Envelope, Headers, Message, Origin, Placement};
+use consumer_core::{Destination, Envelope, Headers, Message, Origin, Placement, Position};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 
@@ -49,17 +49,17 @@ pub fn to_kafka_headers(message: &Message) -> OwnedHeaders {
 
 /// Reads a consumed record into the framework's envelope.
 pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
-    envelope_of(record, record.topic())
+    envelope_of(record, record.topic().into())
 }
 
 /// Headers read in one pass go through a stack buffer of this many.
 const INLINE_HEADERS: usize = 16;
 
 /// [`to_envelope`] with the record's topic already read (the source has
-/// it from interning).
-pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope {
+/// it from interning: every envelope of a topic shares its name).
+pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: Destination) -> Envelope {
     let raw = RawHeaders::of(record);
-    record_envelope(
+    envelope_in(
         topic,
         record.partition(),
         record.offset(),
@@ -77,6 +77,30 @@ pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: &str) -> Envelope
 /// headers become the envelope's defects.
 pub fn record_envelope<'a, I>(
     topic: &str,
+    partition: i32,
+    offset: i64,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    count: usize,
+    headers: I,
+) -> Envelope
+where
+    I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
+    envelope_in(
+        topic.into(),
+        partition,
+        offset,
+        key,
+        payload,
+        count,
+        headers,
+    )
+}
+
+/// [`record_envelope`] for a topic whose name is already shared.
+fn envelope_in<'a, I>(
+    topic: Destination,
     partition: i32,
     offset: i64,
     key: Option<&[u8]>,
@@ -110,14 +134,16 @@ where
         table.extend(headers.take(seen).skip(INLINE_HEADERS).map(named));
     }
     let key = key.map(|k| lossy(k).into_owned());
+    // The position is written only if something reads it: the topic's
+    // name is shared, not copied.
     let origin = Origin {
-        destination: topic.to_owned(),
-        position: position(None, partition, offset),
+        destination: topic.clone(),
+        position: Position::log(partition, offset),
         placement: Placement::Log { partition, offset },
     };
     let mut envelope =
         Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
-            position(Some(topic), partition, offset)
+            format!("{topic}/{partition}/{offset}")
         });
     if nul_in_name {
         refuse_nul_in_framework_names(&mut envelope);
@@ -175,23 +201,6 @@ fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
         Ok(text) => std::borrow::Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(bytes),
     }
-}
-
-/// `[<topic>/]<partition>/<offset>`, without the formatting machinery.
-fn position(topic: Option<&str>, partition: i32, offset: i64) -> String {
-    let mut p = itoa::Buffer::new();
-    let mut o = itoa::Buffer::new();
-    let (p, o) = (p.format(partition), o.format(offset));
-    let topic_len = topic.map_or(0, |t| t.len() + 1);
-    let mut out = String::with_capacity(topic_len + p.len() + 1 + o.len());
-    if let Some(topic) = topic {
-        out.push_str(topic);
-        out.push('/');
-    }
-    out.push_str(p);
-    out.push('/');
-    out.push_str(o);
-    out
 }
 
 #[cfg(test)]
@@ -297,7 +306,7 @@ mod tests {
             None => panic!("no record within 10 s from the mock cluster"),
         };
 
-        let envelope = envelope_of(&record, "nul");
+        let envelope = envelope_of(&record, "nul".into());
         assert_eq!(envelope.id, "e-1", "the forged id does not win");
         let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
         assert_eq!(
@@ -350,7 +359,7 @@ mod tests {
             None => panic!("no record within 10 s from the mock cluster"),
         };
 
-        let envelope = envelope_of(&record, "raw");
+        let envelope = envelope_of(&record, "raw".into());
         let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
         assert_eq!(
             headers,

@@ -115,8 +115,14 @@ fn read_row(row: &sqlx::postgres::PgRow) -> Result<Letter, String> {
         message_id: row.try_get("message_id").map_err(get_err)?,
         key: row.try_get("partition_key").map_err(get_err)?,
         origin: Origin {
-            destination: row.try_get("destination").map_err(get_err)?,
-            position: row.try_get("position").map_err(get_err)?,
+            destination: row
+                .try_get::<String, _>("destination")
+                .map_err(get_err)?
+                .into(),
+            position: row
+                .try_get::<String, _>("position")
+                .map_err(get_err)?
+                .into(),
             ..Origin::default()
         },
         original_headers: headers_from_json(&headers).ok_or("headers are malformed")?,

@@ -1,14 +1,16 @@
 //! [`Origin`]: where a delivery was consumed from.
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 
 /// Where a message came from: enough to find it again on the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Origin {
     /// Topic, queue or stream the message was consumed from.
-    pub destination: String,
+    pub destination: Destination,
     /// Position within it (`partition/offset`, delivery tag, ...).
-    pub position: String,
+    pub position: Position,
     /// The same position in the broker's own terms, for the span
     /// attributes the OpenTelemetry conventions give each system.
     pub placement: Placement,
@@ -45,6 +47,197 @@ pub enum Placement {
     },
 }
 
+/// The name of a topic, queue or stream, shared: a backend makes one per
+/// topic and every delivery from it holds a reference (cloning is a
+/// reference-count bump, never a copy). Reads as a `&str`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Destination(Arc<str>);
+
+impl Destination {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Destination {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Destination {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Arc<str>> for Destination {
+    fn from(name: Arc<str>) -> Self {
+        Self(name)
+    }
+}
+
+impl From<&str> for Destination {
+    fn from(name: &str) -> Self {
+        Self(Arc::from(name))
+    }
+}
+
+impl From<String> for Destination {
+    fn from(name: String) -> Self {
+        Self(Arc::from(name))
+    }
+}
+
+impl From<&String> for Destination {
+    fn from(name: &String) -> Self {
+        Self(Arc::from(name.as_str()))
+    }
+}
+
+impl PartialEq<str> for Destination {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Destination {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Destination {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Debug for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A delivery's position within its destination as text
+/// (`partition/offset`, a delivery tag, ...). A backend that has it as a
+/// log's partition and offset gives those ([`Position::log`]): the text is
+/// then written only when something reads it (a dead letter, a log line),
+/// not for every delivery. Reads as a `&str`.
+#[derive(Clone, Default)]
+pub struct Position {
+    /// The partition and offset the text is made of, when not given as text.
+    log: Option<(i32, i64)>,
+    /// The text, given or written on first read.
+    text: OnceLock<String>,
+}
+
+impl Position {
+    /// `partition/offset`, written when first read.
+    pub fn log(partition: i32, offset: i64) -> Self {
+        Self {
+            log: Some((partition, offset)),
+            text: OnceLock::new(),
+        }
+    }
+
+    /// The position as text.
+    pub fn as_str(&self) -> &str {
+        self.text.get_or_init(|| match self.log {
+            None => String::new(),
+            Some((partition, offset)) => {
+                let mut p = itoa::Buffer::new();
+                let mut o = itoa::Buffer::new();
+                let (p, o) = (p.format(partition), o.format(offset));
+                let mut out = String::with_capacity(p.len() + 1 + o.len());
+                out.push_str(p);
+                out.push('/');
+                out.push_str(o);
+                out
+            }
+        })
+    }
+}
+
+impl Deref for Position {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Position {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for Position {
+    fn from(text: String) -> Self {
+        Self {
+            log: None,
+            text: OnceLock::from(text),
+        }
+    }
+}
+
+impl From<&str> for Position {
+    fn from(text: &str) -> Self {
+        Self::from(text.to_owned())
+    }
+}
+
+impl PartialEq for Position {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.log, other.log) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.as_str() == other.as_str(),
+        }
+    }
+}
+
+impl Eq for Position {}
+
+impl PartialEq<str> for Position {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Position {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Position {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl fmt::Debug for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Origin {
     /// `messaging.destination.name` for a consumer's spans: the topic or
     /// queue, except on RabbitMQ, where the conventions ask for
@@ -57,9 +250,9 @@ impl Origin {
             ..
         } = &self.placement
         else {
-            return std::borrow::Cow::Borrowed(&self.destination);
+            return std::borrow::Cow::Borrowed(self.destination.as_str());
         };
-        let routing_key = if routing_key == &self.destination {
+        let routing_key = if self.destination == *routing_key {
             ""
         } else {
             routing_key.as_str()
@@ -89,7 +282,7 @@ mod tests {
     fn amqp(exchange: &str, routing_key: &str, queue: &str) -> Origin {
         Origin {
             destination: queue.into(),
-            position: String::new(),
+            position: Position::default(),
             placement: Placement::Exchange {
                 exchange: exchange.into(),
                 routing_key: routing_key.into(),
@@ -127,5 +320,18 @@ mod tests {
             },
         };
         assert_eq!(o.span_destination(), "orders");
+    }
+
+    #[test]
+    fn a_log_position_reads_as_partition_slash_offset_and_equals_its_text() {
+        let lazy = Position::log(3, 42);
+        assert_eq!(lazy, "3/42");
+        assert_eq!(lazy, Position::from("3/42"));
+        assert_eq!(Position::log(-1, -1).as_str(), "-1/-1");
+        assert_ne!(Position::log(3, 42), Position::log(3, 43));
+        assert_eq!(format!("{:?}", lazy.clone()), "\"3/42\"");
+        let d = Destination::from("orders");
+        assert_eq!(d, "orders");
+        assert_eq!(format!("{d}@{lazy}"), "orders@3/42");
     }
 }

@@ -82,8 +82,8 @@ impl MemorySource {
             p.unacked.insert(stored.offset, stored.clone());
             topic.cursor = (index + 1) % n;
             let origin = Origin {
-                destination: self.topic.clone(),
-                position: position(index, stored.offset),
+                destination: self.topic.clone().into(),
+                position: position(index, stored.offset).into(),
                 placement: Placement::Log {
                     partition: i32::try_from(index).unwrap_or(i32::MAX),
                     offset: i64::try_from(stored.offset).unwrap_or(i64::MAX),
