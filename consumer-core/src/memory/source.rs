@@ -30,16 +30,19 @@ pub const DEFAULT_MAX_PER_PARTITION: usize = 64;
 #[derive(Debug)]
 pub struct MemorySource {
     broker: MemoryBroker,
-    topic: String,
+    topic: Arc<str>,
+    /// The topic's index in the broker.
+    index: usize,
     id: u64,
     max_per_partition: usize,
 }
 
 impl MemorySource {
-    pub(super) fn new(broker: MemoryBroker, topic: &str, id: u64) -> Self {
+    pub(super) fn new(broker: MemoryBroker, topic: Arc<str>, index: usize, id: u64) -> Self {
         Self {
             broker,
-            topic: topic.to_owned(),
+            topic,
+            index,
             id,
             max_per_partition: DEFAULT_MAX_PER_PARTITION,
         }
@@ -58,7 +61,9 @@ impl MemorySource {
     fn try_take(&self) -> Result<(Envelope, MemoryAcker), Option<Instant>> {
         let mut state = self.broker.lock();
         let n = self.broker.inner.partitions;
-        let topic = MemoryBroker::topic(&mut state, &self.topic, n);
+        let Some(topic) = state.topics.get_mut(self.index) else {
+            return Err(None);
+        };
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
         for step in 0..n {
@@ -79,10 +84,12 @@ impl MemorySource {
                 continue;
             };
             p.owner = Some(self.id);
-            p.unacked.insert(stored.offset, stored.clone());
+            // The copy redelivered if this delivery is released: the
+            // payload and headers are shared, only the key is copied.
+            p.hold_unacked(stored.clone());
             topic.cursor = (index + 1) % n;
             let origin = Origin {
-                destination: self.topic.clone(),
+                destination: String::from(&*self.topic),
                 position: position(index, stored.offset),
                 placement: Placement::Log {
                     partition: i32::try_from(index).unwrap_or(i32::MAX),
@@ -100,7 +107,7 @@ impl MemorySource {
             let envelope = Envelope::from_parts(payload, headers, key, origin, || {
                 format!("{topic}/{index}/{offset}")
             });
-            let acker = MemoryAcker::new(self.broker.clone(), &self.topic, index, offset);
+            let acker = MemoryAcker::new(self.broker.clone(), self.index, index, offset);
             return Ok((envelope, acker));
         }
         Err(next_due)
@@ -144,7 +151,8 @@ impl Source for MemorySource {
     fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
         Some(Arc::new(MemoryGauges {
             broker: self.broker.clone(),
-            topic: Arc::from(self.topic.as_str()),
+            topic: Arc::clone(&self.topic),
+            index: self.index,
             source: self.id,
         }))
     }
@@ -152,7 +160,7 @@ impl Source for MemorySource {
     fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
         use crate::asyncapi::{ChannelDescription, SourceChannels};
         Some(SourceChannels {
-            input: ChannelDescription::new("memory", self.topic.clone()),
+            input: ChannelDescription::new("memory", String::from(&*self.topic)),
             retry: None,
             retries_return_on_input: false,
             dead_letter: Some(ChannelDescription::new(
@@ -198,10 +206,10 @@ impl Drop for MemorySource {
     fn drop(&mut self) {
         {
             let mut state = self.broker.lock();
-            if let Some(t) = state.topics.get_mut(&self.topic) {
+            if let Some(t) = state.topics.get_mut(self.index) {
                 for p in &mut t.partitions {
                     if p.owner == Some(self.id) {
-                        let unacked: Vec<_> = p.unacked.drain().map(|(_, s)| s).collect();
+                        let unacked = std::mem::take(&mut p.unacked);
                         for s in unacked {
                             p.requeue(s);
                         }
