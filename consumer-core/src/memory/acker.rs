@@ -18,17 +18,18 @@ use crate::source::Acker;
 #[derive(Debug)]
 pub struct MemoryAcker {
     broker: MemoryBroker,
-    topic: String,
+    /// The topic's index in the broker.
+    topic: usize,
     partition: usize,
     offset: u64,
     settled: bool,
 }
 
 impl MemoryAcker {
-    pub(super) fn new(broker: MemoryBroker, topic: &str, partition: usize, offset: u64) -> Self {
+    pub(super) fn new(broker: MemoryBroker, topic: usize, partition: usize, offset: u64) -> Self {
         Self {
             broker,
-            topic: topic.to_owned(),
+            topic,
             partition,
             offset,
             settled: false,
@@ -40,25 +41,25 @@ impl Acker for MemoryAcker {
     async fn ack(mut self) -> Result<(), Error> {
         self.settled = true;
         self.broker
-            .settle(&self.topic, self.partition, self.offset, false);
+            .settle(self.topic, self.partition, self.offset, false);
         Ok(())
     }
 
     async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
         self.broker
-            .settle(&self.topic, self.partition, self.offset, true);
+            .settle(self.topic, self.partition, self.offset, true);
         Ok(())
     }
 
     async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), Error> {
-        self.broker.push_dead_letter(&self.topic, letter)
+        self.broker.push_dead_letter(self.topic, letter)
     }
 
     async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), Error> {
         let due = Instant::now() + copy.delay;
         self.broker
-            .push_delayed(&self.topic, self.partition, due, &copy.message)
+            .push_delayed(self.topic, self.partition, due, &copy.message)
     }
 }
 
@@ -66,7 +67,7 @@ impl Drop for MemoryAcker {
     fn drop(&mut self) {
         if !self.settled {
             self.broker
-                .settle(&self.topic, self.partition, self.offset, true);
+                .settle(self.topic, self.partition, self.offset, true);
         }
     }
 }

@@ -11,15 +11,18 @@ use crate::metrics::{SourceGauges, SourceReadings};
 pub(super) struct MemoryGauges {
     pub(super) broker: MemoryBroker,
     pub(super) topic: Arc<str>,
+    /// The topic's index in the broker.
+    pub(super) index: usize,
     pub(super) source: u64,
 }
 
 impl SourceGauges for MemoryGauges {
     fn observe(&self, readings: &mut SourceReadings) {
         let now = Instant::now();
-        let mut state = self.broker.lock();
-        let n = self.broker.inner.partitions;
-        let topic = MemoryBroker::topic(&mut state, &self.topic, n);
+        let state = self.broker.lock();
+        let Some(topic) = state.topics.get(self.index) else {
+            return;
+        };
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.owner.is_some_and(|o| o != self.source) {
                 continue;

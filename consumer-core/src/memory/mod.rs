@@ -67,15 +67,21 @@ struct Inner {
 
 #[derive(Debug)]
 struct State {
-    topics: HashMap<String, Topic>,
+    /// Every topic, by index: sources and ackers hold the index, so a take
+    /// or a settle never looks a name up.
+    topics: Vec<Topic>,
+    /// The index of each topic's name, for publishes and for creating
+    /// sources.
+    by_name: HashMap<Arc<str>, usize>,
     next_source: u64,
     round_robin: usize,
     max_message_bytes: usize,
     max_dead_letter_bytes: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Topic {
+    name: Arc<str>,
     partitions: Vec<Partition>,
     dead_letters: Vec<Message>,
     cursor: usize,
@@ -99,7 +105,8 @@ impl MemoryBroker {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    topics: HashMap::new(),
+                    topics: Vec::new(),
+                    by_name: HashMap::new(),
                     next_source: 0,
                     round_robin: 0,
                     max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
@@ -136,21 +143,35 @@ impl MemoryBroker {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The index of topic `name`, created with `partitions` partitions if
+    /// it did not exist.
+    fn topic_index(state: &mut State, name: &str, partitions: usize) -> usize {
+        // Look up before inserting: a publish never allocates the name.
+        if let Some(&index) = state.by_name.get(name) {
+            return index;
+        }
+        let index = state.topics.len();
+        let name: Arc<str> = Arc::from(name);
+        state.topics.push(Topic {
+            name: Arc::clone(&name),
+            partitions: (0..partitions).map(|_| Partition::default()).collect(),
+            dead_letters: Vec::new(),
+            cursor: 0,
+        });
+        state.by_name.insert(name, index);
+        index
+    }
+
+    /// Topic `name`, created with `partitions` partitions if it did not
+    /// exist.
     fn topic<'s>(state: &'s mut State, name: &str, partitions: usize) -> &'s mut Topic {
-        // Look up before inserting: the hot path never allocates the name.
-        if !state.topics.contains_key(name) {
-            state.topics.insert(
-                name.to_owned(),
-                Topic {
-                    partitions: (0..partitions).map(|_| Partition::default()).collect(),
-                    ..Topic::default()
-                },
-            );
-        }
-        match state.topics.get_mut(name) {
-            Some(t) => t,
-            None => unreachable!("inserted above"),
-        }
+        let index = Self::topic_index(state, name, partitions);
+        &mut state.topics[index]
+    }
+
+    /// An existing topic by name.
+    fn existing<'s>(state: &'s State, name: &str) -> Option<&'s Topic> {
+        state.by_name.get(name).map(|&index| &state.topics[index])
     }
 
     fn check_size(message: &Message, limit: usize, what: &str) -> Result<(), Error> {
@@ -194,20 +215,19 @@ impl MemoryBroker {
     /// A source consuming `topic`. Several sources on one topic split its
     /// partitions between them.
     pub fn source(&self, topic: &str) -> MemorySource {
-        let id = {
+        let (id, index, name) = {
             let mut state = self.lock();
             state.next_source += 1;
-            Self::topic(&mut state, topic, self.inner.partitions);
-            state.next_source
+            let index = Self::topic_index(&mut state, topic, self.inner.partitions);
+            let name = Arc::clone(&state.topics[index].name);
+            (state.next_source, index, name)
         };
-        MemorySource::new(self.clone(), topic, id)
+        MemorySource::new(self.clone(), name, index, id)
     }
 
     /// Copies of the dead letters of `topic`, oldest first.
     pub fn dead_letters(&self, topic: &str) -> Vec<Message> {
-        self.lock()
-            .topics
-            .get(topic)
+        Self::existing(&self.lock(), topic)
             .map(|t| t.dead_letters.clone())
             .unwrap_or_default()
     }
@@ -222,9 +242,7 @@ impl MemoryBroker {
 
     /// Messages of `topic` not yet settled: ready, delayed and unacked.
     pub fn depth(&self, topic: &str) -> usize {
-        self.lock()
-            .topics
-            .get(topic)
+        Self::existing(&self.lock(), topic)
             .map_or(0, |t| t.partitions.iter().map(Partition::depth).sum())
     }
 
@@ -241,25 +259,26 @@ impl MemoryBroker {
         }
     }
 
-    /// Appends a dead letter of `topic`, within the dead-letter size limit.
-    fn push_dead_letter(&self, topic: &str, letter: &Message) -> Result<(), Error> {
+    /// Appends a dead letter of topic `topic` (an index), within the
+    /// dead-letter size limit.
+    fn push_dead_letter(&self, topic: usize, letter: &Message) -> Result<(), Error> {
         {
             let mut state = self.lock();
             Self::check_size(letter, state.max_message_bytes, "dead letter")?;
             Self::check_size(letter, state.max_dead_letter_bytes, "dead letter")?;
-            let n = self.inner.partitions;
-            Self::topic(&mut state, topic, n)
-                .dead_letters
-                .push(letter.clone());
+            if let Some(t) = state.topics.get_mut(topic) {
+                t.dead_letters.push(letter.clone());
+            }
         }
         self.inner.notify.notify_waiters();
         Ok(())
     }
 
-    /// Holds `copy` in `topic`'s partition until `due`.
+    /// Holds `copy` in partition `partition` of topic `topic` (an index)
+    /// until `due`.
     fn push_delayed(
         &self,
-        topic: &str,
+        topic: usize,
         partition: usize,
         due: tokio::time::Instant,
         copy: &Message,
@@ -267,9 +286,11 @@ impl MemoryBroker {
         {
             let mut state = self.lock();
             Self::check_size(copy, state.max_message_bytes, "retry copy")?;
-            let n = self.inner.partitions;
-            let t = Self::topic(&mut state, topic, n);
-            if let Some(p) = t.partitions.get_mut(partition) {
+            if let Some(p) = state
+                .topics
+                .get_mut(topic)
+                .and_then(|t| t.partitions.get_mut(partition))
+            {
                 p.delayed.push((due, copy.clone()));
             }
         }
@@ -277,9 +298,9 @@ impl MemoryBroker {
         Ok(())
     }
 
-    /// Removes a delivery from the unacked set: gone (ack) or back in
-    /// line (release).
-    fn settle(&self, topic: &str, partition: usize, offset: u64, release: bool) {
+    /// Removes a delivery of topic `topic` (an index) from the unacked
+    /// set: gone (ack) or back in line (release).
+    fn settle(&self, topic: usize, partition: usize, offset: u64, release: bool) {
         {
             let mut state = self.lock();
             let Some(p) = state
@@ -289,7 +310,7 @@ impl MemoryBroker {
             else {
                 return;
             };
-            let Some(stored) = p.unacked.remove(&offset) else {
+            let Some(stored) = p.take_unacked(offset) else {
                 return;
             };
             if release {

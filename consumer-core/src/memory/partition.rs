@@ -1,7 +1,7 @@
 //! One partition of a memory-broker topic: ready messages in offset order,
 //! deliveries not settled yet, and retries waiting for their due time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
@@ -12,8 +12,10 @@ pub(super) struct Partition {
     next_offset: u64,
     /// Ready to deliver, in offset order.
     pub(super) ready: VecDeque<Stored>,
-    /// Delivered and not settled, by offset.
-    pub(super) unacked: HashMap<u64, Stored>,
+    /// Delivered and not settled, in offset order (found by binary search:
+    /// the window is small, and a delivery is nearly always taken after
+    /// the ones still unacked and settled in the order it was taken).
+    pub(super) unacked: VecDeque<Stored>,
     /// Retries waiting for their due time.
     pub(super) delayed: Vec<(Instant, Message)>,
     /// The source that owns the partition, as a Kafka assignment.
@@ -38,6 +40,32 @@ impl Partition {
             at: Instant::now(),
         });
         offset
+    }
+
+    /// Holds a delivery as unacked until it is settled.
+    pub(super) fn hold_unacked(&mut self, stored: Stored) {
+        // Nearly always after every unacked one; a redelivery of a
+        // released one goes back to its offset.
+        if self
+            .unacked
+            .back()
+            .is_none_or(|last| last.offset < stored.offset)
+        {
+            self.unacked.push_back(stored);
+        } else {
+            let at = self.unacked.partition_point(|s| s.offset < stored.offset);
+            self.unacked.insert(at, stored);
+        }
+    }
+
+    /// The unacked delivery at `offset`, no longer held; `None` when it
+    /// was settled already (or given back by its source).
+    pub(super) fn take_unacked(&mut self, offset: u64) -> Option<Stored> {
+        let at = self
+            .unacked
+            .binary_search_by_key(&offset, |s| s.offset)
+            .ok()?;
+        self.unacked.remove(at)
     }
 
     /// Puts a delivery back where its offset says, ahead of later messages.
@@ -66,8 +94,10 @@ impl Partition {
 
     /// When the oldest message not settled (ready or unacked) was appended.
     pub(super) fn oldest(&self) -> Option<Instant> {
+        // Offsets are given out in the order of appending, so within each
+        // list the first is the oldest.
         let ready = self.ready.front().map(|s| s.at);
-        let unacked = self.unacked.values().map(|s| s.at).min();
+        let unacked = self.unacked.front().map(|s| s.at);
         ready.into_iter().chain(unacked).min()
     }
 

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::MemoryBroker;
 use super::acker::MemoryAcker;
 use super::gauges::MemoryGauges;
-use crate::envelope::{Envelope, Message, Origin, Placement};
+use crate::envelope::{Envelope, Message, Origin, Placement, Position};
 use crate::error::Error;
 use crate::metrics::SourceGauges;
 use crate::source::Source;
@@ -30,16 +30,19 @@ pub const DEFAULT_MAX_PER_PARTITION: usize = 64;
 #[derive(Debug)]
 pub struct MemorySource {
     broker: MemoryBroker,
-    topic: String,
+    topic: Arc<str>,
+    /// The topic's index in the broker.
+    index: usize,
     id: u64,
     max_per_partition: usize,
 }
 
 impl MemorySource {
-    pub(super) fn new(broker: MemoryBroker, topic: &str, id: u64) -> Self {
+    pub(super) fn new(broker: MemoryBroker, topic: Arc<str>, index: usize, id: u64) -> Self {
         Self {
             broker,
-            topic: topic.to_owned(),
+            topic,
+            index,
             id,
             max_per_partition: DEFAULT_MAX_PER_PARTITION,
         }
@@ -58,7 +61,9 @@ impl MemorySource {
     fn try_take(&self) -> Result<(Envelope, MemoryAcker), Option<Instant>> {
         let mut state = self.broker.lock();
         let n = self.broker.inner.partitions;
-        let topic = MemoryBroker::topic(&mut state, &self.topic, n);
+        let Some(topic) = state.topics.get_mut(self.index) else {
+            return Err(None);
+        };
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
         for step in 0..n {
@@ -79,15 +84,19 @@ impl MemorySource {
                 continue;
             };
             p.owner = Some(self.id);
-            p.unacked.insert(stored.offset, stored.clone());
+            // The copy redelivered if this delivery is released: the
+            // payload and headers are shared, only the key is copied.
+            p.hold_unacked(stored.clone());
             topic.cursor = (index + 1) % n;
+            let (partition, offset) = (
+                i32::try_from(index).unwrap_or(i32::MAX),
+                i64::try_from(stored.offset).unwrap_or(i64::MAX),
+            );
+            // The topic's name shared, the position written only if read.
             let origin = Origin {
-                destination: self.topic.clone().into(),
-                position: position(index, stored.offset).into(),
-                placement: Placement::Log {
-                    partition: i32::try_from(index).unwrap_or(i32::MAX),
-                    offset: i64::try_from(stored.offset).unwrap_or(i64::MAX),
-                },
+                destination: Arc::clone(&self.topic).into(),
+                position: Position::log(partition, offset),
+                placement: Placement::Log { partition, offset },
             };
             let Message {
                 key,
@@ -100,37 +109,10 @@ impl MemorySource {
             let envelope = Envelope::from_parts(payload, headers, key, origin, || {
                 format!("{topic}/{index}/{offset}")
             });
-            let acker = MemoryAcker::new(self.broker.clone(), &self.topic, index, offset);
+            let acker = MemoryAcker::new(self.broker.clone(), self.index, index, offset);
             return Ok((envelope, acker));
         }
         Err(next_due)
-    }
-}
-
-/// `partition/offset`, written without the formatting machinery (which
-/// cost more than the rest of the take).
-fn position(partition: usize, offset: u64) -> String {
-    let mut out = String::with_capacity(24);
-    push_decimal(&mut out, u64::try_from(partition).unwrap_or(u64::MAX));
-    out.push('/');
-    push_decimal(&mut out, offset);
-    out
-}
-
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        // `n % 10` is below 10: the cast cannot truncate.
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[start..] {
-        out.push(char::from(d));
     }
 }
 
@@ -144,7 +126,8 @@ impl Source for MemorySource {
     fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
         Some(Arc::new(MemoryGauges {
             broker: self.broker.clone(),
-            topic: Arc::from(self.topic.as_str()),
+            topic: Arc::clone(&self.topic),
+            index: self.index,
             source: self.id,
         }))
     }
@@ -152,7 +135,7 @@ impl Source for MemorySource {
     fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
         use crate::asyncapi::{ChannelDescription, SourceChannels};
         Some(SourceChannels {
-            input: ChannelDescription::new("memory", self.topic.clone()),
+            input: ChannelDescription::new("memory", String::from(&*self.topic)),
             retry: None,
             retries_return_on_input: false,
             dead_letter: Some(ChannelDescription::new(
@@ -198,10 +181,10 @@ impl Drop for MemorySource {
     fn drop(&mut self) {
         {
             let mut state = self.broker.lock();
-            if let Some(t) = state.topics.get_mut(&self.topic) {
+            if let Some(t) = state.topics.get_mut(self.index) {
                 for p in &mut t.partitions {
                     if p.owner == Some(self.id) {
-                        let unacked: Vec<_> = p.unacked.drain().map(|(_, s)| s).collect();
+                        let unacked = std::mem::take(&mut p.unacked);
                         for s in unacked {
                             p.requeue(s);
                         }
@@ -223,13 +206,6 @@ mod tests {
 
     fn msg(key: &str, body: &str) -> Message {
         Message::raw(body.as_bytes().to_vec()).with_key(key)
-    }
-
-    #[test]
-    fn positions_are_partition_slash_offset_in_decimal() {
-        assert_eq!(position(0, 0), "0/0");
-        assert_eq!(position(3, 1_234_567), "3/1234567");
-        assert_eq!(position(12, u64::MAX), format!("12/{}", u64::MAX));
     }
 
     #[tokio::test]
