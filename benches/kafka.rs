@@ -45,7 +45,7 @@
 //! run writes the topic the consume runs read.
 //!
 //! ```sh
-//! scripts/services kafka                                  # tansu on 127.0.0.1:9092
+//! scripts/services kafka                                  # Apache Kafka on 127.0.0.1:9092
 //! cargo bench --bench kafka --features kafka              # 200 000 records
 //! KAFKA_BENCH_MESSAGES=20000 cargo bench --bench kafka --features kafka
 //! ```
@@ -991,6 +991,6 @@ fn check_broker(brokers: &str) {
         .unwrap_or(false);
     assert!(
         up,
-        "no Kafka-protocol broker answers at {brokers}: run `scripts/services kafka` (it starts tansu) or set KAFKA_BROKERS"
+        "no Kafka broker answers at {brokers}: run `scripts/services kafka` (it starts Apache Kafka there) or set KAFKA_BROKERS"
     );
 }

@@ -13,10 +13,9 @@
 //! a schema `shop_kafka` of its own), `KAFKA_TOPIC` (default
 //! `shop.order-events`; retries would go through `<topic>.retry`, dead
 //! letters go to `<topic>.dlq`), `KAFKA_GROUP` (default `shop-example`).
-//! Topics are created first (brokers such as tansu do not create them on
-//! use), and every producer sends one record per batch
-//! (`batch.num.messages=1`): tansu 0.6 loses records for a consumer that
-//! resumes inside a multi-record batch.
+//! Topics are created first, with the admin API: the test broker
+//! `scripts/services kafka` starts does not create them on use, and neither
+//! should a production cluster.
 
 #[path = "shop/mod.rs"]
 mod shop;
@@ -140,9 +139,7 @@ async fn main() -> anyhow::Result<()> {
 
     let outbox = outbox(topics.topic());
     shop::place_orders(&pool, &outbox, &run).await?;
-    let publisher = KafkaPublisher::builder(&brokers)
-        .with_property("batch.num.messages", "1")
-        .build()?;
+    let publisher = KafkaPublisher::builder(&brokers).build()?;
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
         .into_iter()
         .map(|message| Outgoing {
@@ -157,9 +154,7 @@ async fn main() -> anyhow::Result<()> {
     // confirm: the consumer must not run it twice.
     let faults = Faults::new();
     faults.duplicate_next_publishes(1);
-    let source = KafkaSource::builder(&brokers, &group, topics.clone())
-        .with_producer_property("batch.num.messages", "1")
-        .connect()?;
+    let source = KafkaSource::builder(&brokers, &group, topics.clone()).connect()?;
     let Shop {
         service,
         relay_stats,

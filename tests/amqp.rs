@@ -179,12 +179,15 @@ async fn an_unroutable_publish_is_a_non_retriable_error_not_a_silent_drop() {
 const CHILD_ENV: &str = "CONSUMER_AMQP_KILL_CHILD";
 
 /// The body of the child process that `a_consumer_killed_mid_batch...`
-/// kills: consumes until killed. Does nothing in a normal test run.
+/// kills: consumes until killed. Run only as that child process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child process of a_consumer_killed_mid_batch_..."]
 async fn child_consumer_process() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let spec = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
+        panic!(
+            "{CHILD_ENV} is unset: this is the child process of a kill test, not a test of its own"
+        )
+    });
     let mut parts = spec.split(' ');
     let (Some(queue), Some(schema)) = (parts.next(), parts.next()) else {
         panic!("{CHILD_ENV} is `queue schema [batched]`");
@@ -303,7 +306,13 @@ async fn killed_mid_batch(batched: bool) {
     }
 
     let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_consumer_process", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "child_consumer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(
             CHILD_ENV,
             format!(

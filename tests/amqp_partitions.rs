@@ -153,12 +153,13 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
 const CHILD_ENV: &str = "CONSUMER_PARTITION_CHILD";
 
 /// The body of the consumer processes `three_processes_...` starts, kills
-/// and adds. Does nothing in a normal test run.
+/// and adds. Run only as those child processes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child processes of three_processes_..."]
 async fn child_partition_consumer_process() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let spec = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
+        panic!("{CHILD_ENV} is unset: this is a child process of the scale-out test, not a test of its own")
+    });
     let mut parts = spec.split(' ');
     let (Some(queue), Some(schema)) = (parts.next(), parts.next()) else {
         panic!("{CHILD_ENV} is `queue schema`");

@@ -2,7 +2,7 @@
 //! run by scripts/cloudevents_sdk.py on the python `scripts/tools
 //! cloudevents-sdk` makes; `CLOUDEVENTS_SDK_PYTHON` overrides it): what our
 //! publishers send to Kafka (`KAFKA_BROKERS`, default 127.0.0.1:9092,
-//! tansu from `scripts/services kafka`) and RabbitMQ (`AMQP_URL`) parses
+//! Apache Kafka from `scripts/services kafka`) and RabbitMQ (`AMQP_URL`) parses
 //! with the SDK's kafka and rabbitmq bindings, and what the SDK produces,
 //! binary and structured, reads in our consumers as the event it is.
 
@@ -130,7 +130,7 @@ mod kafka {
             .unwrap_or(false);
         assert!(
             up,
-            "no Kafka-protocol broker answers at {brokers}: run `scripts/services kafka` (it starts tansu) or set KAFKA_BROKERS to a running Kafka"
+            "no Kafka broker answers at {brokers}: run `scripts/services kafka` (it starts Apache Kafka there) or set KAFKA_BROKERS to a running Kafka"
         );
         brokers
     }

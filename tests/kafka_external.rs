@@ -1,6 +1,6 @@
-//! The conformance suite end to end on an out-of-process Kafka-protocol
-//! broker: `KAFKA_BROKERS` (default 127.0.0.1:9092; `scripts/services kafka`
-//! starts tansu there), with the PostgreSQL store (`DATABASE_URL`). Each
+//! The conformance suite end to end on an out-of-process Apache
+//! Kafka broker: `KAFKA_BROKERS` (default 127.0.0.1:9092; `scripts/services kafka`
+//! starts Apache Kafka there), with the PostgreSQL store (`DATABASE_URL`). Each
 //! test works on topics of its own.
 
 mod conformance;
@@ -11,10 +11,10 @@ type SuiteTx = consumer::PgTx;
 
 crate::declare!(crate::conformance::kafka::ExternalKafka);
 
-/// Static membership on the external broker: tansu 0.6 implements KIP-345's
-/// rejoin (a JoinGroup with no member id and a known `group.instance.id`
-/// gets the old member id and its assignment back), which librdkafka's mock
-/// cluster does not under the classic protocol (see `kafka_faults`).
+/// Static membership on Apache Kafka: KIP-345's rejoin (a JoinGroup with no
+/// member id and a known `group.instance.id` gets the old member id and its
+/// assignment back), which librdkafka's mock cluster does not implement
+/// under the classic protocol (see `kafka_faults`).
 mod static_membership {
     use std::time::Duration;
 
@@ -53,8 +53,6 @@ mod static_membership {
         let topics = || Topics::new(&topic).expect("topic").without_retry_topic();
         topics().create(&brokers, 2, 1).await.expect("create topic");
         let publisher = KafkaPublisher::builder(&brokers)
-            // tansu 0.6: one record per batch (see `conformance::kafka`).
-            .with_property("batch.num.messages", "1")
             .build()
             .expect("publisher");
         let publish = |from: i64| {

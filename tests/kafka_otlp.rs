@@ -1,5 +1,5 @@
 //! End to end over OTLP on Kafka: the external broker (`KAFKA_BROKERS`,
-//! default 127.0.0.1:9092; `scripts/services kafka` starts tansu there),
+//! default 127.0.0.1:9092; `scripts/services kafka` starts Apache Kafka there),
 //! PostgreSQL (`DATABASE_URL`) and the OTLP receiver
 //! (`scripts/otlp_receiver.py`, python from `scripts/tools otlp-receiver`,
 //! `OTLP_RECEIVER_PYTHON`). One trace from the request that enqueued an
@@ -26,10 +26,7 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
     let topics = Topics::new(format!("ct.otlp.{run_id}")).expect("topic name");
     topics.create(&brokers, 1, 1).await.expect("create topics");
     let group = format!("ct-otlp-group-{run_id}");
-    // tansu 0.6 mishandles a consumer resuming inside a multi-record batch:
-    // one record per batch, as every test on the external broker.
     let publisher = KafkaPublisher::builder(&brokers)
-        .with_property("batch.num.messages", "1")
         .build()
         .expect("publisher");
     let expected = otlp::Expected {
@@ -43,7 +40,6 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
         KafkaSource::builder(&brokers, &group, topics.clone())
             .with_property("session.timeout.ms", "6000")
             .with_property("heartbeat.interval.ms", "500")
-            .with_producer_property("batch.num.messages", "1")
             .connect()
             .expect("Kafka source")
     };

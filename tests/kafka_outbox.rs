@@ -1,6 +1,6 @@
 //! The outbox relay publishing to Kafka through `KafkaPublisher`, on the
 //! mock cluster and on the out-of-process broker (`KAFKA_BROKERS`, default
-//! 127.0.0.1:9092; `scripts/services kafka` starts tansu there), with the
+//! 127.0.0.1:9092; `scripts/services kafka` starts Apache Kafka there), with the
 //! outbox on PostgreSQL (`DATABASE_URL`): record key = aggregate id,
 //! CloudEvents binary-mode headers, the writer's trace, per-aggregate order,
 //! and a record the broker refuses reported as not retriable.
@@ -156,7 +156,7 @@ async fn the_relay_publishes_cloudevents_keyed_by_aggregate_in_order_on_the_exte
         .create(&brokers, PARTITIONS, 1)
         .await
         .expect("create topics");
-    relay_to_kafka(&brokers, topics.topic(), &[("batch.num.messages", "1")]).await;
+    relay_to_kafka(&brokers, topics.topic(), &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

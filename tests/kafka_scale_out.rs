@@ -1,19 +1,18 @@
-//! Several consumer processes in one Kafka group on the out-of-process
-//! broker (`KAFKA_BROKERS`, default 127.0.0.1:9092: `scripts/services
-//! kafka` starts tansu there), with PostgreSQL (`DATABASE_URL`): each key
-//! keeps its order through a SIGKILLed instance (restarted) and one added
-//! while running, with no record lost or applied twice.
+//! Several consumer processes in one Kafka group on Apache Kafka
+//! (`KAFKA_BROKERS`, default 127.0.0.1:9092: `scripts/services kafka` starts
+//! it), with PostgreSQL (`DATABASE_URL`): each key keeps its order through a
+//! SIGKILLed instance and one added while running, with no record lost or
+//! applied twice.
 //!
-//! The killed instance is restarted with its `group.instance.id` and takes
-//! its partitions back at once (static membership). That is also what tansu
-//! 0.6 needs: it never hands a dead *dynamic* member's partitions to the
-//! others (measured: more than 60 s with a 10 s session; see the README),
-//! so "another instance takes over" is shown on RabbitMQ
-//! (`amqp_partitions`) and, for Kafka, on librdkafka's mock cluster
-//! (`kafka_faults`). Nor does tansu 0.6 finish a cooperative rebalance: with
-//! `cooperative-sticky` (the source's default) the others give partitions
-//! up and a member that joins is assigned none, so these processes use the
-//! eager `range` strategy; the README says so.
+//! The members are dynamic, with the source's default `cooperative-sticky`
+//! assignment and a 6 s session: the killed instance is not restarted, and
+//! the survivors must take its partitions over once the broker has given up
+//! on it (the test prints how long that took). Static membership, where a
+//! restarted instance takes its own partitions back at once, is
+//! `kafka_external::static_membership`.
+//!
+//! The records are produced in multi-record batches (librdkafka's default
+//! batching), as an application's producer sends them.
 
 mod conformance;
 
@@ -36,13 +35,14 @@ fn topics(topic: &str) -> Topics {
     Topics::new(topic).expect("topic").without_retry_topic()
 }
 
-/// The body of the consumer processes the test starts, kills and adds:
-/// a static member named by its instance id. Does nothing in a normal run.
+/// The body of the consumer processes the test starts, kills and adds: a
+/// dynamic group member recording under its instance id. Run by the test
+/// below as a child process (`--ignored --exact`), never on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_instance"]
 async fn child_kafka_consumer_process() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let spec = std::env::var(CHILD_ENV)
+        .unwrap_or_else(|_| panic!("{CHILD_ENV} is unset: this is a child process of the scale-out test, not a test of its own"));
     let mut parts = spec.split(' ');
     let (Some(topic), Some(group), Some(schema)) = (parts.next(), parts.next(), parts.next())
     else {
@@ -52,11 +52,8 @@ async fn child_kafka_consumer_process() {
         .await
         .expect("child pool");
     let source = KafkaSource::builder(external_brokers(), group, topics(topic))
-        .with_property("session.timeout.ms", "240000")
-        // tansu 0.6 never runs the second round of a cooperative rebalance,
-        // so a member that joins would get nothing: eager `range` here.
-        .with_property("partition.assignment.strategy", "range")
-        .with_static_membership(instance())
+        .with_property("session.timeout.ms", "6000")
+        .with_property("heartbeat.interval.ms", "1000")
         .connect()
         .expect("child source");
     // The source has no assignment event: its metrics are read every
@@ -91,6 +88,48 @@ async fn child_kafka_consumer_process() {
         .expect("child consumer");
 }
 
+/// Waits until the instances' latest assignments cover every partition,
+/// each instance holding at least one, and returns when the last of those
+/// assignments was logged (ms since the epoch, the database's clock).
+async fn all_partitions_held_by(h: &PgHarness, instances: &[&str]) -> i64 {
+    support::within(async {
+        loop {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT DISTINCT ON (instance) instance, partitions, \
+                 (extract(epoch FROM at) * 1000)::bigint FROM part_assignments \
+                 ORDER BY instance, at DESC",
+            )
+            .fetch_all(h.pool())
+            .await
+            .expect("assignments");
+            let mut held = std::collections::BTreeSet::new();
+            let mut holders = 0;
+            let mut last = None;
+            for (instance, partitions, at) in rows {
+                if !instances.contains(&instance.as_str()) {
+                    continue;
+                }
+                let before = held.len();
+                held.extend(
+                    partitions
+                        .trim_matches(|c| c == '[' || c == ']')
+                        .split(',')
+                        .filter_map(|p| p.trim().parse::<i32>().ok()),
+                );
+                holders += usize::from(held.len() > before);
+                last = last.max(Some(at));
+            }
+            if held.len() == PARTITIONS as usize && holders == instances.len() {
+                if let Some(at) = last {
+                    return at;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_instance() {
     let brokers = external_brokers();
@@ -104,8 +143,6 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
         .await
         .expect("create topic");
     let publisher = KafkaPublisher::builder(&brokers)
-        // tansu 0.6: one record per batch (see `conformance::kafka`).
-        .with_property("batch.num.messages", "1")
         .build()
         .expect("publisher");
     let spawn = |id: &str| {
@@ -126,12 +163,23 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
     publish(&publisher, &topic, first).await;
     wait_effects(&h, 2_000).await;
 
-    // SIGKILL c1 in the middle of its work, and start it again with its
-    // instance id: it takes its partitions back from the committed offsets.
+    // SIGKILL c1 in the middle of its work and leave it dead: once its
+    // session expires, c2 and c3 take its partitions over from the
+    // committed offsets.
+    all_partitions_held_by(&h, &["c1", "c2", "c3"]).await;
+    let killed_at: i64 =
+        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+            .fetch_one(h.pool())
+            .await
+            .expect("clock");
     if let Some(mut c1) = children.remove("c1") {
         c1.kill();
     }
-    children.insert("c1", spawn("c1"));
+    let taken_over_at = all_partitions_held_by(&h, &["c2", "c3"]).await;
+    println!(
+        "takeover: c2 and c3 hold all {PARTITIONS} partitions {} ms after c1 was SIGKILLed (session.timeout.ms=6000)",
+        taken_over_at - killed_at
+    );
     let (second, third) = rest.split_at(3_000);
     publish(&publisher, &topic, second).await;
     wait_effects(&h, 7_000).await;

@@ -1,6 +1,6 @@
-//! The `consumer` binary on a Kafka dead-letter topic: a Kafka-protocol
+//! The `consumer` binary on a Kafka dead-letter topic: an Apache Kafka
 //! broker at `KAFKA_BROKERS` (default 127.0.0.1:9092; `scripts/services
-//! kafka` starts tansu there) with the PostgreSQL store (`DATABASE_URL`).
+//! kafka` starts Apache Kafka there) with the PostgreSQL store (`DATABASE_URL`).
 //! Replays go to the failed group's own retry topic (`<topic>.retry.book`),
 //! which nothing else writes to here: its record count is what the replays
 //! sent.
@@ -331,8 +331,8 @@ async fn letters_arriving_in_a_kafka_dead_letter_topic_during_a_replay_are_not_r
 async fn dead_letters_the_settle_producer_batched_are_all_read() {
     let w = World::new("kafka-batched").await;
     let k = KafkaTopics::create("batched").await;
-    // Batching on: tansu 0.6 then reports high watermarks below the
-    // batch's last offsets.
+    // The settle producer batches its dead letters (200 ms linger): the
+    // snapshot must hold every record of each multi-record batch.
     let running = k.start_consumer_with(&w, &[("linger.ms", "200")]);
     let names: Vec<String> = (0..30).map(|i| format!("b{i:02}")).collect();
     let ids: Vec<&str> = names.iter().map(String::as_str).collect();

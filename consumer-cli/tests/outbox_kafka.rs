@@ -1,4 +1,4 @@
-//! `consumer outbox` with the relay publishing to Kafka (tansu at
+//! `consumer outbox` with the relay publishing to Apache Kafka (at
 //! `KAFKA_BROKERS`) from the PostgreSQL store (`DATABASE_URL`): a failed
 //! aggregate, retried by the operator, publishes its events in order.
 
@@ -26,7 +26,6 @@ fn relay(
 ) -> OutboxRelay<sqlx::Postgres, KafkaPublisher> {
     let publisher = KafkaPublisher::builder(brokers)
         .with_property("message.max.bytes", max_bytes)
-        .with_property("batch.num.messages", "1")
         .build()
         .expect("Kafka producer");
     OutboxRelay::new(pool, Outbox::new(), publisher).with_retry_policy(RetryPolicy::exponential(

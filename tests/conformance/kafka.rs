@@ -1,12 +1,11 @@
 //! The conformance suite's broker on Kafka: librdkafka's mock cluster (in
 //! process, one per harness) or an out-of-process Kafka-protocol broker
-//! (`KAFKA_BROKERS`, default 127.0.0.1:9092, which `scripts/services kafka`
-//! provides with tansu).
+//! (`KAFKA_BROKERS`, default 127.0.0.1:9092, where `scripts/services kafka`
+//! starts Apache Kafka).
 //!
 //! Topics are created explicitly (neither broker creates them on use). On
-//! the external broker every harness works under a topic prefix of its own,
-//! and producers send one record per batch (`batch.num.messages=1`): tansu
-//! 0.6 mishandles a consumer resuming inside a multi-record batch.
+//! the external broker every harness works under a topic prefix of its own;
+//! producers batch as librdkafka does by default.
 //!
 //! Faults come from `consumer::testing` (see `broker.rs`): after a lost
 //! ack the consumer is closed and a new group member started, which
@@ -44,7 +43,7 @@ pub fn check_external(brokers: &str) {
         .any(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok());
     assert!(
         up,
-        "no Kafka-protocol broker answers at {brokers}: run `scripts/services kafka` (it starts tansu) or set KAFKA_BROKERS to a running Kafka"
+        "no Kafka broker answers at {brokers}: run `scripts/services kafka` (it starts Apache Kafka there) or set KAFKA_BROKERS to a running Kafka"
     );
 }
 
@@ -189,15 +188,6 @@ impl Cluster {
             Self::External(b) => b.clone(),
         }
     }
-
-    /// Producer properties every client of this cluster uses.
-    pub fn producer_properties(&self) -> Vec<(&'static str, &'static str)> {
-        match self {
-            Self::Mock(_) => vec![],
-            // tansu 0.6: see the module docs.
-            Self::External(_) => vec![("batch.num.messages", "1")],
-        }
-    }
 }
 
 /// Kafka as a `BrokerHarness`; `EXTERNAL` picks the broker.
@@ -228,10 +218,7 @@ impl MockKafka {
 
 impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
     fn on_cluster(cluster: Cluster, prefix: String, partitions: i32) -> Self {
-        let mut publisher = KafkaPublisher::builder(cluster.bootstrap());
-        for (k, v) in cluster.producer_properties() {
-            publisher = publisher.with_property(k, v);
-        }
+        let publisher = KafkaPublisher::builder(cluster.bootstrap());
         let faults = Faults::new();
         Self {
             publisher: FaultyPublisher::new(publisher.build().expect("publisher"), faults.clone()),
@@ -316,9 +303,6 @@ impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
         .with_property("heartbeat.interval.ms", "500")
         .with_property("statistics.interval.ms", "200")
         .with_revoke_timeout(Duration::from_secs(5));
-        for (k, v) in self.cluster.producer_properties() {
-            b = b.with_producer_property(k, v);
-        }
         if let Some(bytes) = settings.max_dead_letter_bytes {
             b = b.with_producer_property("message.max.bytes", bytes.to_string());
         }

@@ -128,14 +128,20 @@ pub async fn publish(publisher: &impl Publisher, destination: &str, jobs: &[Job]
     }
 }
 
-/// A consumer process: this test binary run again on one test, `test`,
-/// which reads its settings from `env`. Dropping it SIGKILLs it.
+/// A consumer process: this test binary run again on one `#[ignore]`d
+/// test, `test`, which reads its settings from `env`. Dropping it SIGKILLs it.
 pub struct Child(std::process::Child);
 
 impl Child {
     pub fn spawn(test: &str, env: (&str, String), id: &str) -> Self {
         let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", test, "--nocapture"])
+            .args([
+                "--ignored",
+                "--exact",
+                test,
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(env.0, env.1)
             .env(INSTANCE_ENV, id)
             .stdout(std::process::Stdio::null())

@@ -91,11 +91,10 @@ impl DeadLetterTopic {
     }
 }
 
-/// A producer on `brokers` (one record per batch: tansu 0.6 needs it, and
-/// a replay is not about throughput).
+/// A producer on `brokers` for replays and imports: idempotent, each
+/// record confirmed by every in-sync replica.
 pub fn kafka_publisher(brokers: &str) -> Result<KafkaPublisher> {
     KafkaPublisher::builder(brokers)
-        .with_property("batch.num.messages", "1")
         .build()
         .map_err(|e| Error::Other(format!("creating a Kafka producer for {brokers}: {e}")))
 }
@@ -136,34 +135,27 @@ fn partitions(consumer: &BaseConsumer, brokers: &str, topic: &str) -> Result<Vec
 /// One partition being read.
 struct PartitionRead {
     id: i32,
-    /// The high watermark taken at the start.
+    /// The high watermark taken at the start: the snapshot ends below it.
     high: i64,
     /// The offset of the last record read.
     last: i64,
-    /// Whether the reader reached the end of the partition after `high`.
+    /// Whether the reader reached the partition's end (which lies at or
+    /// past `high`).
     at_end: bool,
-    /// Records below `high`: the snapshot.
+    /// Records below `high`.
     below: Vec<Option<Held>>,
-    /// Records at or past `high`, read on the way to the end: letters that
-    /// arrived meanwhile on a broker whose watermarks are right.
-    past: Vec<Option<Held>>,
 }
 
 impl PartitionRead {
     fn done(&self) -> bool {
-        self.at_end && self.last + 1 >= self.high
+        self.at_end || self.last + 1 >= self.high
     }
 }
 
-/// Reads each partition to its end (`enable.partition.eof`), then decides
-/// what the snapshot holds: the records below the high watermarks taken at
-/// the start, unless the broker has returned records at offsets its own
-/// high watermark, asked again, still says do not exist. tansu 0.6 does
-/// that after a multi-record batch: its `ListOffsets` answer is the last
-/// batch's base offset + 1, while the batch's records have their offsets
-/// (16 records at offsets 0..=15, high watermark 1). Stopping at the
-/// watermark would then silently leave letters out; the partition is
-/// taken to its end instead, and [`Snapshot::past_watermarks`] says so.
+/// Reads each partition from its low watermark up to the high watermark
+/// taken at the start: letters that arrive during the read are left for
+/// the next one. Offsets in that range that yield no record (transaction
+/// markers, compaction) are counted in [`Snapshot::unread`].
 fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
     let consumer = reader(brokers)?;
     let mut parts = Vec::new();
@@ -184,7 +176,6 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
                 last: low - 1,
                 at_end: false,
                 below: Vec::new(),
-                past: Vec::new(),
             });
         }
     }
@@ -220,7 +211,8 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
         let Some(part) = parts.iter_mut().find(|r| r.id == record.partition()) else {
             continue;
         };
-        if record.offset() <= part.last {
+        if record.offset() <= part.last || record.offset() >= part.high {
+            part.at_end |= record.offset() >= part.high;
             continue;
         }
         part.last = record.offset();
@@ -236,24 +228,12 @@ fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
         });
         if record.offset() < part.high {
             part.below.push(held);
-        } else {
-            part.past.push(held);
         }
     }
     let mut read: i64 = 0;
     for part in parts {
         read += part.below.len() as i64;
-        let mut kept = part.below;
-        if !part.past.is_empty() {
-            let (_, high_now) = consumer
-                .fetch_watermarks(topic, part.id, REQUEST_TIMEOUT)
-                .map_err(|e| unreachable(brokers, &e))?;
-            if part.last >= high_now {
-                snapshot.past_watermarks += part.past.len() as u64;
-                kept.extend(part.past);
-            }
-        }
-        for held in kept {
+        for held in part.below {
             match held {
                 Some(h) => snapshot.letters.push(h),
                 None => snapshot.foreign += 1,

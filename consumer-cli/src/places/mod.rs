@@ -36,14 +36,9 @@ pub struct Snapshot {
     /// letters, with `x-death`): never removed nor replayed.
     pub foreign: usize,
     /// Offsets below a Kafka topic's high watermarks that yielded no record
-    /// (transaction markers, compaction, or a broker that skipped them):
+    /// (transaction markers, compaction):
     /// said, so a missing letter is never silent.
     pub unread: u64,
-    /// Records kept although they lie at or past the high watermarks taken
-    /// at the start, because the broker still reported a high watermark
-    /// below them at the end of the read (tansu 0.6 after a multi-record
-    /// batch): said, as the bound is then the end of the read.
-    pub past_watermarks: u64,
 }
 
 impl Snapshot {
@@ -58,14 +53,8 @@ impl Snapshot {
         }
         if self.unread > 0 {
             parts.push(format!(
-                "{} offset(s) below the high watermarks yielded no record (transaction markers, compaction, or a broker that skipped records): some letters may not be listed",
+                "{} offset(s) below the high watermarks yielded no record (transaction markers, compaction): some letters may not be listed",
                 self.unread
-            ));
-        }
-        if self.past_watermarks > 0 {
-            parts.push(format!(
-                "{} record(s) lie past the high watermarks the broker reports (tansu 0.6 does so after a multi-record batch): the partitions were read to their end instead, so a letter produced during this read may be included",
-                self.past_watermarks
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))

@@ -1,7 +1,7 @@
 //! The Kafka side of a world: a work topic with two partitions, the `book`
 //! group's own retry topic (`<topic>.retry.book`, where replays go) and
 //! the dead-letter topic, on the Kafka-protocol broker at `KAFKA_BROKERS`
-//! (default 127.0.0.1:9092; `scripts/services kafka` starts tansu there).
+//! (default 127.0.0.1:9092; `scripts/services kafka` starts Apache Kafka there).
 
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ pub fn brokers() -> String {
         .unwrap_or(false);
     assert!(
         up,
-        "no Kafka-protocol broker answers at {brokers}: run `scripts/services kafka` (it starts tansu) or set KAFKA_BROKERS"
+        "no Kafka broker answers at {brokers}: run `scripts/services kafka` (it starts Apache Kafka there) or set KAFKA_BROKERS"
     );
     brokers
 }
@@ -65,8 +65,7 @@ impl KafkaTopics {
 
     /// A consumer of `book` in the group, on the world's store.
     pub fn start_consumer(&self, w: &World) -> Running {
-        // tansu 0.6 mishandles reads inside multi-record batches.
-        self.start_consumer_with(w, &[("batch.num.messages", "1")])
+        self.start_consumer_with(w, &[])
     }
 
     /// The same, with these properties on its settle producer.
@@ -91,7 +90,6 @@ impl KafkaTopics {
     /// Produces bookings to the work topic, message id `m-<id>`, key `<id>`.
     pub async fn publish(&self, ids: &[&str]) {
         let publisher = KafkaPublisher::builder(&self.brokers)
-            .with_property("batch.num.messages", "1")
             .build()
             .expect("publisher");
         let batch: Vec<Outgoing> = ids

@@ -1,0 +1,251 @@
+# Apache Kafka for the tests, from Maven Central: the broker's jars
+# (scripts/services.d/kafka/pom.xml) are resolved once with Maven into the
+# tools dir and run on the machine's Java (17 or newer), in KRaft mode.
+#
+#   kafka          one broker (and controller) on 127.0.0.1:9092, controller
+#                  on 9093; data in the tools dir, formatted afresh at each
+#                  start (a test broker: topics do not outlive it).
+#                  KAFKA_BROKERS points the tests at another Kafka instead,
+#                  and then nothing is started.
+#   kafka-cluster  three brokers, each also a controller, on
+#                  127.0.0.1:19092, 19093 and 19094 (controllers on 19192,
+#                  19193, 19194), default replication factor 3 and
+#                  min.insync.replicas 2: for the tests that lose a broker.
+#                  `scripts/services kafka-node N` starts node N (1-3) again
+#                  on its kept data; each node's pid is in
+#                  $CONSUMER_TOOLS_DIR/services/kafka-cluster/nodeN.pid.
+#   kafka-connect  a Kafka Connect worker (standalone, REST on
+#                  127.0.0.1:8083) with Debezium's PostgreSQL connector, for
+#                  the outbox's CDC test; needs `kafka` and `postgres`.
+#
+# Logs: $CONSUMER_TOOLS_DIR/services/<name>/server.log.
+# shellcheck shell=bash
+
+kafka_version=4.4.0
+kafka_libs="$tools_dir/kafka-$kafka_version/libs"
+connect_version=4.3.0
+connect_libs="$tools_dir/kafka-connect-$connect_version/libs"
+log4j_conf="$repo_dir/scripts/services.d/log4j2.properties"
+
+java_ok() {
+  command -v java >/dev/null || return 1
+  local v; v="$(java -version 2>&1 | awk -F'"' '/version/ { print $2; exit }')"
+  [ "${v%%.*}" -ge 17 ] 2>/dev/null
+}
+
+ensure_java_and_maven() {
+  if ! java_ok; then
+    can_install_packages || die "Kafka needs Java 17 or newer and this machine has $(java -version 2>&1 | head -n 1 || echo none), with no way to install one here (no root, no passwordless sudo): install openjdk-17-jre-headless, or point KAFKA_BROKERS at a running Kafka."
+    say "installing Java 17 from Debian's packages (openjdk-17-jre-headless)"
+    apt_install openjdk-17-jre-headless || die "apt-get could not install openjdk-17-jre-headless: install Java 17 by hand, or point KAFKA_BROKERS at a running Kafka."
+  fi
+  if ! command -v mvn >/dev/null; then
+    can_install_packages || die "Kafka's jars are resolved from Maven Central with Maven (mvn), which is not installed here: install maven, or point KAFKA_BROKERS at a running Kafka."
+    say "installing Maven from Debian's packages (maven)"
+    apt_install maven || die "apt-get could not install maven: install it by hand, or point KAFKA_BROKERS at a running Kafka."
+  fi
+}
+
+# Resolves a pom's runtime dependencies into a libs dir, once per pom
+# version (a stamp holds the pom's checksum).
+resolve_jars() {
+  local pom="$1" libs="$2" what="$3"
+  local sum; sum="$(sha256sum "$pom" | cut -d' ' -f1)"
+  [ -f "$libs/.resolved" ] && [ "$(cat "$libs/.resolved")" = "$sum" ] && return 0
+  ensure_java_and_maven
+  mkdir -p "$(dirname "$libs")"
+  exec 8>"$(dirname "$libs")/.resolve.lock"
+  flock 8 2>/dev/null || true
+  if ! { [ -f "$libs/.resolved" ] && [ "$(cat "$libs/.resolved")" = "$sum" ]; }; then
+    say "resolving $what from Maven Central into $libs (once)"
+    local t0; t0="$(now)"
+    rm -rf "$libs.tmp"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs.tmp" >"$(dirname "$libs")/mvn.log" 2>&1 \
+      || { tail -n 20 "$(dirname "$libs")/mvn.log" >&2; die "Maven could not resolve $what from Maven Central (its log ends above, in full in $(dirname "$libs")/mvn.log): this machine needs Maven Central reachable, or point KAFKA_BROKERS at a running Kafka."; }
+    echo "$sum" >"$libs.tmp/.resolved"
+    rm -rf "$libs"
+    mv "$libs.tmp" "$libs"
+    say "$what resolved in $(since "$t0") ($(ls "$libs" | wc -l) jars)"
+  fi
+  exec 8>&-
+}
+
+# server.properties of one KRaft node. $1 dir, $2 node id, $3 broker port,
+# $4 controller port, $5 the controller quorum, $6 replication factor.
+kafka_properties() {
+  local dir="$1" id="$2" port="$3" cport="$4" voters="$5" rf="$6"
+  local isr=1; [ "$rf" -ge 3 ] && isr=2
+  cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+# The tests create their topics with the admin API, as production should.
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=10
+# A group's first member gets its partitions at once, not after 3 s.
+group.initial.rebalance.delay.ms=0
+# Tests use short session timeouts to see a killed member leave.
+group.min.session.timeout.ms=1000
+log.segment.bytes=67108864
+log.retention.hours=24
+num.recovery.threads.per.data.dir=1
+PROPS
+}
+
+kafka_started() { grep -q "Kafka Server started" "$1" 2>/dev/null; }
+
+# Starts one node from its dir (formatted already) and waits until it
+# serves; $1 dir, $2 port, $3 label.
+kafka_spawn() {
+  local dir="$1" port="$2" label="$3"
+  local t0; t0="$(now)"
+  : >"$dir/server.log"
+  local pid
+  pid="$(spawn_detached "$dir/stdout.log" java -Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$dir/server.log" \
+    -cp "$kafka_libs/*" kafka.Kafka "$dir/server.properties")"
+  echo "$pid" >"$dir.pid"
+  PID_TO_WATCH="$pid" wait_until 90 kafka_started "$dir/server.log" && tcp_up 127.0.0.1 "$port" || {
+    tail -n 20 "$dir/server.log" "$dir/stdout.log" >&2 || true
+    die "Kafka ($label) exited or did not start on 127.0.0.1:$port within 90 s (its log ends above; in full in $dir/server.log): fix that, or point KAFKA_BROKERS at a running Kafka."
+  }
+  say "Kafka $kafka_version ($label, pid $pid) started in $(since "$t0") on 127.0.0.1:$port, log in $dir/server.log"
+}
+
+kafka_format() {
+  local dir="$1" cluster_id="$2"
+  java -cp "$kafka_libs/*" -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$dir/format.log" \
+    kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" >"$dir/format.out" 2>&1 \
+    || { cat "$dir/format.out" >&2; die "Kafka's storage tool could not format $dir/data (output above)."; }
+}
+
+kafka_cluster_id() { java -cp "$kafka_libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1; }
+
+ensure_kafka() {
+  if [ -n "${KAFKA_BROKERS:-}" ]; then
+    local first="${KAFKA_BROKERS%%,*}"
+    first="${first//[[:space:]]/}"; first="${first#*://}"
+    local host="${first%:*}" port="${first##*:}"
+    [ "$port" = "$first" ] && port=9092
+    host="${host#[}"; host="${host%]}"
+    if tcp_up "$host" "$port"; then say "Kafka is up at $host:$port (KAFKA_BROKERS)"; return; fi
+    die "Kafka is not reachable at $host:$port, the first broker in KAFKA_BROKERS=$KAFKA_BROKERS: start that Kafka, or unset KAFKA_BROKERS to have a local Apache Kafka started on 127.0.0.1:9092."
+  fi
+  if tcp_up 127.0.0.1 9092; then say "Kafka is up at 127.0.0.1:9092"; return; fi
+  if use_docker; then
+    compose_up kafka
+    wait_until 90 tcp_up 127.0.0.1 9092 || die "the docker compose Kafka does not answer on 127.0.0.1:9092 within 90 s."
+    say "Kafka is up at 127.0.0.1:9092 (docker compose)"
+    return
+  fi
+  resolve_jars "$repo_dir/scripts/services.d/kafka/pom.xml" "$kafka_libs" "Apache Kafka $kafka_version"
+  local dir="$services_dir/kafka"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  kafka_properties "$dir" 1 9092 9093 "1@127.0.0.1:9093" 1
+  kafka_format "$dir" "$(kafka_cluster_id)"
+  kafka_spawn "$dir" 9092 "single broker"
+}
+
+cluster_dir="$services_dir/kafka-cluster"
+cluster_voters="1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194"
+
+# Starts node $1 of the three-broker cluster on its kept data.
+ensure_kafka_node() {
+  local n="$1" port=$((19091 + $1)) cport=$((19191 + $1))
+  case "$n" in 1 | 2 | 3) ;; *) die "kafka-node takes a node number, 1 to 3 (got '$n')" ;; esac
+  if tcp_up 127.0.0.1 "$port"; then say "Kafka cluster node $n is up at 127.0.0.1:$port"; return; fi
+  [ -f "$cluster_dir/node$n/server.properties" ] || die "the Kafka cluster was never formatted here: run scripts/services kafka-cluster first."
+  kafka_spawn "$cluster_dir/node$n" "$port" "cluster node $n"
+}
+
+ensure_kafka_cluster() {
+  local up=0 n
+  for n in 1 2 3; do tcp_up 127.0.0.1 $((19091 + n)) && up=$((up + 1)); done
+  if [ "$up" -eq 3 ]; then say "Kafka cluster is up at 127.0.0.1:19092,19093,19094"; return; fi
+  resolve_jars "$repo_dir/scripts/services.d/kafka/pom.xml" "$kafka_libs" "Apache Kafka $kafka_version"
+  if [ "$up" -eq 0 ]; then
+    rm -rf "$cluster_dir"
+    local id; id="$(kafka_cluster_id)"
+    for n in 1 2 3; do
+      mkdir -p "$cluster_dir/node$n"
+      kafka_properties "$cluster_dir/node$n" "$n" $((19091 + n)) $((19191 + n)) "$cluster_voters" 3
+      kafka_format "$cluster_dir/node$n" "$id"
+    done
+  fi
+  # The nodes wait for a controller quorum before they serve: start all
+  # three, then wait for each.
+  local t0; t0="$(now)"
+  for n in 1 2 3; do
+    tcp_up 127.0.0.1 $((19091 + n)) && continue
+    : >"$cluster_dir/node$n/server.log"
+    spawn_detached "$cluster_dir/node$n/stdout.log" java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+      -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$cluster_dir/node$n/server.log" \
+      -cp "$kafka_libs/*" kafka.Kafka "$cluster_dir/node$n/server.properties" >"$cluster_dir/node$n.pid"
+  done
+  for n in 1 2 3; do
+    PID_TO_WATCH="$(cat "$cluster_dir/node$n.pid")" wait_until 120 kafka_started "$cluster_dir/node$n/server.log" || {
+      tail -n 20 "$cluster_dir/node$n/server.log" >&2 || true
+      die "Kafka cluster node $n did not start on 127.0.0.1:$((19091 + n)) within 120 s (its log ends above)."
+    }
+  done
+  say "Kafka cluster (3 KRaft nodes) started in $(since "$t0") on 127.0.0.1:19092,19093,19094, logs in $cluster_dir"
+}
+
+connect_up() { curl -sf -m 2 http://127.0.0.1:8083/connector-plugins 2>/dev/null | grep -q PostgresConnector; }
+
+ensure_kafka_connect() {
+  if connect_up; then say "Kafka Connect (with Debezium) is up at http://127.0.0.1:8083"; return; fi
+  command -v curl >/dev/null || die "curl is not installed: the Kafka Connect check and the CDC test use it (apt-get install curl)."
+  local brokers="${KAFKA_BROKERS:-127.0.0.1:9092}"
+  resolve_jars "$repo_dir/scripts/services.d/kafka-connect/pom.xml" "$connect_libs" "Kafka Connect $connect_version with Debezium's PostgreSQL connector"
+  local dir="$services_dir/kafka-connect"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cat >"$dir/worker.properties" <<PROPS
+bootstrap.servers=$brokers
+listeners=http://127.0.0.1:8083
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+offset.storage.file.filename=$dir/offsets
+offset.flush.interval.ms=1000
+# The connector and its plugins are on the worker's classpath.
+plugin.discovery=only_scan
+PROPS
+  local t0; t0="$(now)"
+  : >"$dir/server.log"
+  local pid
+  pid="$(spawn_detached "$dir/stdout.log" java -Xms128m -Xmx768m -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$dir/server.log" \
+    -cp "$connect_libs/*" org.apache.kafka.connect.cli.ConnectStandalone "$dir/worker.properties")"
+  echo "$pid" >"$dir.pid"
+  PID_TO_WATCH="$pid" wait_until 120 connect_up || {
+    tail -n 20 "$dir/server.log" "$dir/stdout.log" >&2 || true
+    die "Kafka Connect did not serve http://127.0.0.1:8083 with Debezium's PostgreSQL connector within 120 s (its log ends above; in full in $dir/server.log)."
+  }
+  say "Kafka Connect $connect_version with Debezium (pid $pid) started in $(since "$t0") on http://127.0.0.1:8083"
+}
+
+# Stops what `kafka`, `kafka-cluster` and `kafka-connect` started.
+stop_kafka() {
+  local f
+  for f in "$services_dir/kafka-connect.pid" "$services_dir/kafka.pid" "$cluster_dir"/node*.pid; do
+    [ -f "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null && say "stopped $(basename "$f" .pid) (pid $(cat "$f"))"
+    rm -f "$f"
+  done
+}

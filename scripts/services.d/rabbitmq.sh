@@ -1,0 +1,69 @@
+# RabbitMQ for the tests: AMQP_URL (default
+# amqp://guest:guest@127.0.0.1:5672/%2f). When nothing answers there and the
+# host is this machine, the local node is started (`rabbitmq-server
+# -detached`, as the package's own user), and the server is installed from
+# Debian's packages first when it is missing. The tests that restart the
+# broker (tests/amqp_restart.rs) drive that node with rabbitmqctl.
+# shellcheck shell=bash
+
+amqp_url="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+amqp_hostport="${amqp_url#*://}"; amqp_hostport="${amqp_hostport#*@}"; amqp_hostport="${amqp_hostport%%/*}"
+amqp_host="${amqp_hostport%%:*}"; amqp_port="${amqp_hostport##*:}"
+[ "$amqp_port" = "$amqp_hostport" ] && amqp_port=5672
+
+# A TCP connect answers for any broker, local or not; rabbitmqctl only for a local node.
+rabbitmq_up() { tcp_up "$amqp_host" "$amqp_port"; }
+
+ensure_rabbitmq() {
+  if rabbitmq_up; then say "RabbitMQ is up at $amqp_host:$amqp_port"; return; fi
+  if use_docker; then
+    compose_up rabbitmq
+    wait_until 90 rabbitmq_up || die "the docker compose RabbitMQ does not answer on $amqp_host:$amqp_port within 90 s."
+    say "RabbitMQ is up at $amqp_host:$amqp_port (docker compose)"
+    return
+  fi
+  is_local_host "$amqp_host" \
+    || die "RabbitMQ does not answer at $amqp_host:$amqp_port (AMQP_URL): start it, or unset AMQP_URL to have a local one installed and started."
+  if ! command -v rabbitmq-server >/dev/null; then
+    if can_install_packages; then
+      say "RabbitMQ is not installed: installing it from Debian's packages (rabbitmq-server)"
+      local t0; t0="$(now)"
+      apt_install rabbitmq-server \
+        || die "apt-get could not install rabbitmq-server (its output ends above): install RabbitMQ by hand, or point AMQP_URL at a running one."
+      say "RabbitMQ installed in $(since "$t0")"
+    elif docker_engine_up; then
+      CONSUMER_SERVICES=docker ensure_rabbitmq
+      return
+    else
+      die "RabbitMQ is not installed here, this user cannot install it (no root, no passwordless sudo) and no Docker engine answers: install the rabbitmq-server package, or run docker compose up -d rabbitmq, or point AMQP_URL at a running RabbitMQ (guest/guest)."
+    fi
+  fi
+  say "RabbitMQ is not answering at $amqp_host:$amqp_port; starting the local node"
+  local t0; t0="$(now)"
+  # A node that is running with its app stopped (rabbitmqctl stop_app) only needs start_app.
+  if command -v rabbitmqctl >/dev/null && timeout 20 rabbitmqctl -q status >/dev/null 2>&1; then
+    rabbitmqctl -q start_app >/dev/null 2>&1 || true
+  else
+    rabbitmq-server -detached >/dev/null 2>&1 || true
+  fi
+  wait_until 90 rabbitmq_up \
+    || die "RabbitMQ is not reachable at $amqp_host:$amqp_port and rabbitmq-server -detached did not bring it up within 90 s (see /var/log/rabbitmq/): start RabbitMQ with user guest/guest, or point AMQP_URL at one."
+  say "RabbitMQ started in $(since "$t0") on $amqp_host:$amqp_port"
+}
+
+sweep_rabbitmq() {
+  # Queues earlier test runs left (each harness uses a `ct.` prefix; they
+  # expire ten minutes after their last use, and a few hundred quorum queues
+  # expiring at once can stall a RabbitMQ 3.10 node for minutes, under the
+  # tests of the next run). Only a local node can be swept this way; one
+  # eval deletes them all at once (one rabbitmqctl call per queue would
+  # take minutes).
+  command -v rabbitmqctl >/dev/null || return 0
+  local n
+  n="$(timeout 300 rabbitmqctl eval 'length([rabbit_amqqueue:delete(Q, false, false, <<"sweep">>) || Q <- rabbit_amqqueue:list(), binary:longest_common_prefix([element(4, amqqueue:get_name(Q)), <<"ct.">>]) =:= 3]).' 2>/dev/null </dev/null || true)"
+  case "$n" in
+    '' | 0) ;;
+    *[!0-9]*) say "could not sweep the queues earlier test runs left (they expire on their own)" ;;
+    *) say "deleted $n queues left by earlier test runs" ;;
+  esac
+}
