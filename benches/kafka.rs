@@ -98,7 +98,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use consumer::kafka::{
-    CONSUMER_DEFAULTS, KafkaMetrics, KafkaPublisher, KafkaSource, PUBLISHER_DEFAULTS, Topics,
+    CONSUMER_DEFAULTS, KafkaPublisher, KafkaSource, KafkaStats, PUBLISHER_DEFAULTS, Topics,
 };
 use consumer::store::Claim;
 use consumer::{Consumer, DedupStore, MemoryStore, Message, Outgoing, Publisher, Stats, handler};
@@ -487,10 +487,10 @@ fn equal_work(record: &rdkafka::message::BorrowedMessage<'_>, store: &MemoryStor
 /// change, a cost the framework would be charged for.
 async fn poll_until(
     stats: &Stats,
-    metrics: &KafkaMetrics,
+    metrics: &KafkaStats,
     every: Duration,
-    done: impl Fn(&consumer::StatsSnapshot) -> bool,
-) -> consumer::StatsSnapshot {
+    done: impl Fn(&consumer::stats::StatsSnapshot) -> bool,
+) -> consumer::stats::StatsSnapshot {
     let mut last = (stats.snapshot().received, Instant::now());
     loop {
         let s = stats.snapshot();
@@ -527,7 +527,7 @@ async fn framework_consume(
         builder = builder.with_max_per_partition(w);
     }
     let source = builder.connect().expect("source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let consumer = Consumer::new(source, MemoryStore::new(), noop);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

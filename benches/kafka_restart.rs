@@ -58,9 +58,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use consumer::Acker as _;
-use consumer::Source as _;
 use consumer::kafka::{KafkaSource, Topics};
+use consumer::source::Acker as _;
+use consumer::source::Source as _;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};

@@ -110,7 +110,7 @@ pub fn outbox(destination: &str) -> Outbox {
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
 /// outbox relay publishing through `publisher`, and the router over
 /// `source`.
-pub fn shop_service<P: Publisher, S: consumer::Source>(
+pub fn shop_service<P: Publisher, S: consumer::source::Source>(
     pool: sqlx::PgPool,
     store: PgStore,
     source: S,

@@ -138,6 +138,12 @@ pub use consumer_amqp as amqp;
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use consumer_kafka as kafka;
 
+/// Contracts made from the service itself: its AsyncAPI 3.1 document, its
+/// payload schemas and their compatibility checks (`ServiceContracts`).
+#[cfg(feature = "asyncapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "asyncapi")))]
+pub use consumer_contracts as contracts;
+
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!(
     "the `consumer` crate needs a store: enable the `postgres` feature, the `sqlite` feature, or both"

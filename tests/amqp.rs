@@ -61,7 +61,7 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
         .connect()
         .await
         .expect("RabbitMQ source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
 
     // A plain lapin client: default properties, no headers, no message id.
     let conn = connect().await;
@@ -103,7 +103,7 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
     assert_eq!(got.len(), 2);
     for dl in &got {
         assert_eq!((dl.kind, dl.attempts), (DeadLetterKind::Poison, 1));
-        assert_eq!(dl.origin.destination, queue);
+        assert_eq!(dl.origin.channel, queue);
         assert!(
             dl.message_id.starts_with("amqp-"),
             "content-hash id: {}",
@@ -266,9 +266,9 @@ async fn run_until_effects<R>(
     h: &PgHarness,
     consumer: Consumer<AmqpSource, consumer::PgStore, R>,
     n: i64,
-) -> consumer::StatsSnapshot
+) -> consumer::stats::StatsSnapshot
 where
-    R: consumer::Routes<consumer::PgStore>,
+    R: consumer::router::Routes<consumer::PgStore>,
 {
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -335,7 +335,7 @@ async fn killed_mid_batch(batched: bool) {
         .connect()
         .await
         .expect("source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let s = if batched {
         let handler = consumer::batch::Batched::new(RecordBatch).with_max_batch(16);
         run_until_effects(&h, Consumer::new(source, h.store(), handler), n).await

@@ -66,8 +66,8 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
         .connect()
         .await
         .expect("the same count starts");
-    consumer::Source::close(second).await;
-    consumer::Source::close(first).await;
+    consumer::source::Source::close(second).await;
+    consumer::source::Source::close(first).await;
 }
 
 /// Waits until `rx` shows an assignment `f` accepts.
@@ -93,7 +93,7 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
             .with_instance_id(id)
             .with_heartbeat(Duration::from_millis(100));
         let assignment = source.assignment();
-        let metrics = source.metrics();
+        let metrics = source.stats();
         let consumer = Consumer::new(source, h.store(), record_in_order);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let run = tokio::spawn(consumer.run_until(async move {

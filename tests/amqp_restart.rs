@@ -168,7 +168,7 @@ async fn restart_mid_run<H>(
         .connect()
         .await
         .expect("source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let consumer = Consumer::new(source, h.store(), handler).with_max_in_flight(32);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

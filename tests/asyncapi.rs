@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use consumer::MemoryBroker;
+use consumer::contracts::ServiceContracts;
 use serde_json::Value;
 
 /// Every diagnostic the parser reports on `document`.
@@ -185,9 +186,11 @@ async fn the_kafka_example_document_has_no_diagnostics_and_matches_its_golden_fi
     let topics = Topics::new("shop.order-events").expect("valid topics");
     let source = KafkaSource::builder(brokers, "shop-example", topics.clone())
         .connect()
+        .await
         .expect("a Kafka consumer client");
     let publisher = KafkaPublisher::builder(brokers)
-        .build()
+        .connect()
+        .await
         .expect("a Kafka producer client");
     let pool = lazy_postgres();
     let shop = kafka_orders::shop_service(

@@ -147,7 +147,8 @@ mod kafka {
         let topic = topic(&brokers).await;
         let publisher = KafkaPublisher::builder(&brokers)
             .with_source("/tests/cloudevents")
-            .build()
+            .connect()
+            .await
             .expect("publisher");
         let (batch, id) = ours(&topic);
         for r in publisher.publish(&batch).await {

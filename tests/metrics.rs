@@ -82,7 +82,7 @@ async fn run(
     recorder: &MetricsRecorder,
     topic: &str,
     expected_settled: u64,
-) -> (Vec<Point>, consumer::StatsSnapshot) {
+) -> (Vec<Point>, consumer::stats::StatsSnapshot) {
     let router = Router::builder("orders")
         .route(placed)
         .ignore_unknown_types()

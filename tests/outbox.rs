@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use consumer::outbox::WakeUp;
 use consumer::{
-    Acker, Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxDatabase, OutboxRelay, Outgoing,
-    Publisher, RetryPolicy, Source, Store,
+    Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
+    Store,
+    outbox::OutboxDatabase,
+    source::{Acker, Source},
 };
 use opentelemetry::trace::TraceContextExt;
 use serde::{Deserialize, Serialize};
@@ -460,7 +462,7 @@ impl Publisher for Refusing {
         for o in batch {
             if o.message.key.as_ref().is_some_and(|k| refused.contains(k)) {
                 out.push(Err(Error::broker(
-                    consumer::BrokerErrorKind::TooLarge,
+                    consumer::error::BrokerErrorKind::TooLarge,
                     "message too large",
                     None,
                 )));

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use consumer::outbox::WakeUp;
-use consumer::{BrokerErrorKind, Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher};
+use consumer::{Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, error::BrokerErrorKind};
 use rand::RngExt;
 
 const SCHEMA_ENV: &str = "OUTBOX_CRASH_SCHEMA";

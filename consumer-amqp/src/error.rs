@@ -1,7 +1,7 @@
 //! The crate's error type, and the kinds of broker failure the
 //! framework's settle loop reads from it.
 
-use consumer_core::BrokerErrorKind;
+use consumer_core::backend::BrokerErrorKind;
 use lapin::ErrorKind;
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 
@@ -172,11 +172,11 @@ fn kind_of(error: &lapin::Error) -> BrokerErrorKind {
     }
 }
 
-impl From<Error> for consumer_core::Error {
+impl From<Error> for consumer_core::backend::Error {
     fn from(e: Error) -> Self {
         // The context is this error's message; its cause chain goes on
         // from lapin's error, so nothing is said twice.
-        let source: Option<consumer_core::BoxError> = match &e {
+        let source: Option<consumer_core::backend::BoxError> = match &e {
             Error::Amqp { source, .. } | Error::Topology { source, .. } => {
                 Some(Box::new(source.clone()))
             }
@@ -184,9 +184,9 @@ impl From<Error> for consumer_core::Error {
         };
         match e {
             Error::InvalidName { .. } | Error::PartitionCount { .. } => {
-                consumer_core::Error::Config(e.to_string())
+                consumer_core::backend::Error::Config(e.to_string())
             }
-            e => consumer_core::Error::broker(e.kind(), e.to_string(), source),
+            e => consumer_core::backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }
 }
@@ -202,7 +202,7 @@ mod tests {
             limit: 5,
             routing_key: "q".into(),
         };
-        let core: consumer_core::Error = too_large.into();
+        let core: consumer_core::backend::Error = too_large.into();
         assert!(core.is_too_large(), "{core}");
         let unroutable = Error::Unroutable {
             exchange: "x".into(),

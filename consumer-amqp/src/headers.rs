@@ -34,8 +34,8 @@
 //! [RabbitMQ protocol binding]: https://github.com/knative-extensions/eventing-rabbitmq/blob/main/cloudevents-protocol-spec/spec.md
 
 use bytes::Bytes;
-use consumer_core::envelope::names;
-use consumer_core::{Envelope, Headers, Message, Origin, Placement};
+use consumer_core::backend::names;
+use consumer_core::backend::{Envelope, Headers, Message, Origin, Placement};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use time::OffsetDateTime;
@@ -193,7 +193,7 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         _ => key,
     };
     let origin = Origin {
-        destination: queue.into(),
+        channel: queue.into(),
         position: format!(
             "{}/{}#{}",
             delivery.exchange, routing_key, delivery.delivery_tag

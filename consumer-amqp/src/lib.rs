@@ -29,7 +29,7 @@
 //!   the dead-letter exchange with confirms before the ack.
 //! * [`AmqpPublisher`]: publisher confirms, persistent, `mandatory`,
 //!   CloudEvents attributes and trace context as headers ([`headers`]).
-//! * [`AmqpMetrics`]: in-flight, redelivery and reconnect counts; queue
+//! * [`AmqpStats`]: in-flight, redelivery and reconnect counts; queue
 //!   depths by passive declare.
 
 mod asyncapi;
@@ -47,5 +47,5 @@ pub use headers::AttributePrefix;
 pub use names::validate_name;
 pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
 pub use source::PartitionedSource;
-pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
+pub use source::{AmqpAcker, AmqpSource, AmqpStats};
 pub use topology::{Depths, PartitionedTopology, QueueType, Topology};

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use consumer_core::Outgoing;
+use consumer_core::backend::Outgoing;
 use tokio::sync::OnceCell;
 
 use crate::error::Result;
@@ -115,7 +115,7 @@ impl PartitionRoutes {
 
 #[cfg(test)]
 mod tests {
-    use consumer_core::Message;
+    use consumer_core::backend::Message;
 
     use super::*;
 

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer_core::trace::{SendTarget, Sends};
-use consumer_core::{Message, Outgoing, Publisher};
+use consumer_core::backend::{Message, Outgoing, Publisher};
+use consumer_core::backend::{SendTarget, Sends};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
@@ -36,7 +36,7 @@ use crate::partition_route::PartitionRoutes;
 ///   a message with a `ce_type` and no `ce_source` gets the publisher's
 ///   [source](Self::with_source), one with no `ce_id` a UUIDv7, and
 ///   `ce_specversion: 1.0`; a message with no type loses any
-///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
+///   `ce_specversion` ([`cloudevent::complete`](consumer_core::backend::complete_cloudevent)).
 ///   Retry copies and dead letters ([`publish_to`](Self::publish_to)) are
 ///   sent as they were received.
 /// * Headers map as the [`headers`] module says, the
@@ -73,7 +73,7 @@ impl AmqpPublisher {
                 name: "consumer-publisher".to_owned(),
                 max_unconfirmed: 1024,
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-                source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
+                source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
                 prefix: AttributePrefix::default(),
                 partitions: Arc::default(),
                 state: Mutex::new(None),
@@ -112,7 +112,7 @@ impl AmqpPublisher {
 
     /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
     /// `urn:acme:orders`) of messages that name none; default
-    /// [`DEFAULT_SOURCE`](consumer_core::envelope::cloudevent::DEFAULT_SOURCE).
+    /// [`DEFAULT_SOURCE`](consumer_core::backend::DEFAULT_SOURCE).
     pub fn with_source(self, source: impl Into<String>) -> Self {
         let source = source.into();
         self.map_inner(|i| i.source = source)
@@ -381,7 +381,7 @@ impl Publisher for AmqpPublisher {
     }
 
     /// See the type's docs for how a destination reads.
-    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<consumer_core::backend::ChannelDescription> {
         if let Some(topology) = self.inner.partitions.topology_for(destination) {
             return Some(crate::asyncapi::partitioned_destination_channel(
                 topology,
@@ -394,7 +394,7 @@ impl Publisher for AmqpPublisher {
         ))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
         if let Err(e) = self.inner.partitions.prepare(self, batch).await {
             return batch.iter().map(|_| Err(e.clone().into())).collect();
         }
@@ -404,7 +404,7 @@ impl Publisher for AmqpPublisher {
             .publish_batch(sends.batch())
             .await
             .into_iter()
-            .map(|r| r.map_err(consumer_core::Error::from))
+            .map(|r| r.map_err(consumer_core::backend::Error::from))
             .collect();
         sends.finish(&results);
         results

@@ -310,7 +310,7 @@ pub struct SchemaArgs {
     /// BACKWARD, FORWARD, FULL, or one of them `_TRANSITIVE` (any case,
     /// `-` or `_`).
     #[arg(long, default_value = "full-transitive")]
-    pub mode: consumer_core::compat::Mode,
+    pub mode: consumer_contracts::compat::Mode,
     /// Only these event types (repeat it); default: every current schema,
     /// and every type with snapshots must have one.
     #[arg(long = "type", value_name = "EVENT_TYPE")]

@@ -128,14 +128,14 @@ pub enum Error {
         /// How many were checked.
         checked: usize,
         /// The mode.
-        mode: consumer_core::compat::Mode,
+        mode: consumer_contracts::compat::Mode,
         /// Their names, comma separated.
         types: String,
     },
     /// A snapshot or schema that cannot be used as it is: which file, and
     /// what to fix.
     #[error("{0}")]
-    Schema(#[from] consumer_core::compat::CompatError),
+    Schema(#[from] consumer_contracts::compat::CompatError),
     /// Anything else, said as a sentence.
     #[error("{0}")]
     Other(String),
@@ -156,7 +156,7 @@ impl Error {
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,
             Self::Interrupted(_) => exit::INTERRUPTED,
             Self::Incompatible { .. } => exit::INCOMPATIBLE,
-            Self::Schema(consumer_core::compat::CompatError::Io { .. }) => exit::FAILURE,
+            Self::Schema(consumer_contracts::compat::CompatError::Io { .. }) => exit::FAILURE,
             Self::Schema(_) => exit::USAGE,
             Self::Database(_) | Self::Broker(_) | Self::Io { .. } | Self::Other(_) => exit::FAILURE,
         }

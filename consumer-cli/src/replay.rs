@@ -81,7 +81,7 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
             letters.describe()
         )));
     }
-    let route = Route::new(services, args.to_topic.as_deref())?;
+    let route = Route::new(services, args.to_topic.as_deref()).await?;
     let result = replay(args, &filter, &state, &journal, &route, &mut letters, out).await;
     route.close().await;
     // Whatever happened, what was not removed goes back as it was.

@@ -66,7 +66,7 @@ pub struct Route {
 impl Route {
     /// A route on the RabbitMQ the flags name (connected on first send), or
     /// to Kafka topic `to_topic`.
-    pub fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
+    pub async fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
         #[cfg(feature = "kafka")]
         let kafka = match to_topic {
             Some(topic) => {
@@ -74,7 +74,7 @@ impl Route {
                     .map_err(|e| Error::Usage(format!("--to-topic: {e}")))?;
                 Some((
                     topic.to_owned(),
-                    crate::places::kafka::kafka_publisher(&services.kafka_brokers)?,
+                    crate::places::kafka::kafka_publisher(&services.kafka_brokers).await?,
                 ))
             }
             None => None,
@@ -102,7 +102,7 @@ impl Route {
         if let Some((topic, _)) = &self.kafka {
             return format!("Kafka topic {topic}");
         }
-        format!("queue {}", letter.letter.origin.destination)
+        format!("queue {}", letter.letter.origin.channel)
     }
 
     /// Publishes the replay of `letter` and waits for its confirm.
@@ -137,7 +137,7 @@ impl Route {
 
     #[cfg(feature = "amqp")]
     async fn send_to_work_queue(&self, letter: &Letter) -> Result<()> {
-        let queue = &letter.letter.origin.destination;
+        let queue = &letter.letter.origin.channel;
         consumer_amqp::validate_name("work queue", queue).map_err(|e| {
             Error::Other(format!(
                 "letter {} cannot be replayed: its origin is not a RabbitMQ queue ({e})",

@@ -1,39 +1,26 @@
 //! The runtime of the `consumer` framework: consumers that never lose a
 //! message and never process one twice.
 //!
-//! Most applications use the `consumer` facade crate and its `#[handler]`
-//! attribute; this crate holds the parts every backend shares:
+//! Applications use the `consumer` facade crate, its `#[handler]`
+//! attribute and its guide; this crate is what the facade re-exports, with
+//! three doors, one per audience:
 //!
-//! * [`Envelope`] and [`Message`]: CloudEvents attributes, headers, payload;
-//! * [`Handler`], [`MessageContext`], and the classification of failures
-//!   into poison, terminal and transient;
-//! * [`RetryPolicy`]: exponential backoff with full jitter;
-//! * [`DeadLetter`]: structured error context that travels as headers;
-//! * [`Store`]: the dedup table written in the handler's own transaction
-//!   (PostgreSQL, SQLite);
-//! * [`trace`]: W3C trace context in and out of headers;
-//! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
-//! * [`Router`]: many handlers over one source, dispatched by event type,
-//!   under one set of lanes;
-//! * [`Service`]: the consumers and relays of one process under one stop
-//!   signal and one health state;
-//! * [`asyncapi`]: the service's AsyncAPI 3.1 document, generated from its
-//!   parts (feature `asyncapi`);
-//! * [`settle`]: what the runtime hands back to the broker (the retry
-//!   copy, the dead letter) and the fallbacks when the broker refuses it;
-//! * [`compat`]: schema-evolution checks (BACKWARD / FORWARD / FULL,
-//!   transitive) against committed snapshots, after Confluent's rules;
-//! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
-//!   a DLQ and fault injection.
-//!
-//! Backends implement [`Source`] and [`Acker`].
+//! * **the root**, for applications: [`Consumer`], [`Router`], [`Service`],
+//!   [`Outbox`] and [`OutboxRelay`], the stores, [`RetryPolicy`],
+//!   [`DeadLetter`], [`MemoryBroker`], and the modules they open onto;
+//! * **[`backend`]**, for broker backends (`consumer-kafka`,
+//!   `consumer-amqp`, and any other): the [`Source`](backend::Source) and
+//!   [`Acker`](backend::Acker) to implement, the envelope, the retry copy,
+//!   the dead letter, the errors a backend returns, its gauges and its
+//!   channel descriptions, and nothing else;
+//! * **`__private`**, hidden, for what `#[handler]` expands to.
 
-pub mod asyncapi;
+pub mod backend;
 pub mod batch;
-pub mod compat;
 pub mod dead_letter;
+pub mod describe;
 pub mod envelope;
-mod error;
+pub mod error;
 pub mod handler;
 mod hex;
 pub mod memory;
@@ -42,10 +29,10 @@ pub mod outbox;
 pub mod partition;
 pub mod publish;
 pub mod retry;
+mod retry_copy;
 pub mod router;
-mod runtime;
+pub mod runtime;
 pub mod service;
-pub mod settle;
 pub mod source;
 pub mod stats;
 pub mod store;
@@ -54,23 +41,19 @@ pub mod store;
 pub mod testing;
 pub mod trace;
 
-pub use dead_letter::{DeadLetter, DeadLetterKind, OmittedPayload};
-pub use envelope::{Destination, Envelope, Headers, Message, Origin, Placement, Position};
-pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
-pub use handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
-pub use memory::{MemoryBroker, MemorySource};
-pub use outbox::{NewEvent, Outbox, OutboxDatabase, OutboxRelay};
+pub use dead_letter::{DeadLetter, DeadLetterKind};
+pub use envelope::{Envelope, Headers, Message};
+pub use error::{BoxError, Error, Result};
+pub use handler::{Handler, MessageContext};
+pub use memory::MemoryBroker;
+pub use outbox::{NewEvent, Outbox, OutboxRelay};
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
-pub use router::{Route, Router, RouterBuilder, Routes, Single, UnknownEventType, UnknownTypes};
-pub use runtime::{Consumer, HandlerPanicked, InputError};
-#[cfg(feature = "prometheus")]
-pub use service::PrometheusMetrics;
-pub use service::{Health, PartHealth, PartState, Service, StopSignal, shutdown_signal};
-pub use settle::RetryCopy;
-pub use source::{Acker, Source};
-pub use stats::{Stats, StatsSnapshot};
-pub use store::{DedupStore, MemoryStore, MemoryTx, Store, StoreDatabase, Tx};
+pub use router::Router;
+pub use runtime::Consumer;
+pub use service::{Service, shutdown_signal};
+pub use stats::Stats;
+pub use store::{DedupStore, MemoryStore, MemoryTx, Store};
 #[cfg(feature = "postgres")]
 pub use store::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
@@ -98,7 +81,7 @@ pub mod __private {
         type Store: crate::DedupStore;
     }
 
-    impl<DB: crate::StoreDatabase> TxStore for Tx<DB> {
+    impl<DB: crate::store::StoreDatabase> TxStore for Tx<DB> {
         type Store = crate::Store<DB>;
     }
 
@@ -144,12 +127,15 @@ pub mod __private {
     impl<E: Into<crate::BoxError>> HandlerError for E {}
 
     /// Whether a `#[handler]`'s message type has a schema: see
-    /// [`crate::asyncapi::Probe`].
+    /// [`crate::describe::Probe`].
     pub mod probe {
-        #[cfg(feature = "asyncapi")]
-        pub use crate::asyncapi::ViaJsonSchema;
-        pub use crate::asyncapi::{PayloadType, Probe, ViaNothing};
+        #[cfg(feature = "schemas")]
+        pub use crate::describe::ViaJsonSchema;
+        pub use crate::describe::{PayloadType, Probe, ViaNothing};
     }
+
+    /// The handler SPI the expansions implement and call.
+    pub use crate::handler::{Failure, FailureKind, Invocation, Outcome};
 
     /// Type-level assertions the expansion emits.
     pub const fn assert_message<M: DecodableMessage>() {}

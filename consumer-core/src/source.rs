@@ -2,7 +2,7 @@
 //! delivery, an [`Acker`] that settles it.
 //!
 //! The runtime decides every outcome and builds what goes back to the
-//! broker (the retry copy, the dead letter: see [`crate::settle`]); a
+//! broker (the retry copy, the dead letter: see [`crate::retry_copy`]); a
 //! backend only routes and publishes what it is given, and says through
 //! [`Error::is_retriable`] and [`Error::broker_kind`] whether a failure can
 //! heal. Two rules hold for every backend: nothing is acked before its
@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
 use crate::metrics::SourceGauges;
-use crate::settle::RetryCopy;
+use crate::retry_copy::RetryCopy;
 
 /// A stream of deliveries from one backend.
 ///
@@ -69,7 +69,7 @@ pub trait Source: Send + 'static {
     /// The channels this source reads and settles to, for the service's
     /// AsyncAPI document. `None` (the default here) refuses the document
     /// with an error naming the consumer.
-    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<crate::describe::SourceChannels> {
         None
     }
 

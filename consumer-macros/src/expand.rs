@@ -216,8 +216,8 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
 
             async fn handle(
                 &self,
-                __consumer_inv: &mut #krate::Invocation<'_, #db>,
-            ) -> #krate::Outcome {
+                __consumer_inv: &mut #krate::__private::Invocation<'_, #db>,
+            ) -> #krate::__private::Outcome {
                 let __consumer_msg: #msg_ty = match __consumer_inv.decode::<#msg_ty>() {
                     ::std::result::Result::Ok(m) => m,
                     ::std::result::Result::Err(outcome) => return outcome,

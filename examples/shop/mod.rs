@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use consumer::outbox::RelayStats;
 use consumer::{
-    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxDatabase, OutboxRelay,
-    Publisher, Router, Service, Source, Stats, StatsSnapshot,
+    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxRelay, Publisher,
+    Router, Service, Stats, outbox::OutboxDatabase, source::Source, stats::StatsSnapshot,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consumer::Message;
-use consumer::amqp::{AmqpMetrics, AmqpPublisher, AmqpSource, QueueType, Topology};
+use consumer::amqp::{AmqpPublisher, AmqpSource, AmqpStats, QueueType, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 
@@ -56,7 +56,7 @@ pub struct AmqpBroker<const QUORUM: bool = false> {
     publisher: FaultyPublisher<AmqpPublisher>,
     faults: Faults,
     declared: Arc<Mutex<HashSet<String>>>,
-    metrics: Arc<Mutex<HashMap<String, Vec<AmqpMetrics>>>>,
+    metrics: Arc<Mutex<HashMap<String, Vec<AmqpStats>>>>,
     settle: SettleSettingsByTopic,
 }
 
@@ -111,7 +111,7 @@ impl<const QUORUM: bool> AmqpBroker<QUORUM> {
             .lock()
             .expect("metrics")
             .get(topic)
-            .map_or(0, |ms| ms.iter().map(AmqpMetrics::in_flight).sum());
+            .map_or(0, |ms| ms.iter().map(AmqpStats::in_flight).sum());
         usize::try_from(ready + in_flight).expect("fits")
     }
 }
@@ -252,7 +252,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         self.metrics
             .lock()
             .expect("metrics")
-            .insert(topic.to_owned(), vec![source.metrics()]);
+            .insert(topic.to_owned(), vec![source.stats()]);
         let topology = self.topology(topic);
         if settings.no_dead_letter_destination {
             delete_queues(&[topology.dead_letter_queue().to_owned()]).await;

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use consumer::amqp::{AmqpMetrics, AmqpPublisher, PartitionedSource, PartitionedTopology};
+use consumer::amqp::{AmqpPublisher, AmqpStats, PartitionedSource, PartitionedTopology};
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{Message, Outgoing, Publisher};
 
@@ -65,7 +65,7 @@ pub struct AmqpPartitionedBroker {
     publisher: FaultyPublisher<TopicPublishers>,
     faults: Faults,
     declared: Arc<Mutex<HashSet<String>>>,
-    metrics: Arc<Mutex<HashMap<String, AmqpMetrics>>>,
+    metrics: Arc<Mutex<HashMap<String, AmqpStats>>>,
     settle: SettleSettingsByTopic,
 }
 
@@ -168,7 +168,7 @@ impl BrokerHarness for AmqpPartitionedBroker {
         self.metrics
             .lock()
             .expect("metrics")
-            .insert(topic.to_owned(), source.metrics());
+            .insert(topic.to_owned(), source.stats());
         let t = self.topology(topic);
         if settings.no_dead_letter_destination {
             delete_queues(&[t.dead_letter_queue()]).await;
@@ -215,7 +215,7 @@ impl BrokerHarness for AmqpPartitionedBroker {
             .lock()
             .expect("metrics")
             .get(topic)
-            .map_or(0, AmqpMetrics::in_flight);
+            .map_or(0, AmqpStats::in_flight);
         usize::try_from(ready + in_flight).expect("fits")
     }
 

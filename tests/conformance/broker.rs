@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use consumer::testing::{Faults, FaultyPublisher, FaultySource};
 
 use super::support::within;
-use consumer::{DeadLetter, MemoryBroker, MemorySource, Message, Outgoing, Publisher, Source};
+use consumer::{
+    DeadLetter, MemoryBroker, Message, Outgoing, Publisher, memory::MemorySource, source::Source,
+};
 
 /// A broker the suite can drive. Every instance is a namespace of its own:
 /// topics of one instance never meet those of another.
@@ -211,12 +213,12 @@ impl BrokerHarness for MemoryHarness {
     fn remove_dead_letter_destination(&self, _topic: &str) {
         // The memory broker's dead-letter lists cannot go away.
         self.faults
-            .refuse_dead_letters(Some(consumer::BrokerErrorKind::NoDestination));
+            .refuse_dead_letters(Some(consumer::error::BrokerErrorKind::NoDestination));
     }
 
     fn remove_retry_destination(&self, _topic: &str) {
         self.faults
-            .refuse_retries(Some(consumer::BrokerErrorKind::NoDestination));
+            .refuse_retries(Some(consumer::error::BrokerErrorKind::NoDestination));
     }
 }
 

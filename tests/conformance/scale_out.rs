@@ -31,7 +31,7 @@ pub async fn record_in_order(
     .bind(&job.key)
     .bind(job.seq)
     .bind(instance())
-    .bind(ctx.envelope().origin.destination.as_str())
+    .bind(ctx.envelope().origin.channel.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use consumer::{Message, MessageContext, Store, Tx};
+use consumer::{Message, MessageContext, Store, store::Tx};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
@@ -337,7 +337,7 @@ fn message_ids_of(job_id: &str) -> Vec<String> {
 
 /// A store on a fresh database, and queries on the effects it saw.
 pub trait Harness: Sized + Send + Sync + 'static {
-    type Db: consumer::StoreDatabase;
+    type Db: consumer::store::StoreDatabase;
     /// Write transactions that can be open at once. SQLite has one writer:
     /// handler transactions on it run one at a time, whatever the lanes do.
     const CONCURRENT_WRITERS: usize;

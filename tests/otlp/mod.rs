@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use consumer::{
-    Consumer, NewEvent, Outbox, OutboxRelay, PgStore, PgTx, Publisher, Source, handler,
+    Consumer, NewEvent, Outbox, OutboxRelay, PgStore, PgTx, Publisher, handler, source::Source,
 };
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use consumer::{
-    Consumer, DeadLetterKind, Handler, Message, Routes, Service, Single, StatsSnapshot, Store,
+    Consumer, DeadLetterKind, Handler, Message, Service, Store,
+    router::{OneHandler, Routes},
+    stats::StatsSnapshot,
 };
 
 use super::handlers;
@@ -26,7 +28,7 @@ where
     B: BrokerHarness,
     H: Handler<SuiteStore>,
 {
-    run_routes_until_drained(h, broker, topic, Single(handler)).await
+    run_routes_until_drained(h, broker, topic, OneHandler(handler)).await
 }
 
 /// Runs `routes` (one handler, or a router) on `topic` until the broker
@@ -109,9 +111,9 @@ pub async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context<B: B
     assert_eq!(dl.handler, "work");
     assert_eq!(dl.message_id, "poison-1");
     assert!(
-        BrokerHarness::is_destination_of(&broker, "t", &dl.origin.destination),
+        BrokerHarness::is_destination_of(&broker, "t", &dl.origin.channel),
         "the dead letter names where it came from: {} (topic t is {})",
-        dl.origin.destination,
+        dl.origin.channel,
         BrokerHarness::destination(&broker, "t")
     );
     assert!(dl.error.contains("JSON"), "{}", dl.error);
@@ -725,7 +727,7 @@ pub async fn a_dead_letter_refused_for_its_size_goes_without_its_payload_and_the
     assert_eq!(omitted.size, payload.len());
     assert_eq!(
         omitted.sha256,
-        consumer::OmittedPayload::of(&payload).sha256
+        consumer::dead_letter::OmittedPayload::of(&payload).sha256
     );
     let stored = h.stored_dead_letters().await;
     assert_eq!(stored.len(), 1, "{stored:#?}");

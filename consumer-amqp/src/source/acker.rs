@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use consumer_core::{Acker, Message, RetryCopy};
+use consumer_core::backend::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 
-use super::metrics::MetricsInner;
 use super::partitioned::InFlightGuard;
+use super::stats::StatsInner;
 use crate::error::Error;
 use crate::publisher::AmqpPublisher;
 use crate::topology::Topology;
@@ -40,7 +40,7 @@ pub struct AmqpAcker {
     delivery: lapin::Acker,
     publisher: AmqpPublisher,
     topology: Arc<Topology>,
-    metrics: Arc<MetricsInner>,
+    metrics: Arc<StatsInner>,
     settled: bool,
     /// A partitioned source's count of this partition's deliveries in
     /// flight; dropped last, after the settle.
@@ -61,7 +61,7 @@ impl AmqpAcker {
         delivery: lapin::Acker,
         publisher: AmqpPublisher,
         topology: Arc<Topology>,
-        metrics: Arc<MetricsInner>,
+        metrics: Arc<StatsInner>,
     ) -> Self {
         Self {
             delivery,
@@ -88,7 +88,7 @@ impl AmqpAcker {
 }
 
 impl Acker for AmqpAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::Error> {
+    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
         self.done();
         match self.delivery.ack(BasicAckOptions::default()).await {
             Ok(true) => Ok(()),
@@ -101,7 +101,7 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::Error> {
+    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
         self.done();
         let requeue = BasicNackOptions {
             requeue: true,
@@ -118,7 +118,10 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), consumer_core::Error> {
+    async fn publish_dead_letter(
+        &mut self,
+        letter: &Message,
+    ) -> Result<(), consumer_core::backend::Error> {
         self.publisher
             .publish_to(
                 self.topology.dead_letter_exchange(),
@@ -130,7 +133,10 @@ impl Acker for AmqpAcker {
         Ok(())
     }
 
-    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_core::Error> {
+    async fn publish_retry(
+        &mut self,
+        copy: &RetryCopy,
+    ) -> Result<(), consumer_core::backend::Error> {
         let queue = self.topology.delay_queue_for(copy.delay);
         self.publisher
             .publish_to("", &queue, &copy.message, Some(copy.delay))
@@ -156,7 +162,7 @@ impl Drop for AmqpAcker {
                     ..BasicNackOptions::default()
                 };
                 if let Err(e) = delivery.nack(requeue).await {
-                    tracing::debug!(target: "consumer_amqp", error = %e, "nack of a dropped delivery failed; its channel closing requeues it");
+                    tracing::debug!(target: "consumer::amqp", error = %e, "nack of a dropped delivery failed; its channel closing requeues it");
                 }
             });
         }

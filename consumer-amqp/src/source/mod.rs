@@ -1,25 +1,25 @@
 //! Consuming a RabbitMQ queue ([`AmqpSource`]), settling each delivery
-//! ([`AmqpAcker`]), and the counters of both ([`AmqpMetrics`]).
+//! ([`AmqpAcker`]), and the counters of both ([`AmqpStats`]).
 
 mod acker;
 mod gauges;
-mod metrics;
 mod partitioned;
+mod stats;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::{Envelope, Source};
+use consumer_core::backend::{Envelope, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 pub use acker::AmqpAcker;
-pub use metrics::AmqpMetrics;
 pub use partitioned::PartitionedSource;
+pub use stats::AmqpStats;
 
 use crate::error::{Error, Result};
 use crate::headers;
@@ -52,7 +52,7 @@ pub struct AmqpSource {
     prefetch: u16,
     session: Option<Session>,
     publisher: AmqpPublisher,
-    metrics: AmqpMetrics,
+    metrics: AmqpStats,
     depth_interval: Duration,
 }
 
@@ -83,7 +83,7 @@ impl AmqpSource {
             .with_connection_name(format!("consumer-settle {}", topology.queue()));
         let topology = Arc::new(topology);
         Ok(Self {
-            metrics: AmqpMetrics::new(Arc::clone(&topology), publisher.clone()),
+            metrics: AmqpStats::new(Arc::clone(&topology), publisher.clone()),
             uri,
             topology,
             prefetch: 256,
@@ -105,7 +105,7 @@ impl AmqpSource {
     /// `max_message_size` when that is lower than RabbitMQ's default.
     pub fn with_max_message_bytes(mut self, n: usize) -> Self {
         self.publisher = self.publisher.with_max_message_bytes(n);
-        self.metrics = AmqpMetrics::new(Arc::clone(&self.topology), self.publisher.clone());
+        self.metrics = AmqpStats::new(Arc::clone(&self.topology), self.publisher.clone());
         self
     }
 
@@ -135,7 +135,7 @@ impl AmqpSource {
 
     /// Counters and queue depths; clone it before handing the source to the
     /// consumer.
-    pub fn metrics(&self) -> AmqpMetrics {
+    pub fn stats(&self) -> AmqpStats {
         self.metrics.clone()
     }
 
@@ -163,7 +163,7 @@ impl AmqpSource {
             )
             .await
             .map_err(Error::amqp("basic.consume"))?;
-        tracing::info!(target: "consumer_amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
+        tracing::info!(target: "consumer::amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
         Ok(Session {
             connection,
             channel,
@@ -177,7 +177,7 @@ impl AmqpSource {
                 .inner
                 .reconnects
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
+            tracing::warn!(target: "consumer::amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
             let _ = s.connection.close(200, "reconnecting".into()).await;
         }
     }
@@ -194,14 +194,14 @@ impl Source for AmqpSource {
         server_of(&self.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
         Some(crate::asyncapi::source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
         ))
     }
 
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(gauges::AmqpGauges::start(
             Arc::clone(&self.metrics.inner),
             self.depth_interval,
@@ -212,7 +212,9 @@ impl Source for AmqpSource {
         check_delay_queues(&self.topology, longest_delay)
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
         if self.session.is_none() {
             self.session = Some(self.open().await?);
         }

@@ -56,7 +56,7 @@ impl Topology {
             self.declare_queue(channel, &name, durable, self.delay_queue_args())
                 .await?;
         }
-        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
+        tracing::debug!(target: "consumer::amqp", queue = %self.queue, "topology declared");
         Ok(())
     }
 

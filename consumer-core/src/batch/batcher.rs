@@ -13,8 +13,8 @@ use tracing::Instrument;
 
 use super::BatchHandler;
 use super::items::{Batch, BatchItem};
+use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Outcome};
-use crate::runtime::CatchUnwind;
 use crate::store::DedupStore;
 
 /// A message waiting for its batch, and where its outcome goes.
@@ -232,6 +232,6 @@ where
 async fn rollback<S: DedupStore>(store: &S, tx: S::Tx) {
     if let Err(e) = store.rollback(tx).await {
         // The connection is gone; the server rolls back on its own.
-        tracing::debug!(target: "consumer", error = %e, "batch rollback failed");
+        tracing::debug!(target: "consumer::runtime", error = %e, "batch rollback failed");
     }
 }

@@ -119,7 +119,7 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
         self.handler.event_types()
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         self.handler.payload_type()
     }
 

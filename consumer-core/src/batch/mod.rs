@@ -74,8 +74,8 @@ pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
     /// then refused, naming it); return
     /// `Some(PayloadType::of::<Self::Message>())` (feature `asyncapi`) for a
     /// type that implements `schemars::JsonSchema`.
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
-        Some(crate::asyncapi::PayloadType::without_schema::<Self::Message>())
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
+        Some(crate::describe::PayloadType::without_schema::<Self::Message>())
     }
 
     /// The key a message is deduplicated on (default: its message id).

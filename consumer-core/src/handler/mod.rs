@@ -9,12 +9,15 @@
 mod context;
 mod invocation;
 mod outcome;
+mod panic;
 
 use std::future::Future;
 
 pub use context::MessageContext;
 pub use invocation::Invocation;
 pub use outcome::{DecodeError, Failure, FailureKind, Outcome};
+pub(crate) use panic::CatchUnwind;
+pub use panic::HandlerPanicked;
 
 use crate::retry::RetryPolicy;
 use crate::store::DedupStore;
@@ -53,7 +56,7 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     /// ([`Service::asyncapi`](crate::Service::asyncapi)). `#[handler]`
     /// fills it; `None` (the default here) refuses the document with an
     /// error naming the handler.
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         None
     }
 

@@ -69,7 +69,7 @@ pub fn global_meter() -> Meter {
 /// `error.type` of a failed broker or store operation: see
 /// [`attr::error_type`].
 pub(crate) fn error_type(error: &crate::Error) -> &'static str {
-    use crate::BrokerErrorKind as K;
+    use crate::error::BrokerErrorKind as K;
     use attr::error_type as t;
     match error.broker_kind() {
         Some(K::Unavailable) => t::UNAVAILABLE,

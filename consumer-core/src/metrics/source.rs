@@ -3,7 +3,7 @@
 //! commit failures, reconnects).
 //!
 //! A backend implements [`SourceGauges`] and returns it from
-//! [`Source::gauges`](crate::Source::gauges); the runtime registers the
+//! [`Source::gauges`](crate::source::Source::gauges); the runtime registers the
 //! instruments (the names and units are core's: see
 //! [`catalogue`](super::catalogue)) and calls [`SourceGauges::observe`] at
 //! each collection. Only what is observed is exported, so a partition that

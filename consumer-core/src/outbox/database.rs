@@ -67,7 +67,7 @@ impl<DB: OutboxDatabase> InTransaction for crate::store::Tx<DB> {
 }
 
 /// A database the outbox supports; sealed, like
-/// [`StoreDatabase`](crate::StoreDatabase).
+/// [`StoreDatabase`](crate::store::StoreDatabase).
 pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]

@@ -76,7 +76,7 @@ pub struct Outbox {
     table: String,
     default_destination: Option<String>,
     notify_channel: Option<String>,
-    events: Vec<crate::asyncapi::DeclaredEvent>,
+    events: Vec<crate::describe::DeclaredEvent>,
 }
 
 impl Default for Outbox {
@@ -124,39 +124,39 @@ impl Outbox {
     /// payloads of type `T`, to the default destination: the relay's send
     /// operation in the service's AsyncAPI document, with `T`'s Serialize
     /// schema. Declaring changes nothing at run time.
-    #[cfg(feature = "asyncapi")]
+    #[cfg(feature = "schemas")]
     #[must_use]
     pub fn with_event<T: serde::Serialize + schemars::JsonSchema>(
         mut self,
         event_type: impl Into<String>,
     ) -> Self {
-        self.events.push(crate::asyncapi::DeclaredEvent {
+        self.events.push(crate::describe::DeclaredEvent {
             event_type: event_type.into(),
             destination: None,
-            payload: crate::asyncapi::PayloadType::of::<T>(),
+            payload: crate::describe::PayloadType::of::<T>(),
         });
         self
     }
 
     /// [`Outbox::with_event`] for events written with their own
     /// destination ([`NewEvent::with_destination`]).
-    #[cfg(feature = "asyncapi")]
+    #[cfg(feature = "schemas")]
     #[must_use]
     pub fn with_event_to<T: serde::Serialize + schemars::JsonSchema>(
         mut self,
         destination: impl Into<String>,
         event_type: impl Into<String>,
     ) -> Self {
-        self.events.push(crate::asyncapi::DeclaredEvent {
+        self.events.push(crate::describe::DeclaredEvent {
             event_type: event_type.into(),
             destination: Some(destination.into()),
-            payload: crate::asyncapi::PayloadType::of::<T>(),
+            payload: crate::describe::PayloadType::of::<T>(),
         });
         self
     }
 
     /// The event types declared with [`Outbox::with_event`].
-    pub fn declared_events(&self) -> &[crate::asyncapi::DeclaredEvent] {
+    pub fn declared_events(&self) -> &[crate::describe::DeclaredEvent] {
         &self.events
     }
 

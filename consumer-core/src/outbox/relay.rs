@@ -54,7 +54,7 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// What the service's AsyncAPI document says of this relay: each
     /// event type its outbox declares, with its destination's channel.
-    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
+    pub(crate) fn describe(&self, name: String) -> crate::describe::PartDescription {
         let events = self
             .outbox
             .declared_events()
@@ -73,7 +73,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 (e.clone(), destination, channel)
             })
             .collect();
-        crate::asyncapi::PartDescription::Relay {
+        crate::describe::PartDescription::Relay {
             name,
             system: self.publisher.system(),
             events,

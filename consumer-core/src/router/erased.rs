@@ -18,7 +18,7 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     /// [`Handler::event_types`].
     fn event_types(&self) -> &'static [&'static str];
     /// [`Handler::payload_type`].
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType>;
+    fn payload_type(&self) -> Option<crate::describe::PayloadType>;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -39,7 +39,7 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
         Handler::event_types(self)
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         Handler::payload_type(self)
     }
 
@@ -64,7 +64,7 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
         ErasedHandler::event_types(self)
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         ErasedHandler::payload_type(self)
     }
 

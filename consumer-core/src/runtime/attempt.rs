@@ -11,17 +11,17 @@ use opentelemetry::context::FutureExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use super::panic::CatchUnwind;
 use super::settle::Redelivered;
 use super::{Shared, jitter};
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::{Envelope, HeaderError};
 use crate::error::BoxError;
+use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::metrics::attr::error_type;
 use crate::retry::RetryMode;
+use crate::retry_copy::RetryCopy;
 use crate::router::{Route, Routes};
-use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
 use crate::store::{DedupStore, FailureRecord};
@@ -74,7 +74,7 @@ where
             Route::Ignore => {
                 self.metrics.unknown_type(&envelope);
                 self.stats.incr(Counter::UnknownTypesIgnored);
-                tracing::debug!(target: "consumer", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
+                tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
                 self.ack(&envelope, acker).await
             }
             Route::Unknown { router, error } => {
@@ -112,14 +112,14 @@ where
                     if (failed_here || envelope.attempt > 1)
                         && let Err(e) = self.store.clear_failures(name, &envelope.id).await
                     {
-                        tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
+                        tracing::debug!(target: "consumer::runtime", error = %e, "could not clear failure records; purge will");
                     }
                     return within(cx, self.ack(&envelope, acker)).await;
                 }
                 Outcome::Duplicate => {
                     self.metrics.duplicate(&envelope, name);
                     self.stats.incr(Counter::Duplicates);
-                    tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
+                    tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, "duplicate delivery skipped");
                     return within(cx, self.ack(&envelope, acker)).await;
                 }
                 Outcome::Failed(f) => f,
@@ -160,7 +160,7 @@ where
             let delay = jitter(&policy, record.attempts);
             self.stats.incr(Counter::Retries);
             tracing::warn!(
-                target: "consumer",
+                target: "consumer::runtime",
                 handler = name,
                 message_id = %envelope.id,
                 attempt = record.attempts,
@@ -271,7 +271,7 @@ where
             Err(e) => {
                 // The count still travels with the message (in-memory attempt
                 // number, header on redelivery); only a crash now resets it.
-                tracing::warn!(target: "consumer", error = %e, "could not record the failed attempt");
+                tracing::warn!(target: "consumer::runtime", error = %e, "could not record the failed attempt");
                 FailureRecord {
                     attempts: envelope.attempt,
                     first_failure: envelope

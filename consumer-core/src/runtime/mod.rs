@@ -17,7 +17,6 @@
 
 mod attempt;
 mod lanes;
-mod panic;
 mod settle;
 
 use std::collections::hash_map::RandomState;
@@ -30,15 +29,13 @@ use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
-pub(crate) use panic::CatchUnwind;
-pub use panic::HandlerPanicked;
 
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::metrics::consumer::ConsumerMetrics;
 use crate::retry::{RetryMode, RetryPolicy};
-use crate::router::{Router, Routes, Single};
+use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
@@ -53,7 +50,7 @@ const STEP_BACKOFF: RetryPolicy =
 ///
 /// ```no_run
 /// # async fn demo<S, H>(source: S, store: consumer_core::SqliteStore, handler: H)
-/// # where S: consumer_core::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
+/// # where S: consumer_core::source::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
 /// use consumer_core::Consumer;
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
 /// # drop(stop);
@@ -76,7 +73,7 @@ pub struct Consumer<Src, S, R> {
     meter: Option<Meter>,
 }
 
-impl<Src, S, H> Consumer<Src, S, Single<H>>
+impl<Src, S, H> Consumer<Src, S, OneHandler<H>>
 where
     Src: Source,
     S: DedupStore,
@@ -87,7 +84,7 @@ where
     /// finish running work at shutdown, 30 s for a settle step that can
     /// heal.
     pub fn new(source: Src, store: S, handler: H) -> Self {
-        Self::routed(source, store, Single(handler))
+        Self::routed(source, store, OneHandler(handler))
     }
 }
 
@@ -167,8 +164,8 @@ where
     }
 
     /// What the service's AsyncAPI document says of this consumer.
-    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
-        crate::asyncapi::PartDescription::Consumer {
+    pub(crate) fn describe(&self, name: String) -> crate::describe::PartDescription {
+        crate::describe::PartDescription::Consumer {
             name,
             system: self.source.system(),
             channels: self.source.channels().map(Box::new),
@@ -176,7 +173,7 @@ where
                 .routes
                 .handlers()
                 .into_iter()
-                .map(|h| crate::asyncapi::HandlerDescription {
+                .map(|h| crate::describe::HandlerDescription {
                     name: h.name(),
                     event_types: h.event_types(),
                     payload: h.payload_type(),
@@ -297,7 +294,7 @@ where
                 Err(e) if e.is_retriable() => {
                     source_errors = source_errors.saturating_add(1);
                     let delay = jitter(&STEP_BACKOFF, source_errors);
-                    tracing::warn!(target: "consumer", error = %e, ?delay, "source failed; trying again");
+                    tracing::warn!(target: "consumer::runtime", error = %e, ?delay, "source failed; trying again");
                     tokio::select! {
                         () = &mut shutdown => break Ok(()),
                         () = tokio::time::sleep(delay) => {}
@@ -315,7 +312,7 @@ where
         let drained = tokio::time::timeout(self.shutdown_timeout, permits.acquire_many(all)).await;
         if drained.is_err() {
             tracing::error!(
-                target: "consumer",
+                target: "consumer::runtime",
                 in_flight = shared.stats.snapshot().in_flight,
                 "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
             );

@@ -46,8 +46,8 @@ use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
 use crate::metrics::{self, attr::fallback, attr::operation};
+use crate::retry_copy::RetryCopy;
 use crate::router::Routes;
-use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
 use crate::store::DedupStore;
@@ -126,16 +126,16 @@ where
     async fn after_failure(&self, budget: &mut StepBudget, step: &str, error: &Error) -> Next {
         self.stats.incr(Counter::SettleErrors);
         if !error.is_retriable() {
-            tracing::warn!(target: "consumer", step, error = %chain(error), "settle step refused for good; taking its fallback");
+            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), "settle step refused for good; taking its fallback");
             return Next::GiveUp;
         }
         budget.failures = budget.failures.saturating_add(1);
         let delay: Duration = jitter(&STEP_BACKOFF, budget.failures);
         if Instant::now() + delay > budget.deadline {
-            tracing::warn!(target: "consumer", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
+            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
             return Next::GiveUp;
         }
-        tracing::warn!(target: "consumer", step, error = %chain(error), ?delay, "settle step failed; trying again");
+        tracing::warn!(target: "consumer::runtime", step, error = %chain(error), ?delay, "settle step failed; trying again");
         if self.sleep_unless_stopping(delay).await {
             Next::TryAgain
         } else {
@@ -171,7 +171,7 @@ where
         let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
-            tracing::warn!(target: "consumer", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
+            tracing::warn!(target: "consumer::runtime", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
         }
         true
     }
@@ -184,7 +184,7 @@ where
             .settle_op(envelope, operation::RELEASE, acker.release())
             .await;
         if let Err(e) = r {
-            tracing::warn!(target: "consumer", error = %e, "release failed; the broker redelivers unsettled deliveries");
+            tracing::warn!(target: "consumer::runtime", error = %e, "release failed; the broker redelivers unsettled deliveries");
         }
         false
     }
@@ -220,7 +220,7 @@ where
                     self.metrics.fallback(envelope, fallback::RETRY_IN_PLACE);
                     self.stats.incr(Counter::RetryFallbacks);
                     tracing::warn!(
-                        target: "consumer",
+                        target: "consumer::runtime",
                         handler,
                         message_id = %envelope.id,
                         attempt = copy.attempt,
@@ -248,7 +248,7 @@ where
     ) -> bool {
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         tracing::error!(
-            target: "consumer",
+            target: "consumer::runtime",
             handler = name,
             message_id = %envelope.id,
             origin = %envelope.origin,
@@ -260,7 +260,7 @@ where
 
         match self.was_dead_lettered(&dl).await {
             Some(true) => {
-                tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
+                tracing::info!(target: "consumer::runtime", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
                 return self.ack(envelope, acker).await;
             }
             Some(false) => {}
@@ -279,7 +279,7 @@ where
                 {
                     // The letter is on the broker; only a redelivery of the
                     // original (a lost ack) would send it again.
-                    tracing::warn!(target: "consumer", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
+                    tracing::warn!(target: "consumer::runtime", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
                 }
                 self.count_dead_letter(envelope, name, kind);
                 return self.ack(envelope, acker).await;
@@ -301,7 +301,7 @@ where
                     self.count_dead_letter(envelope, name, kind);
                 }
                 tracing::error!(
-                    target: "consumer",
+                    target: "consumer::runtime",
                     handler = name,
                     message_id = %dl.message_id,
                     refusal = %refusal,
@@ -366,7 +366,7 @@ where
             {
                 Published::Yes => {}
                 Published::No(e) => tracing::warn!(
-                    target: "consumer",
+                    target: "consumer::runtime",
                     message_id = %dl.message_id,
                     error = %chain(&e),
                     "the letter without its payload was refused too; the whole letter is in the store's dead-letter table"
@@ -383,7 +383,7 @@ where
             self.count_dead_letter(envelope, name, dl.kind);
         }
         tracing::warn!(
-            target: "consumer",
+            target: "consumer::runtime",
             message_id = %dl.message_id,
             size = dl.payload.len(),
             error = %chain(refused),
@@ -461,7 +461,7 @@ where
         self.metrics.fallback(envelope, fallback::RELEASE);
         self.stats.incr(Counter::SettleFailures);
         tracing::error!(
-            target: "consumer",
+            target: "consumer::runtime",
             handler = %dl.handler,
             message_id = %dl.message_id,
             kind = %dl.kind,

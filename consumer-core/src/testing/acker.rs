@@ -4,7 +4,7 @@ use super::Faults;
 use super::source::Hold;
 use crate::envelope::Message;
 use crate::error::Error;
-use crate::settle::RetryCopy;
+use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
 
 /// Wraps the acker of a [`FaultySource`](super::FaultySource).

@@ -2,7 +2,7 @@
 //! backend, a fresh PostgreSQL schema per test, spans exported to memory.
 //!
 //! One set of fault-injecting wrappers, written once: [`FaultySource`] and its
-//! [`FaultyAcker`] wrap any [`Source`](crate::Source) and its acker;
+//! [`FaultyAcker`] wrap any [`Source`](crate::source::Source) and its acker;
 //! [`FaultyPublisher`] wraps any [`Publisher`](crate::Publisher). They share
 //! one [`Faults`] handle, through which a test arms what goes wrong next:
 //!

@@ -128,7 +128,7 @@ impl<S: Source> Source for FaultySource<S> {
         self.inner.as_ref()?.consumer_group()
     }
 
-    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<crate::describe::SourceChannels> {
         self.inner.as_ref()?.channels()
     }
 
@@ -209,7 +209,7 @@ mod tests {
 
     use super::*;
     use crate::envelope::{Headers, Message, Origin};
-    use crate::settle::RetryCopy;
+    use crate::retry_copy::RetryCopy;
     use crate::source::Acker;
 
     type Log = Arc<Mutex<Vec<String>>>;

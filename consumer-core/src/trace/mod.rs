@@ -173,6 +173,17 @@ pub fn inject_current(headers: &mut Headers) {
     inject(&current(), headers);
 }
 
+// Here rather than beside `Message`'s other builders: the envelope module
+// knows nothing of tracing, so trace can depend on it and not the reverse.
+impl crate::envelope::Message {
+    /// Injects the current span's W3C trace context (`traceparent`,
+    /// `tracestate`), so the consumer's span becomes its child.
+    pub fn with_current_trace(mut self) -> Self {
+        inject_current(&mut self.headers);
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

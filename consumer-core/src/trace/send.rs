@@ -148,7 +148,7 @@ where
 {
     // Names are only worked out for a span that is recorded.
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "send",
         otel.name = Empty,
         otel.kind = "producer",

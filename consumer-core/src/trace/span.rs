@@ -65,9 +65,9 @@ pub fn delivery_context(envelope: &Envelope) -> Context {
 pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (Span, Context) {
     let parent = Context::current();
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "process",
-        otel.name = %format_args!("process {}", envelope.origin.destination),
+        otel.name = %format_args!("process {}", envelope.origin.channel),
         otel.kind = "consumer",
         otel.status_code = Empty,
         messaging.system = scope.system,
@@ -118,9 +118,9 @@ pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (S
 /// context: the handler's last attempt, else the delivery's.
 pub fn settle_span(envelope: &Envelope, operation: &'static str, scope: &SpanScope) -> Span {
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "settle",
-        otel.name = %format_args!("{operation} {}", envelope.origin.destination),
+        otel.name = %format_args!("{operation} {}", envelope.origin.channel),
         otel.kind = "client",
         otel.status_code = Empty,
         messaging.system = scope.system,
@@ -206,7 +206,7 @@ fn log_malformed(message_id: &str, error: &super::TraceContextError) {
     {
         let unlogged = MALFORMED_UNLOGGED.swap(0, Ordering::Relaxed);
         tracing::warn!(
-            target: "consumer",
+            target: "consumer::runtime",
             message_id,
             error = %error,
             unlogged_since_last = unlogged,

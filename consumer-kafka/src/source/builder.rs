@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
-use super::ledger::Shared;
+use super::ledger::Ledger;
 use super::poller::Poller;
 use super::rebalance::Ctx;
 use super::{KafkaSource, Link};
@@ -135,7 +135,7 @@ impl KafkaSourceBuilder {
     /// [`Error::Fenced`] (not retriable: the consumer stops rather than
     /// rejoining in a loop).
     ///
-    /// [`close`]: consumer_core::Source::close
+    /// [`close`]: consumer_core::backend::Source::close
     pub fn with_static_membership(mut self, instance_id: impl Into<String>) -> Self {
         self.instance_id = Some(instance_id.into());
         self
@@ -143,7 +143,12 @@ impl KafkaSourceBuilder {
 
     /// Creates the consumer and the settle producer, subscribes, and starts
     /// the poll thread. Topics are not created (see [`Topics::create`]).
-    pub fn connect(self) -> Result<KafkaSource, Error> {
+    ///
+    /// Async like every backend's `connect` (RabbitMQ's opens its
+    /// connection here); librdkafka connects in the background, so this
+    /// returns without waiting for the brokers.
+    #[allow(clippy::unused_async)]
+    pub async fn connect(self) -> Result<KafkaSource, Error> {
         if let Some(id) = &self.instance_id {
             validate_instance_id(id)?;
         }
@@ -175,7 +180,7 @@ impl KafkaSourceBuilder {
             source,
         })?;
 
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Ledger::default());
         let context = Ctx::new(Arc::clone(&shared), self.revoke_timeout);
         let consumer: BaseConsumer<Ctx> =
             cc.create_with_context(context)
@@ -215,7 +220,7 @@ impl KafkaSourceBuilder {
                 let _ = done_tx.send(result);
             })
             .map_err(|_| Error::PollThread("could not be started"))?;
-        tracing::info!(target: "consumer_kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
+        tracing::info!(target: "consumer::kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
             rx,
             link: Arc::new(Link {
@@ -308,15 +313,15 @@ mod static_membership_tests {
         )
     }
 
-    #[test]
-    fn instance_ids_kafka_would_refuse_are_refused_with_a_sentence() {
+    #[tokio::test]
+    async fn instance_ids_kafka_would_refuse_are_refused_with_a_sentence() {
         for id in ["", " ", "a b", "pod/0", ".", "..", &"x".repeat(250)] {
-            let Err(e) = builder().with_static_membership(id).connect() else {
+            let Err(e) = builder().with_static_membership(id).connect().await else {
                 panic!("{id:?} was accepted");
             };
             assert!(matches!(e, Error::InvalidInstanceId { .. }), "{id:?}: {e}");
             assert!(!e.is_retriable());
-            let core: consumer_core::Error = e.into();
+            let core: consumer_core::backend::Error = e.into();
             assert!(
                 core.to_string().contains("group.instance.id"),
                 "{id:?}: {core}"
@@ -327,13 +332,14 @@ mod static_membership_tests {
         }
     }
 
-    #[test]
-    fn a_valid_instance_id_connects_as_a_static_member() {
+    #[tokio::test]
+    async fn a_valid_instance_id_connects_as_a_static_member() {
         // librdkafka does not reach the broker in `connect`; closing is not
         // awaited here (nothing was joined).
         let source = builder()
             .with_static_membership("billing-0")
             .connect()
+            .await
             .expect("a valid instance id connects");
         drop(source);
     }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::metrics::{SourceGauges, SourceReadings};
+use consumer_core::backend::{SourceGauges, SourceReadings};
 
-use super::ledger::Shared;
+use super::ledger::Ledger;
 use super::poller::now_ms;
 
-pub(super) struct KafkaGauges(pub(super) Arc<Shared>);
+pub(super) struct KafkaGauges(pub(super) Arc<Ledger>);
 
 impl SourceGauges for KafkaGauges {
     fn observe(&self, readings: &mut SourceReadings) {

@@ -56,8 +56,11 @@ impl Hasher for TpHasher {
     }
 }
 
+/// What the source's poll thread, its ackers and its rebalance callbacks
+/// share: each partition's records in flight (the lowest unfinished offset
+/// is what may be committed), and the source's counters.
 #[derive(Default)]
-pub(super) struct Shared {
+pub(super) struct Ledger {
     pub(super) state: Mutex<State>,
     /// Signalled when a record of a revoking partition settles.
     pub(super) settled: Condvar,
@@ -77,7 +80,7 @@ pub(super) struct Shared {
     pub(super) close_timeouts: AtomicU64,
 }
 
-impl Shared {
+impl Ledger {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -5,14 +5,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use consumer_core::settle::due_in;
+use consumer_core::backend::due_in;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use super::Delivery;
-use super::ledger::{Parked, Shared, Tp};
+use super::ledger::{Ledger, Parked, Tp};
 use super::rebalance::Ctx;
 use crate::error::Error;
 use crate::headers;
@@ -21,7 +21,7 @@ use crate::topics::Topics;
 /// Owns the consumer; runs on its own thread.
 pub(super) struct Poller {
     consumer: BaseConsumer<Ctx>,
-    shared: Arc<Shared>,
+    shared: Arc<Ledger>,
     tx: mpsc::UnboundedSender<Delivery>,
     topics: Arc<Topics>,
     max_per_partition: usize,
@@ -35,7 +35,7 @@ const STORE_EVERY: Duration = Duration::from_millis(5);
 impl Poller {
     pub(super) fn new(
         consumer: BaseConsumer<Ctx>,
-        shared: Arc<Shared>,
+        shared: Arc<Ledger>,
         tx: mpsc::UnboundedSender<Delivery>,
         topics: Arc<Topics>,
         max_per_partition: usize,
@@ -79,7 +79,7 @@ impl Poller {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
                         break Err(Error::Fatal { code, reason });
                     }
-                    tracing::warn!(target: "consumer_kafka", error = %e, "poll error (librdkafka retries by itself)");
+                    tracing::warn!(target: "consumer::kafka", error = %e, "poll error (librdkafka retries by itself)");
                     true
                 }
             };
@@ -142,9 +142,9 @@ impl Poller {
                 }
             }
             if let Some(pause) = pause {
-                tracing::debug!(target: "consumer_kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
+                tracing::debug!(target: "consumer::kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
                 if let Err(e) = self.consumer.pause(&pause) {
-                    tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                    tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
                 }
                 return;
             }
@@ -211,7 +211,7 @@ impl Poller {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&tp.topic, tp.partition);
             if let Err(e) = self.consumer.pause(&tpl) {
-                tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
             }
         }
     }
@@ -254,12 +254,12 @@ impl Poller {
         if store.count() > 0
             && let Err(e) = self.consumer.store_offsets(&store)
         {
-            tracing::debug!(target: "consumer_kafka", error = %e, "could not store offsets (partition no longer assigned?)");
+            tracing::debug!(target: "consumer::kafka", error = %e, "could not store offsets (partition no longer assigned?)");
         }
         if resume.count() > 0
             && let Err(e) = self.consumer.resume(&resume)
         {
-            tracing::warn!(target: "consumer_kafka", error = %e, "could not resume partitions");
+            tracing::warn!(target: "consumer::kafka", error = %e, "could not resume partitions");
         }
         waiting
     }
@@ -282,7 +282,7 @@ impl Poller {
             && let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync)
         {
             self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
+            tracing::warn!(target: "consumer::kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
         }
     }
 }

@@ -13,12 +13,12 @@ use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::sync::PoisonError;
 
-use super::ledger::{Partition, Shared, State, Tp};
+use super::ledger::{Ledger, Partition, State, Tp};
 
 /// The consumer's context: rebalance callbacks (run on the poll thread),
 /// statistics and librdkafka's logs.
 pub(super) struct Ctx {
-    shared: Arc<Shared>,
+    shared: Arc<Ledger>,
     revoke_timeout: Duration,
 }
 
@@ -29,22 +29,22 @@ impl ClientContext for Ctx {
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
             | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+                tracing::error!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
             }
             RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+                tracing::warn!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
             }
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+                tracing::info!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
             }
             RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
+                tracing::debug!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
             }
         }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "consumer_kafka", %error, reason, "client error (librdkafka retries by itself)");
+        tracing::warn!(target: "consumer::kafka", %error, reason, "client error (librdkafka retries by itself)");
     }
 
     fn stats(&self, statistics: Statistics) {
@@ -78,7 +78,7 @@ impl ConsumerContext for Ctx {
                 return;
             }
             self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(target: "consumer_kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
+            tracing::debug!(target: "consumer::kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
         }
     }
 
@@ -96,21 +96,21 @@ impl ConsumerContext for Ctx {
                     let epoch = state.next_epoch;
                     state.partitions.insert(tp, Partition::new(epoch));
                 }
-                tracing::info!(target: "consumer_kafka", partitions = tpl.count(), "partitions assigned");
+                tracing::info!(target: "consumer::kafka", partitions = tpl.count(), "partitions assigned");
             }
             Rebalance::Revoke(tpl) => {
                 self.shared.revokes.fetch_add(1, Ordering::Relaxed);
                 self.revoke(consumer, tpl);
             }
             Rebalance::Error(e) => {
-                tracing::warn!(target: "consumer_kafka", error = %e, "rebalance error");
+                tracing::warn!(target: "consumer::kafka", error = %e, "rebalance error");
             }
         }
     }
 }
 
 impl Ctx {
-    pub(super) fn new(shared: Arc<Shared>, revoke_timeout: Duration) -> Self {
+    pub(super) fn new(shared: Arc<Ledger>, revoke_timeout: Duration) -> Self {
         Self {
             shared,
             revoke_timeout,
@@ -147,7 +147,7 @@ impl Ctx {
             if now >= deadline {
                 self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
-                    target: "consumer_kafka",
+                    target: "consumer::kafka",
                     held = held(&state),
                     timeout = ?self.revoke_timeout,
                     "revoke timeout: giving up partitions with records still running; the next owner gets them again"
@@ -173,25 +173,25 @@ impl Ctx {
         drop(state);
         if lost {
             self.shared.lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
+            tracing::warn!(target: "consumer::kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
             return;
         }
         if self.shared.closing.load(Ordering::SeqCst) {
             // Leaving the group on close: the final commit already covered
             // these positions (or could not reach the coordinator, and a
             // second attempt would wait another `session.timeout.ms`).
-            tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions released on close");
+            tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions released on close");
             return;
         }
         if commit.count() > 0 {
             if let Err(e) = consumer.store_offsets(&commit) {
-                tracing::debug!(target: "consumer_kafka", error = %e, "could not store final offsets");
+                tracing::debug!(target: "consumer::kafka", error = %e, "could not store final offsets");
             }
             if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
                 self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: "consumer_kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
+                tracing::warn!(target: "consumer::kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
             }
         }
-        tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions revoked");
+        tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions revoked");
     }
 }

@@ -156,7 +156,7 @@ impl Membership {
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.say("hb").await {
-                        tracing::warn!(target: "consumer_amqp", error = %e, "heartbeat failed");
+                        tracing::warn!(target: "consumer::amqp", error = %e, "heartbeat failed");
                         return;
                     }
                 }
@@ -166,7 +166,7 @@ impl Membership {
                         match text.split_once(' ') {
                             Some(("hb", id)) => { seen.insert(id.to_owned(), Instant::now()); }
                             Some(("bye", id)) => { seen.remove(id); }
-                            _ => tracing::debug!(target: "consumer_amqp", "ignored a malformed heartbeat"),
+                            _ => tracing::debug!(target: "consumer::amqp", "ignored a malformed heartbeat"),
                         }
                     }
                     _ => return,
@@ -187,7 +187,7 @@ impl Membership {
                 if current.as_ref() == Some(&mine) {
                     return false;
                 }
-                tracing::info!(target: "consumer_amqp", instance = %self.me, members = members.len(), partitions = ?mine, "partitions assigned");
+                tracing::info!(target: "consumer::amqp", instance = %self.me, members = members.len(), partitions = ?mine, "partitions assigned");
                 *current = Some(mine);
                 true
             });

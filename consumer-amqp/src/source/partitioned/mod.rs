@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::{Envelope, Source};
+use consumer_core::backend::{Envelope, Source};
 use lapin::{Connection, ConnectionProperties};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -19,7 +19,7 @@ use lease::{Item, Lease};
 use membership::Membership;
 
 use super::acker::AmqpAcker;
-use super::metrics::AmqpMetrics;
+use super::stats::AmqpStats;
 use crate::error::{Error, Result};
 use crate::headers;
 use crate::publisher::AmqpPublisher;
@@ -63,7 +63,7 @@ pub struct PartitionedSource {
     prefetch: u16,
     heartbeat: Duration,
     publisher: AmqpPublisher,
-    metrics: AmqpMetrics,
+    metrics: AmqpStats,
     depth_interval: Duration,
     /// The partitions this instance is assigned, as the membership sees it.
     assigned: watch::Sender<Option<Vec<u32>>>,
@@ -134,7 +134,7 @@ impl PartitionedSource {
             .first()
             .map_or_else(|| Arc::new(topology.partition(0)), Arc::clone);
         Self {
-            metrics: AmqpMetrics::new(first, publisher.clone()),
+            metrics: AmqpStats::new(first, publisher.clone()),
             instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
             uri,
             topology,
@@ -171,7 +171,7 @@ impl PartitionedSource {
             .partitions
             .first()
             .map_or_else(|| Arc::new(self.topology.partition(0)), Arc::clone);
-        self.metrics = AmqpMetrics::new(first, self.publisher.clone());
+        self.metrics = AmqpStats::new(first, self.publisher.clone());
         self
     }
 
@@ -218,7 +218,7 @@ impl PartitionedSource {
     }
 
     /// Counters of this source (deliveries, redeliveries, reconnects).
-    pub fn metrics(&self) -> AmqpMetrics {
+    pub fn stats(&self) -> AmqpStats {
         self.metrics.clone()
     }
 
@@ -251,7 +251,7 @@ impl PartitionedSource {
             tokio::spawn(membership.run(beats, self.assigned.clone(), Arc::clone(&leave)));
         let capacity = usize::from(self.prefetch).max(16);
         let (tx, rx) = mpsc::channel(capacity);
-        tracing::info!(target: "consumer_amqp", queue = %self.topology.name(), partitions = self.topology.partitions(), instance = %self.instance, "joined");
+        tracing::info!(target: "consumer::amqp", queue = %self.topology.name(), partitions = self.topology.partitions(), instance = %self.instance, "joined");
         Ok(Session {
             connection,
             tx,
@@ -315,7 +315,7 @@ impl PartitionedSource {
                 .inner
                 .reconnects
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(target: "consumer_amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
+            tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
             s.abort_all();
             let _ = s.connection.close(200, "reconnecting".into()).await;
         }
@@ -333,7 +333,7 @@ impl Source for PartitionedSource {
         super::server_of(&self.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
         Some(crate::asyncapi::partitioned_source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
@@ -343,7 +343,7 @@ impl Source for PartitionedSource {
     /// The depths of every partition's work and delay queues and of the
     /// shared dead-letter queue, read every
     /// [`with_depth_interval`](Self::with_depth_interval).
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(super::gauges::AmqpGauges::start_for(
             Arc::clone(&self.metrics.inner),
             self.partitions.clone(),
@@ -359,7 +359,9 @@ impl Source for PartitionedSource {
         }
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
         loop {
             if self.session.is_none() {
                 self.session = Some(self.open().await?);
@@ -448,7 +450,7 @@ impl Source for PartitionedSource {
                 .await
                 .is_err()
             {
-                tracing::warn!(target: "consumer_amqp", queue = %self.topology.name(), "deliveries still in flight at close; RabbitMQ requeues them");
+                tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), "deliveries still in flight at close; RabbitMQ requeues them");
             }
             let _ = s.connection.close(200, "consumer stopped".into()).await;
         }

@@ -13,8 +13,8 @@ use std::marker::PhantomData;
 use super::PayloadType;
 
 /// Makes the schema of a type in a generator (`subschema_for::<T>`).
-#[cfg(feature = "asyncapi")]
-pub(crate) type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+#[cfg(feature = "schemas")]
+pub type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
 
 /// Stands for the type `T` in method resolution.
 pub struct Probe<T: ?Sized>(PhantomData<fn() -> Box<T>>);
@@ -37,31 +37,28 @@ impl<T: ?Sized> ViaNothing for Probe<T> {
 }
 
 /// The preferred path: `T` has a schema.
-#[cfg(feature = "asyncapi")]
+#[cfg(feature = "schemas")]
 pub trait ViaJsonSchema {
     /// The payload type, with its schema.
     fn payload_type(&self) -> PayloadType;
 }
 
-#[cfg(feature = "asyncapi")]
+#[cfg(feature = "schemas")]
 impl<T: ?Sized + schemars::JsonSchema> ViaJsonSchema for &Probe<T> {
     fn payload_type(&self) -> PayloadType {
         PayloadType::of::<T>()
     }
 }
 
-#[cfg(feature = "asyncapi")]
+#[cfg(feature = "schemas")]
 impl PayloadType {
     /// The payload type of `T`, with its schema.
     pub fn of<T: ?Sized + schemars::JsonSchema>() -> Self {
-        Self {
-            type_name: std::any::type_name::<T>(),
-            schema: Some(|generator| generator.subschema_for::<T>()),
-        }
+        Self::with_schema::<T>(|generator| generator.subschema_for::<T>())
     }
 }
 
-#[cfg(all(test, feature = "asyncapi"))]
+#[cfg(all(test, feature = "schemas"))]
 mod tests {
     use super::*;
 

@@ -1,4 +1,4 @@
-//! [`AmqpMetrics`]: counters of a source and the depths of its queues.
+//! [`AmqpStats`]: counters of a source and the depths of its queues.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,12 +9,12 @@ use crate::topology::{Depths, Topology};
 
 /// Live counters of an [`AmqpSource`](super::AmqpSource) and the depths of its queues.
 #[derive(Clone, Debug)]
-pub struct AmqpMetrics {
-    pub(super) inner: Arc<MetricsInner>,
+pub struct AmqpStats {
+    pub(super) inner: Arc<StatsInner>,
 }
 
 #[derive(Debug)]
-pub(super) struct MetricsInner {
+pub(super) struct StatsInner {
     pub(super) topology: Arc<Topology>,
     pub(super) publisher: AmqpPublisher,
     pub(super) delivered: AtomicU64,
@@ -23,10 +23,10 @@ pub(super) struct MetricsInner {
     pub(super) reconnects: AtomicU64,
 }
 
-impl AmqpMetrics {
+impl AmqpStats {
     pub(super) fn new(topology: Arc<Topology>, publisher: AmqpPublisher) -> Self {
         Self {
-            inner: Arc::new(MetricsInner {
+            inner: Arc::new(StatsInner {
                 topology,
                 publisher,
                 delivered: AtomicU64::new(0),

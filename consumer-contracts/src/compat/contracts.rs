@@ -1,5 +1,5 @@
 //! A service's contracts against its committed snapshots, as one CI test
-//! checks them: each payload schema ([`Service::payload_schemas`](crate::Service::payload_schemas))
+//! checks them: each payload schema ([`Service::payload_schemas`](crate::ServiceContracts::payload_schemas))
 //! against its history, per contract, and what the outbox writes against
 //! what the handlers read.
 
@@ -21,7 +21,8 @@ use crate::asyncapi::{Contract, PayloadSchema};
 ///
 /// ```no_run
 /// # fn service() -> consumer_core::Service { unimplemented!() }
-/// use consumer_core::compat::Contracts;
+/// use consumer_contracts::ServiceContracts;
+/// use consumer_contracts::compat::Contracts;
 ///
 /// // In a test: fails on a breaking change, and on a compatible one not yet
 /// // recorded; `UPDATE_CONTRACTS=1` records it (the next vN.json).

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value};
 
-use super::PayloadType;
+use consumer_core::describe::PayloadType;
 
 const DEFINITIONS: &str = "#/definitions/";
 const COMPONENTS: &str = "#/components/schemas/";
@@ -124,7 +124,7 @@ fn settings(side: Side) -> SchemaSettings {
 /// The schema of `payload` in `generator`, references into its definitions
 /// left as they are; `None` when the type has none.
 fn subschema(generator: &mut SchemaGenerator, payload: &PayloadType) -> Option<Value> {
-    let make = payload.schema?;
+    let make = payload.schema_fn()?;
     let mut schema = make(generator);
     schema.remove("$schema");
     // A type schemars inlines (a primitive, a Vec, a map) comes back as

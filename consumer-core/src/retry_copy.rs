@@ -87,7 +87,7 @@ mod tests {
             headers,
             Some("k".into()),
             Origin {
-                destination: "orders".into(),
+                channel: "orders".into(),
                 position: "0/7".into(),
                 ..Origin::default()
             },

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::AsyncApiError;
 use super::builder::short_name;
-use super::description::PartDescription;
 use super::schemas::{Side, standalone};
+use consumer_core::describe::{PartDescription, PayloadType, ServiceDescription};
 
 /// Which side of a message a [`PayloadSchema`] describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,26 +115,22 @@ pub fn write_current(dir: &Path, schemas: &[PayloadSchema]) -> io::Result<Vec<Pa
     Ok(written)
 }
 
-impl super::PayloadType {
-    /// The type's payload schema in `contract`, as [`PayloadSchema::schema`]
+impl Contract {
+    /// `payload`'s schema in this contract, as [`PayloadSchema::schema`]
     /// has it; `None` when the type has no schema.
-    pub fn schema(&self, contract: Contract) -> Option<Value> {
-        standalone(contract.side(), self)
+    pub fn schema_of(self, payload: &PayloadType) -> Option<Value> {
+        standalone(self.side(), payload)
     }
 }
 
-/// One schema per subject and contract, sorted by subject then contract.
-pub(crate) fn payload_schemas(
-    service: &str,
-    parts: &[PartDescription],
-) -> Result<Vec<PayloadSchema>, AsyncApiError> {
+/// One schema per subject and contract, sorted by subject then contract:
+/// what `service`'s handlers read and its outboxes write.
+pub fn payload_schemas(service: &ServiceDescription) -> Result<Vec<PayloadSchema>, AsyncApiError> {
+    let parts = &service.parts;
     let mut found: BTreeMap<(String, Contract), PayloadSchema> = BTreeMap::new();
     let mut problems = Vec::new();
-    let mut add = |subject: String,
-                   contract: Contract,
-                   payload: &super::PayloadType,
-                   whose: String| {
-        let Some(schema) = payload.schema(contract) else {
+    let mut add = |subject: String, contract: Contract, payload: &PayloadType, whose: String| {
+        let Some(schema) = contract.schema_of(payload) else {
             problems.push(format!(
                 "{whose} is a `{}`, which has no JSON schema: derive `schemars::JsonSchema` for it",
                 payload.type_name()
@@ -201,7 +197,7 @@ pub(crate) fn payload_schemas(
         Ok(found.into_values().collect())
     } else {
         Err(AsyncApiError::Incomplete {
-            service: service.to_owned(),
+            service: service.name.to_owned(),
             problems,
         })
     }
@@ -209,7 +205,6 @@ pub(crate) fn payload_schemas(
 
 #[cfg(test)]
 mod tests {
-    use super::super::PayloadType;
     use super::*;
 
     /// Read with a default, so its contracts differ.

@@ -7,20 +7,15 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::description::{HandlerDescription, PartDescription, SourceChannels};
 use super::document::{
     ASYNCAPI_VERSION, Action, Bindings, Channel, Components, Document, Info, Message, Operation,
     Ref, escape,
 };
 use super::schemas::{RawSchema, Schemas, Side, all_refs, component_key};
-use super::{AsyncApiError, ChannelDescription, headers};
-
-/// What the document says of the service itself.
-#[derive(Debug, Clone)]
-pub(crate) struct ServiceInfo<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) version: &'a str,
-}
+use super::{AsyncApiError, headers};
+use consumer_core::describe::{
+    ChannelDescription, HandlerDescription, PartDescription, ServiceDescription, SourceChannels,
+};
 
 enum Payload {
     Schema(RawSchema),
@@ -237,7 +232,11 @@ impl Plan {
         schemas: &mut Schemas,
         name: &str,
         system: &str,
-        events: &[(super::DeclaredEvent, String, Option<ChannelDescription>)],
+        events: &[(
+            consumer_core::describe::DeclaredEvent,
+            String,
+            Option<ChannelDescription>,
+        )],
     ) {
         if events.is_empty() {
             self.problems.push(format!(
@@ -322,10 +321,10 @@ fn bindings(protocol: &'static str, binding: Option<&Value>) -> Option<Bindings>
 }
 
 /// The document of `parts`, or every problem that keeps it from being made.
-pub(crate) fn build(
-    service: &ServiceInfo<'_>,
-    parts: &[PartDescription],
-) -> Result<Value, AsyncApiError> {
+/// The AsyncAPI 3.1.0 document of `service`; `Err` names every handler,
+/// event and type that keeps it from being made.
+pub fn build(service: &ServiceDescription) -> Result<Value, AsyncApiError> {
+    let parts = &service.parts;
     let incomplete = |problems| AsyncApiError::Incomplete {
         service: service.name.to_owned(),
         problems,

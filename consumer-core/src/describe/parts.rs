@@ -100,9 +100,9 @@ pub struct SourceChannels {
 /// implementation, how to make its schema.
 #[derive(Clone, Copy)]
 pub struct PayloadType {
-    pub(crate) type_name: &'static str,
-    #[cfg(feature = "asyncapi")]
-    pub(crate) schema: Option<super::probe::SchemaFn>,
+    type_name: &'static str,
+    #[cfg(feature = "schemas")]
+    schema: Option<super::probe::SchemaFn>,
 }
 
 impl PayloadType {
@@ -111,7 +111,7 @@ impl PayloadType {
     pub fn without_schema<T: ?Sized>() -> Self {
         Self {
             type_name: std::any::type_name::<T>(),
-            #[cfg(feature = "asyncapi")]
+            #[cfg(feature = "schemas")]
             schema: None,
         }
     }
@@ -121,13 +121,28 @@ impl PayloadType {
         self.type_name
     }
 
+    /// The type of `T`, with its schema made by `schema`.
+    #[cfg(feature = "schemas")]
+    pub(crate) fn with_schema<T: ?Sized>(schema: super::probe::SchemaFn) -> Self {
+        Self {
+            type_name: std::any::type_name::<T>(),
+            schema: Some(schema),
+        }
+    }
+
+    /// How to make its schema in a `schemars` generator, when it has one.
+    #[cfg(feature = "schemas")]
+    pub fn schema_fn(&self) -> Option<super::probe::SchemaFn> {
+        self.schema
+    }
+
     /// Whether a payload schema can be made for it.
     pub fn has_schema(&self) -> bool {
-        #[cfg(feature = "asyncapi")]
+        #[cfg(feature = "schemas")]
         {
             self.schema.is_some()
         }
-        #[cfg(not(feature = "asyncapi"))]
+        #[cfg(not(feature = "schemas"))]
         {
             false
         }
@@ -156,30 +171,69 @@ pub struct DeclaredEvent {
 
 /// One handler of a consumer.
 #[derive(Debug, Clone)]
-#[cfg_attr(not(feature = "asyncapi"), allow(dead_code))]
-pub(crate) struct HandlerDescription {
-    pub(crate) name: &'static str,
-    pub(crate) event_types: &'static [&'static str],
-    pub(crate) payload: Option<PayloadType>,
+#[non_exhaustive]
+pub struct HandlerDescription {
+    /// The handler's name (its dedup scope).
+    pub name: &'static str,
+    /// The CloudEvents types it takes.
+    pub event_types: &'static [&'static str],
+    /// What its payload decodes into; `None` for a handler that does not
+    /// say (a hand-written [`Handler`](crate::Handler)).
+    pub payload: Option<PayloadType>,
 }
 
-/// One part of a service, as the document describes it.
+impl HandlerDescription {
+    /// A handler's description.
+    pub fn new(
+        name: &'static str,
+        event_types: &'static [&'static str],
+        payload: Option<PayloadType>,
+    ) -> Self {
+        Self {
+            name,
+            event_types,
+            payload,
+        }
+    }
+}
+
+/// One part of a service. Exhaustive on purpose: the contract tooling must
+/// describe every kind of part, so a new kind is a change it has to follow.
 #[derive(Debug, Clone)]
-#[cfg_attr(not(feature = "asyncapi"), allow(dead_code))]
-pub(crate) enum PartDescription {
+pub enum PartDescription {
     /// A consumer: its source's channels and its handlers.
     Consumer {
+        /// The part's name in the service.
         name: String,
+        /// `messaging.system` of its source.
         system: &'static str,
+        /// Its source's channels; `None` when the source does not say.
         channels: Option<Box<SourceChannels>>,
+        /// Its handlers.
         handlers: Vec<HandlerDescription>,
     },
-    /// An outbox relay: the events its outbox declares, each with the
-    /// channel its publisher sends it to (`None`: the publisher does not
-    /// describe its channels).
+    /// An outbox relay: the events its outbox declares, each with its
+    /// destination and the channel its publisher sends it to (`None`: the
+    /// publisher does not describe its channels).
     Relay {
+        /// The part's name in the service.
         name: String,
+        /// `messaging.system` of its publisher.
         system: &'static str,
+        /// Each declared event, its destination and its channel.
         events: Vec<(DeclaredEvent, String, Option<ChannelDescription>)>,
     },
+}
+
+/// A whole service: its name and what each of its parts reads and writes,
+/// as [`Service::description`](crate::Service::description) gives it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServiceDescription {
+    /// The service's name.
+    pub name: &'static str,
+    /// Its version ([`Service::with_version`](crate::Service::with_version)).
+    pub version: &'static str,
+    /// Its parts, in the order they were added.
+    pub parts: Vec<PartDescription>,
 }

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::dead_letter::{DeadLetterKind, headers as dlq};
-use crate::envelope::names;
+use consumer_core::dead_letter::{DeadLetterKind, headers as dlq};
+use consumer_core::envelope::names;
 
 /// The CloudEvents attributes under `prefix`; `ce_type` fixed to
 /// `event_type` when the message has one (a message without a type is not

@@ -1,28 +1,28 @@
-//! [`KafkaMetrics`]: counters and per-partition lag of one source.
+//! [`KafkaStats`]: counters and per-partition lag of one source.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::KafkaSource;
-use super::ledger::Shared;
+use super::ledger::Ledger;
 
 /// Counters and per-partition lag of one [`KafkaSource`].
 #[derive(Clone)]
-pub struct KafkaMetrics {
-    shared: Arc<Shared>,
+pub struct KafkaStats {
+    shared: Arc<Ledger>,
 }
 
 impl KafkaSource {
     /// Live counters and per-partition lag.
-    pub fn metrics(&self) -> KafkaMetrics {
-        KafkaMetrics {
+    pub fn stats(&self) -> KafkaStats {
+        KafkaStats {
             shared: Arc::clone(&self.link.shared),
         }
     }
 }
 
-impl fmt::Debug for KafkaMetrics {
+impl fmt::Debug for KafkaStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.snapshot(), f)
     }
@@ -31,7 +31,7 @@ impl fmt::Debug for KafkaMetrics {
 /// One assigned partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct PartitionMetrics {
+pub struct PartitionStats {
     /// Topic.
     pub topic: String,
     /// Partition.
@@ -50,7 +50,7 @@ pub struct PartitionMetrics {
     pub parked: bool,
 }
 
-impl PartitionMetrics {
+impl PartitionStats {
     /// Records behind the high watermark: `high_watermark - position` (or
     /// the committed offset before any record came).
     pub fn lag(&self) -> Option<i64> {
@@ -60,10 +60,10 @@ impl PartitionMetrics {
     }
 }
 
-/// A reading of [`KafkaMetrics`].
+/// A reading of [`KafkaStats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct KafkaMetricsSnapshot {
+pub struct KafkaStatsSnapshot {
     /// Records handed to the runtime.
     pub delivered: u64,
     /// Assignments received (one per rebalance this member took part in).
@@ -89,28 +89,25 @@ pub struct KafkaMetricsSnapshot {
     /// Records released unsettled (redelivered after a restart or rebalance).
     pub released: u64,
     /// Assigned partitions, sorted by topic and partition.
-    pub partitions: Vec<PartitionMetrics>,
+    pub partitions: Vec<PartitionStats>,
 }
 
-impl KafkaMetricsSnapshot {
+impl KafkaStatsSnapshot {
     /// The sum of the partitions' lags.
     pub fn total_lag(&self) -> i64 {
-        self.partitions
-            .iter()
-            .filter_map(PartitionMetrics::lag)
-            .sum()
+        self.partitions.iter().filter_map(PartitionStats::lag).sum()
     }
 }
 
-impl KafkaMetrics {
+impl KafkaStats {
     /// A consistent reading.
-    pub fn snapshot(&self) -> KafkaMetricsSnapshot {
+    pub fn snapshot(&self) -> KafkaStatsSnapshot {
         let s = &self.shared;
         let state = s.lock();
-        let mut partitions: Vec<PartitionMetrics> = state
+        let mut partitions: Vec<PartitionStats> = state
             .partitions
             .iter()
-            .map(|(tp, p)| PartitionMetrics {
+            .map(|(tp, p)| PartitionStats {
                 topic: tp.topic.to_string(),
                 partition: tp.partition,
                 position: p.position(),
@@ -122,7 +119,7 @@ impl KafkaMetrics {
             })
             .collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        KafkaMetricsSnapshot {
+        KafkaStatsSnapshot {
             delivered: s.delivered.load(Ordering::Relaxed),
             rebalances: s.assigns.load(Ordering::Relaxed),
             revocations: s.revokes.load(Ordering::Relaxed),

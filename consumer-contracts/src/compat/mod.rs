@@ -11,8 +11,8 @@
 //! `FULL` both, and the `_TRANSITIVE` forms every committed snapshot rather
 //! than only the latest. [`SnapshotDir`] reads the committed history
 //! (`contracts/<event-type>/v1.json, v2.json, ...`) and checks against it;
-//! [`Contracts`] (feature `asyncapi`) checks a whole service's
-//! [`payload_schemas`](crate::Service::payload_schemas), one snapshot
+//! [`Contracts`] checks a whole service's
+//! [`payload_schemas`](crate::ServiceContracts::payload_schemas), one snapshot
 //! directory per serde contract, as a CI test does.
 //!
 //! Content models matter as they do for serde: a struct reads unknown
@@ -25,7 +25,7 @@
 //! closed model breaks it; widening a type or an `enum` does not.
 //!
 //! ```
-//! use consumer_core::compat::{Mode, Rule, compare};
+//! use consumer_contracts::compat::{Mode, Rule, compare};
 //! use serde_json::json;
 //!
 //! let v1 = json!({"type": "object", "properties": {"id": {"type": "string"}},
@@ -41,10 +41,9 @@
 //! let report = Mode::Backward.check("com.example.OrderPlaced", &v2, [("v1", &v1)])?;
 //! assert!(!report.compatible);
 //! println!("{report}");
-//! # Ok::<(), consumer_core::compat::CompatError>(())
+//! # Ok::<(), consumer_contracts::compat::CompatError>(())
 //! ```
 
-#[cfg(feature = "asyncapi")]
 mod contracts;
 mod mode;
 mod report;
@@ -54,7 +53,6 @@ mod walk;
 
 use std::path::PathBuf;
 
-#[cfg(feature = "asyncapi")]
 pub use contracts::{ContractProblem, Contracts, ContractsOutcome};
 pub use mode::{Direction, Mode, UnknownMode};
 pub use report::{Comparison, Finding, Report};
