@@ -320,124 +320,200 @@ fn bindings(protocol: &'static str, binding: Option<&Value>) -> Option<Bindings>
     binding.map(|b| BTreeMap::from([(protocol, b.clone())]))
 }
 
-/// The document of `parts`, or every problem that keeps it from being made.
 /// The AsyncAPI 3.1.0 document of `service`; `Err` names every handler,
 /// event and type that keeps it from being made.
 pub fn build(service: &ServiceDescription) -> Result<Value, AsyncApiError> {
-    let parts = &service.parts;
     let incomplete = |problems| AsyncApiError::Incomplete {
         service: service.name.to_owned(),
         problems,
     };
     let mut schemas = Schemas::new();
-    let mut plan = Plan::default();
-    for part in parts {
-        match part {
-            PartDescription::Consumer {
-                name,
-                system,
-                channels,
-                handlers,
-            } => plan.consumer(&mut schemas, name, system, channels.as_deref(), handlers),
-            PartDescription::Relay {
-                name,
-                system,
-                events,
-            } => plan.relay(&mut schemas, name, system, events),
-        }
-    }
+    let plan = Plan::of(&service.parts, &mut schemas);
     if !plan.problems.is_empty() {
         return Err(incomplete(plan.problems));
     }
     let finished = schemas.finish().map_err(incomplete)?;
+    let messages = MessageComponents::of(&plan.messages, &finished).map_err(incomplete)?;
+    let mut schemas = finished.into_components();
+    let MessageKeys { messages, keys } = messages.into_schemas(&mut schemas);
+    let document = Document {
+        asyncapi: ASYNCAPI_VERSION,
+        info: Info {
+            title: service.name.to_owned(),
+            version: service.version.to_owned(),
+            description: format!(
+                "The channels, operations and messages of service `{}`, generated from what its host runs.",
+                service.name
+            ),
+        },
+        default_content_type: "application/json",
+        channels: channels(&plan, &keys),
+        operations: operations(plan.operations, &plan.channels, &keys),
+        components: Components { messages, schemas },
+    };
+    let value = serde_json::to_value(&document).map_err(|e| incomplete(vec![e.to_string()]))?;
+    let dangling = dangling_refs(&value);
+    if dangling.is_empty() {
+        Ok(value)
+    } else {
+        Err(incomplete(dangling))
+    }
+}
 
-    // Messages: one component per distinct content, keyed by event type.
-    let mut problems = Vec::new();
-    let mut messages: BTreeMap<String, Message> = BTreeMap::new();
-    let mut header_schemas: BTreeMap<String, Value> = BTreeMap::new();
-    let mut payload_schemas: BTreeMap<String, Value> = BTreeMap::new();
-    let mut keys = Vec::with_capacity(plan.messages.len());
-    for pending in &plan.messages {
-        let (headers, payload) = match &pending.payload {
-            Payload::Schema(raw) => match finished.rewrite(raw) {
-                Ok(p) => (
-                    headers::cloudevents(pending.prefix, pending.event_type.as_deref()),
-                    p,
-                ),
-                Err(e) => {
-                    problems.push(format!("message `{}`: {e}", pending.name));
-                    keys.push(String::new());
-                    continue;
-                }
-            },
-            Payload::DeadLetter => (headers::dead_letter(), headers::dead_letter_payload()),
-        };
-        let base = component_key(&pending.name);
+impl Plan {
+    /// What each part reads and writes, planned as channels, operations
+    /// and messages.
+    fn of(parts: &[PartDescription], schemas: &mut Schemas) -> Self {
+        let mut plan = Plan::default();
+        for part in parts {
+            match part {
+                PartDescription::Consumer {
+                    name,
+                    system,
+                    channels,
+                    handlers,
+                } => plan.consumer(schemas, name, system, channels.as_deref(), handlers),
+                PartDescription::Relay {
+                    name,
+                    system,
+                    events,
+                } => plan.relay(schemas, name, system, events),
+            }
+        }
+        plan
+    }
+}
+
+/// The message components: one per distinct content, keyed by event type,
+/// with the header and payload schemas each one refers to.
+#[derive(Default)]
+struct MessageComponents {
+    messages: BTreeMap<String, Message>,
+    headers: BTreeMap<String, Value>,
+    payloads: BTreeMap<String, Value>,
+    /// The component key of each planned message, by its index.
+    keys: Vec<String>,
+}
+
+/// The message components and the key of each planned message.
+struct MessageKeys {
+    messages: BTreeMap<String, Message>,
+    keys: Vec<String>,
+}
+
+impl MessageComponents {
+    fn of(
+        pending: &[PendingMessage],
+        finished: &super::schemas::Finished,
+    ) -> Result<Self, Vec<String>> {
+        let mut out = Self::default();
+        let mut problems = Vec::new();
+        for message in pending {
+            let (headers, payload) = match &message.payload {
+                Payload::Schema(raw) => match finished.rewrite(raw) {
+                    Ok(p) => (
+                        headers::cloudevents(message.prefix, message.event_type.as_deref()),
+                        p,
+                    ),
+                    Err(e) => {
+                        problems.push(format!("message `{}`: {e}", message.name));
+                        out.keys.push(String::new());
+                        continue;
+                    }
+                },
+                Payload::DeadLetter => (headers::dead_letter(), headers::dead_letter_payload()),
+            };
+            let key = out.key_for(message, &headers, &payload);
+            out.add(&key, message, headers, payload);
+            out.keys.push(key);
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The key under which `message` goes: its name, unless a message of
+    /// that name with other content holds it (then the side, then a
+    /// number, is appended).
+    fn key_for(&self, message: &PendingMessage, headers: &Value, payload: &Value) -> String {
+        let base = component_key(&message.name);
         let mut key = base.clone();
         // A type read and sent with different schemas: named by side first.
-        let mut candidates = match &pending.payload {
+        let mut candidates = match &message.payload {
             Payload::Schema(raw) => vec![format!("{base}.{}", raw.side().suffix())],
             Payload::DeadLetter => Vec::new(),
         }
         .into_iter();
         let mut n = 2;
         loop {
-            let same = messages.get(&key).is_none_or(|m| {
-                m.name == pending.name
-                    && header_schemas.get(&key) == Some(&headers)
-                    && payload_schemas.get(&key) == Some(&payload)
+            let same = self.messages.get(&key).is_none_or(|m| {
+                m.name == message.name
+                    && self.headers.get(&key) == Some(headers)
+                    && self.payloads.get(&key) == Some(payload)
             });
             if same {
-                break;
+                return key;
             }
             key = candidates.next().unwrap_or_else(|| {
                 n += 1;
                 format!("{base}.{}", n - 1)
             });
         }
-        if !messages.contains_key(&key) {
-            let content_type = match pending.payload {
-                Payload::Schema(_) => Some("application/json"),
-                Payload::DeadLetter => None,
-            };
-            messages.insert(
-                key.clone(),
-                Message {
-                    name: pending.name.clone(),
-                    summary: pending.summary.clone(),
-                    content_type,
-                    headers: Ref::new(format!("#/components/schemas/{key}.Headers")),
-                    payload: if payload.get("$ref").is_some() {
-                        payload.clone()
-                    } else {
-                        json!({ "$ref": format!("#/components/schemas/{key}.Payload") })
-                    },
-                },
-            );
-            header_schemas.insert(key.clone(), headers);
-            payload_schemas.insert(key.clone(), payload);
-        }
-        keys.push(key);
-    }
-    if !problems.is_empty() {
-        return Err(incomplete(problems));
-    }
-    let mut schemas = finished.into_components();
-    for (key, headers) in header_schemas {
-        schemas.insert(format!("{key}.Headers"), headers);
-    }
-    for (key, payload) in payload_schemas {
-        if payload.get("$ref").is_none() {
-            schemas.insert(format!("{key}.Payload"), payload);
-        }
     }
 
-    let mut channels = BTreeMap::new();
-    for (id, planned) in &plan.channels {
-        let d = &planned.description;
-        channels.insert(
-            id.clone(),
-            Channel {
+    fn add(&mut self, key: &str, message: &PendingMessage, headers: Value, payload: Value) {
+        if self.messages.contains_key(key) {
+            return;
+        }
+        let content_type = match message.payload {
+            Payload::Schema(_) => Some("application/json"),
+            Payload::DeadLetter => None,
+        };
+        self.messages.insert(
+            key.to_owned(),
+            Message {
+                name: message.name.clone(),
+                summary: message.summary.clone(),
+                content_type,
+                headers: Ref::new(format!("#/components/schemas/{key}.Headers")),
+                payload: if payload.get("$ref").is_some() {
+                    payload.clone()
+                } else {
+                    json!({ "$ref": format!("#/components/schemas/{key}.Payload") })
+                },
+            },
+        );
+        self.headers.insert(key.to_owned(), headers);
+        self.payloads.insert(key.to_owned(), payload);
+    }
+
+    /// Puts the header and payload schemas among the component schemas;
+    /// what is left are the messages and each planned message's key.
+    fn into_schemas(self, schemas: &mut serde_json::Map<String, Value>) -> MessageKeys {
+        for (key, headers) in self.headers {
+            schemas.insert(format!("{key}.Headers"), headers);
+        }
+        for (key, payload) in self.payloads {
+            if payload.get("$ref").is_none() {
+                schemas.insert(format!("{key}.Payload"), payload);
+            }
+        }
+        MessageKeys {
+            messages: self.messages,
+            keys: self.keys,
+        }
+    }
+}
+
+/// Each planned channel, with references to its messages.
+fn channels(plan: &Plan, keys: &[String]) -> BTreeMap<String, Channel> {
+    plan.channels
+        .iter()
+        .map(|(id, planned)| {
+            let d = &planned.description;
+            let channel = Channel {
                 address: d.address.clone(),
                 description: format!("`{}` ({})", d.address, d.protocol),
                 messages: planned
@@ -453,12 +529,21 @@ pub fn build(service: &ServiceDescription) -> Result<Value, AsyncApiError> {
                     .collect(),
                 parameters: d.parameters.iter().cloned().collect(),
                 bindings: bindings(d.protocol, d.binding.as_ref()),
-            },
-        );
-    }
+            };
+            (id.clone(), channel)
+        })
+        .collect()
+}
+
+/// Each planned operation, with references to its channel's messages.
+fn operations(
+    planned: Vec<PlannedOperation>,
+    channels: &BTreeMap<String, PlannedChannel>,
+    keys: &[String],
+) -> BTreeMap<String, Operation> {
     let mut operations = BTreeMap::new();
-    for op in plan.operations {
-        let d = &plan.channels[&op.channel].description;
+    for op in planned {
+        let d = &channels[&op.channel].description;
         let binding = match op.action {
             Action::Receive => d.receive_binding.as_ref(),
             Action::Send => d.send_binding.as_ref(),
@@ -485,29 +570,7 @@ pub fn build(service: &ServiceDescription) -> Result<Value, AsyncApiError> {
             },
         );
     }
-
-    let document = Document {
-        asyncapi: ASYNCAPI_VERSION,
-        info: Info {
-            title: service.name.to_owned(),
-            version: service.version.to_owned(),
-            description: format!(
-                "The channels, operations and messages of service `{}`, generated from what its host runs.",
-                service.name
-            ),
-        },
-        default_content_type: "application/json",
-        channels,
-        operations,
-        components: Components { messages, schemas },
-    };
-    let value = serde_json::to_value(&document).map_err(|e| incomplete(vec![e.to_string()]))?;
-    let dangling = dangling_refs(&value);
-    if dangling.is_empty() {
-        Ok(value)
-    } else {
-        Err(incomplete(dangling))
-    }
+    operations
 }
 
 /// Every reference that does not resolve inside the document, or that
