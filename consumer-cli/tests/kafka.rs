@@ -149,10 +149,11 @@ async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_bu
     // leaves it in place instead of sending it again.
     let counts = replay_counts(&stdout(&second))
         .unwrap_or_else(|| panic!("no summary line: {}", both(&second)));
-    assert_eq!(
-        counts.already_sent,
-        sent_before,
-        "the journal skips what it recorded: {}",
+    // The killed replay's last journal commit may reach the database just
+    // after `sent_before` was read: the rerun may find one more sent.
+    assert!(
+        (sent_before..=sent_before + 1).contains(&counts.already_sent),
+        "the journal skips what it recorded ({sent_before} read after the kill): {}",
         both(&second)
     );
     assert!(
@@ -161,9 +162,9 @@ async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_bu
         both(&second)
     );
     assert_eq!(
-        counts.replayed + counts.already_processed,
-        20 - sent_before,
-        "every other letter is replayed now: {}",
+        counts.replayed + counts.already_processed + counts.already_sent,
+        20,
+        "every letter is accounted for once: {}",
         both(&second)
     );
     support::eventually("twenty bookings", || async {

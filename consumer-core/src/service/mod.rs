@@ -512,7 +512,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_json_document_is_served_at_its_path_beside_the_probes() {
+        // A part that runs until the stop: a service without parts ends at once.
         let service = Service::new("s")
+            .task("idle", |stop: StopSignal| async move {
+                stop.stopped().await;
+                Ok(())
+            })
             .with_health_endpoint("127.0.0.1:0".parse().expect("addr"))
             .expect("bind")
             .with_json_document("/doc.json", "{\"a\": 1}".to_owned())
