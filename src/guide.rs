@@ -24,12 +24,18 @@ pub mod outbox {}
 pub mod batches {}
 
 #[cfg_attr(all(feature = "amqp", feature = "kafka"), doc = include_str!("../docs/guide/scale_out.md"))]
-#[cfg_attr(not(all(feature = "amqp", feature = "kafka")), doc = "This page is built with the `amqp` and `kafka` features (`cargo doc --all-features`).")]
+#[cfg_attr(
+    not(all(feature = "amqp", feature = "kafka")),
+    doc = "This page is built with the `amqp` and `kafka` features (`cargo doc --all-features`)."
+)]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "amqp", feature = "kafka"))))]
 pub mod scale_out {}
 
 #[cfg_attr(feature = "asyncapi", doc = include_str!("../docs/guide/contracts.md"))]
-#[cfg_attr(not(feature = "asyncapi"), doc = "This page is built with the `asyncapi` feature (`cargo doc --all-features`).")]
+#[cfg_attr(
+    not(feature = "asyncapi"),
+    doc = "This page is built with the `asyncapi` feature (`cargo doc --all-features`)."
+)]
 #[cfg_attr(docsrs, doc(cfg(feature = "asyncapi")))]
 pub mod contracts {}
 
@@ -43,11 +49,17 @@ pub mod operations {}
 pub mod memory_broker {}
 
 #[cfg_attr(feature = "amqp", doc = include_str!("../docs/guide/rabbitmq.md"))]
-#[cfg_attr(not(feature = "amqp"), doc = "This page is built with the `amqp` feature (`cargo doc --all-features`).")]
+#[cfg_attr(
+    not(feature = "amqp"),
+    doc = "This page is built with the `amqp` feature (`cargo doc --all-features`)."
+)]
 #[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
 pub mod rabbitmq {}
 
 #[cfg_attr(feature = "kafka", doc = include_str!("../docs/guide/kafka.md"))]
-#[cfg_attr(not(feature = "kafka"), doc = "This page is built with the `kafka` feature (`cargo doc --all-features`).")]
+#[cfg_attr(
+    not(feature = "kafka"),
+    doc = "This page is built with the `kafka` feature (`cargo doc --all-features`)."
+)]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub mod kafka {}
