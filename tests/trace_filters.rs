@@ -3,7 +3,7 @@
 //!
 //! A producer's `traceparent` arrives with a message; the handler records
 //! the trace id of its context and enqueues an outbox event. With the
-//! subscriber the README tells users to install (logs filtered at WARN,
+//! subscriber the observability guide tells users to install (logs filtered at WARN,
 //! traces not), the handler's span is a child of the producer's and the
 //! event carries the trace on. With a subscriber that filters everything
 //! at WARN (spans are then not recorded at all), the handler's context and
@@ -102,7 +102,7 @@ fn exporter_and_layer() -> (InMemorySpanExporter, impl Layer<Registry> + Send + 
     (exporter, tracing_opentelemetry::layer().with_tracer(tracer))
 }
 
-/// The subscriber the README gives: the log layer filters (here at WARN,
+/// The subscriber the observability guide gives: the log layer filters (here at WARN,
 /// as `RUST_LOG=warn` would), the trace layer takes every span.
 #[tokio::test(flavor = "current_thread")]
 async fn with_the_recommended_subscriber_logs_at_warn_and_the_trace_goes_on() {

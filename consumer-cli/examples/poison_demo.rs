@@ -1,4 +1,4 @@
-//! The consumer behind the README's operator walk-through: handler `book`
+//! The consumer behind the operations guide's walk-through: handler `book`
 //! on RabbitMQ queue `demo.bookings` with its store in PostgreSQL schema
 //! `cli_demo`. It publishes three bookings, one of which (`b-2`) the
 //! handler cannot take yet (it is listed in table `broken`), and consumes

@@ -15,6 +15,8 @@
 //!   channel descriptions, and nothing else;
 //! * **`__private`**, hidden, for what `#[handler]` expands to.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backend;
 pub mod batch;
 pub mod dead_letter;

@@ -2,7 +2,7 @@
 //! delivery, an [`Acker`] that settles it.
 //!
 //! The runtime decides every outcome and builds what goes back to the
-//! broker (the retry copy, the dead letter: see [`crate::retry_copy`]); a
+//! broker (the retry copy, the dead letter: see [`RetryCopy`]); a
 //! backend only routes and publishes what it is given, and says through
 //! [`Error::is_retriable`] and [`Error::broker_kind`] whether a failure can
 //! heal. Two rules hold for every backend: nothing is acked before its

@@ -40,7 +40,7 @@ use crate::topology::Topology;
 /// * **Message id**: `ce_id`; else the AMQP `message-id` property; else a
 ///   hash of exchange, routing key, headers and payload, which, unlike the
 ///   delivery tag, is the same on every redelivery (see
-///   [`headers`](crate::headers)).
+///   [`headers`]).
 /// * **Reconnects**: when the connection or channel drops, `recv` returns a
 ///   retriable error (the runtime backs off and calls again), and the next
 ///   call reconnects, declares the topology again and resumes consuming.

@@ -54,7 +54,7 @@ pub struct PartitionedTopology {
 
 impl PartitionedTopology {
     /// The logical queue `name` as `partitions` partition queues
-    /// (1 to [`MAX_PARTITIONS`]).
+    /// (1 to 1 024).
     pub fn new(name: impl Into<String>, partitions: u32) -> Result<Self> {
         let name = name.into();
         validate_name("queue", &name)?;

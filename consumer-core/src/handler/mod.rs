@@ -53,7 +53,7 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     }
 
     /// The message type, for the service's AsyncAPI document
-    /// ([`Service::asyncapi`](crate::Service::asyncapi)). `#[handler]`
+    /// (`consumer::contracts::ServiceContracts::asyncapi`). `#[handler]`
     /// fills it; `None` (the default here) refuses the document with an
     /// error naming the handler.
     fn payload_type(&self) -> Option<crate::describe::PayloadType> {

@@ -5,7 +5,7 @@
 //! A backend implements [`SourceGauges`] and returns it from
 //! [`Source::gauges`](crate::source::Source::gauges); the runtime registers the
 //! instruments (the names and units are core's: see
-//! [`catalogue`](super::catalogue)) and calls [`SourceGauges::observe`] at
+//! [`catalogue`]) and calls [`SourceGauges::observe`] at
 //! each collection. Only what is observed is exported, so a partition that
 //! is revoked stops being reported and its series go away.
 

@@ -112,8 +112,9 @@ impl Outbox {
 
     /// PostgreSQL only: `NOTIFY` this channel from every enqueuing
     /// transaction, so a relay listening on it wakes at once. NOTIFY takes a
-    /// database-wide lock at commit, which serialises writers' commits: see
-    /// the README's measurement before turning it on.
+    /// database-wide lock at commit, which serialises writers' commits
+    /// (measured: a NOTIFY per transaction cost eight writers about 40 % of
+    /// their commit rate; polling alone keeps p99 latency near 6 ms).
     pub fn with_notify(mut self, channel: &str) -> Result<Self, Error> {
         validate_identifier(channel)?;
         self.notify_channel = Some(channel.to_owned());

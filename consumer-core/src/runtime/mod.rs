@@ -5,11 +5,11 @@
 //!   once (queued in a lane, running, or waiting for an in-place retry);
 //!   when none is free the loop stops taking from the source, which is the
 //!   backpressure.
-//! * Each partition key has at most one lane task at a time ([`lanes`]),
+//! * Each partition key has at most one lane task at a time (`lanes`),
 //!   which runs the key's deliveries strictly in arrival order; different
 //!   keys run in parallel.
-//! * Each delivery runs attempts until it is settled ([`attempt`]); the
-//!   settle steps and their fallbacks are in [`settle`].
+//! * Each delivery runs attempts until it is settled (`attempt`); the
+//!   settle steps and their fallbacks are in `settle`.
 //! * Shutdown stops taking deliveries, lets running attempts finish (up to
 //!   the shutdown timeout), and releases everything else unsettled: queued
 //!   deliveries and in-place retries that are waiting. Released deliveries
@@ -45,7 +45,7 @@ use lanes::{IdleLanes, Lanes};
 const STEP_BACKOFF: RetryPolicy =
     RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(5), u32::MAX);
 
-/// Runs a handler, or a [`Router`](crate::Router) of handlers, over one
+/// Runs a handler, or a [`Router`] of handlers, over one
 /// source with one store.
 ///
 /// ```no_run

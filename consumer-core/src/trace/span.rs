@@ -35,7 +35,7 @@ pub struct SpanScope {
 
 /// The context a delivery is processed in: the producer's, from its
 /// headers, or none (a root). A malformed trace context is logged (at most
-/// once per [`MALFORMED_LOG_EVERY_SECS`]) and ignored.
+/// once every 10 s) and ignored.
 ///
 /// The runtime attaches it to everything it does for the delivery, so the
 /// handler's span ([`consume_span`]) and the settle spans

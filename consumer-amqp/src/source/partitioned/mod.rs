@@ -422,7 +422,7 @@ impl Source for PartitionedSource {
 
     /// Says goodbye (the others take this instance's partitions at once,
     /// without waiting for missed heartbeats), hands every partition over
-    /// (waiting at most [`CLOSE_DRAIN`] for deliveries still in flight),
+    /// (waiting at most 10 s for deliveries still in flight),
     /// and closes the connection.
     async fn close(mut self) {
         if let Some(mut s) = self.session.take() {
