@@ -19,18 +19,17 @@
 //!   `SKIP LOCKED` batches cannot interleave one aggregate's events. On
 //!   SQLite one relay at a time holds a lease.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::envelope::{Headers, names};
 use crate::error::Error;
 
 mod database;
 mod event;
 #[cfg(feature = "postgres")]
 mod listen;
+mod message;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod relay;
@@ -38,6 +37,7 @@ mod relay_metrics;
 mod relay_stats;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod waves;
 
 pub use database::{Backlog, InTransaction, OutboxDatabase, Row, RowOutcome};
 pub use event::NewEvent;
@@ -191,23 +191,13 @@ impl Outbox {
     where
         C: InTransaction + ?Sized,
     {
-        let conn = tx.connection();
         let id = uuid::Uuid::now_v7();
         let destination = self.destination_for(&event);
-        let headers = if event.headers.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::to_string(&event.headers).map_err(|source| Error::Serialize {
-                    what: "event headers",
-                    source,
-                })?,
-            )
-        };
-        let trace = current_trace_metadata();
+        let headers = event.headers_json()?;
+        let trace = crate::trace::metadata::encode_current();
         C::Database::enqueue(
             self,
-            conn,
+            tx.connection(),
             id,
             &event,
             &destination,
@@ -269,25 +259,6 @@ impl Outbox {
     /// Unpublished events in the table (ready, waiting for a retry, failed).
     pub async fn pending<DB: OutboxDatabase>(&self, pool: &sqlx::Pool<DB>) -> Result<i64, Error> {
         DB::pending(self, pool).await
-    }
-}
-
-/// The trace context of the current span as the JSON stored with the event.
-fn current_trace_metadata() -> Option<String> {
-    let mut headers = Headers::new();
-    crate::trace::inject_current(&mut headers);
-    let mut map = BTreeMap::new();
-    for name in [names::TRACEPARENT, names::TRACESTATE] {
-        if let Ok(Some(v)) = headers.get(name)
-            && !v.is_empty()
-        {
-            map.insert(name, v.to_owned());
-        }
-    }
-    if map.is_empty() {
-        None
-    } else {
-        serde_json::to_string(&map).ok()
     }
 }
 
