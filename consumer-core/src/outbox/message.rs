@@ -8,6 +8,7 @@ use crate::envelope::{Headers, Message, cloudevent, format_time, names};
 use crate::publish::Outgoing;
 
 use super::Row;
+use super::schedule::from_ms;
 
 /// A row the relay cannot turn into a message: reading it again gives
 /// the same answer, so it is marked failed at once (its aggregate blocked,
@@ -43,11 +44,9 @@ pub(super) fn outgoing(row: &mut Row, source: &str) -> Result<Outgoing, Unreadab
     headers.insert(names::TYPE, row.event_type.as_str());
     headers.insert(names::SUBJECT, row.aggregate_id.as_str());
     headers.insert(names::CONTENT_TYPE, "application/json");
-    if let Ok(t) =
-        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(row.created_at_ms) * 1_000_000)
-    {
-        headers.insert(names::TIME, format_time(t));
-    }
+    // A scheduled event happened when it fell due.
+    let time = row.due_at_ms.unwrap_or(row.created_at_ms);
+    headers.insert(names::TIME, format_time(from_ms(time)));
     cloudevent::complete(&mut headers, source);
     inject_trace(row, &mut headers);
     Ok(Outgoing {
@@ -102,6 +101,7 @@ mod tests {
             trace_metadata: trace.map(str::to_owned),
             created_at_ms: 1_000,
             attempts: 0,
+            due_at_ms: None,
             held: false,
         }
     }
@@ -121,6 +121,17 @@ mod tests {
         assert_eq!(h.get("x-tenant"), Ok(Some("acme")));
         assert!(!cloudevent::needs_completion(h));
         assert_eq!(out.message.key.as_deref(), Some("o-1"));
+    }
+
+    #[test]
+    fn a_scheduled_event_happened_when_it_fell_due() {
+        let mut r = row(None, None);
+        r.due_at_ms = Some(61_000);
+        let out = outgoing(&mut r, "/outbox").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            out.message.headers.get(names::TIME),
+            Ok(Some("1970-01-01T00:01:01Z"))
+        );
     }
 
     #[test]

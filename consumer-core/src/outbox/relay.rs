@@ -4,13 +4,13 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 use tokio::sync::Notify;
 
-use super::relay_metrics::RelayMetrics;
+use super::relay_metrics::{RelayMetrics, Waited};
 use super::relay_stats::RelayStats;
 use super::waves::Waves;
 use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome, message};
@@ -24,7 +24,10 @@ pub enum WakeUp {
     /// Poll: right away while batches come back full, then waiting twice
     /// as long after each empty round, from `min` up to `max`. A wake-up
     /// through [`OutboxRelay::waker`] (in-process writers, or a LISTEN task)
-    /// cuts the wait short.
+    /// cuts the wait short, and so does the moment the earliest scheduled
+    /// event falls due (as read at the last round): `max` caps how late a
+    /// relay notices an event scheduled since, by another process, to fall
+    /// due earlier.
     Poll {
         /// First wait after an empty round.
         min: Duration,
@@ -48,6 +51,8 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
     meter: Option<Meter>,
     metrics: OnceLock<RelayMetrics>,
     backlog_every: Duration,
+    /// When the earliest scheduled event falls due, as of the last round.
+    next_due: Mutex<Option<Instant>>,
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
@@ -104,6 +109,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             meter: None,
             metrics: OnceLock::new(),
             backlog_every: Duration::from_secs(15),
+            next_due: Mutex::new(None),
         }
     }
 
@@ -199,7 +205,14 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         result
     }
 
+    /// Releases the scheduled events that fell due, then claims, publishes
+    /// and marks. A release that fails does not stop the claim (the
+    /// events already in the table go out), but fails the round.
     async fn round(&self) -> Result<usize, Error> {
+        let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
+        if let Ok(r) = &released {
+            self.set_next_due(r.next_due_in);
+        }
         let (guard, rows) = DB::claim(
             &self.outbox,
             &self.pool,
@@ -210,7 +223,24 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         let n = rows.len();
         let outcomes = self.publish_in_order(rows).await;
         DB::finish(&self.outbox, &self.pool, guard, &outcomes).await?;
+        released?;
         Ok(n)
+    }
+
+    /// Remembers when the next scheduled event falls due (zero: some are
+    /// due that the release could not take, which the polling retries).
+    fn set_next_due(&self, due_in: Option<Duration>) {
+        let at = due_in.filter(|d| !d.is_zero()).map(|d| Instant::now() + d);
+        *self.next_due.lock().unwrap_or_else(PoisonError::into_inner) = at;
+    }
+
+    /// How long an idle relay sleeps: the polling wait, cut short when the
+    /// next scheduled event falls due sooner.
+    fn idle_wait(&self, wait: Duration) -> Duration {
+        let due = *self.next_due.lock().unwrap_or_else(PoisonError::into_inner);
+        due.map_or(wait, |at| {
+            at.saturating_duration_since(Instant::now()).min(wait)
+        })
     }
 
     /// Relays until `shutdown` completes. Errors (a database or broker
@@ -255,7 +285,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 biased;
                 () = &mut shutdown => return Ok(()),
                 () = self.waker.notified() => wait = min,
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(self.idle_wait(wait)) => {}
             }
         }
     }
@@ -314,7 +344,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             });
             let error = result.as_ref().err().map(crate::metrics::error_type);
             self.metrics()
-                .sent(&row.destination, took, age(&row, now_ms), error);
+                .sent(&row.destination, took, waited(&row, now_ms), error);
             let outcome = match result {
                 Ok(()) => {
                     self.stats.published.fetch_add(1, Relaxed);
@@ -367,12 +397,12 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 }
 
-/// How long ago `row` was committed, at `now_ms`.
-fn age(row: &Row, now_ms: i64) -> Duration {
-    Duration::from_millis(
-        now_ms
-            .saturating_sub(row.created_at_ms)
-            .max(0)
-            .cast_unsigned(),
-    )
+/// How long a row waited for the broker's confirmation at `now_ms`: since
+/// its commit, or since it fell due for a scheduled event.
+fn waited(row: &Row, now_ms: i64) -> Waited {
+    let since = |at: i64| Duration::from_millis(now_ms.saturating_sub(at).max(0).cast_unsigned());
+    match row.due_at_ms {
+        Some(due) => Waited::SinceDue(since(due)),
+        None => Waited::SinceCommit(since(row.created_at_ms)),
+    }
 }

@@ -85,6 +85,7 @@ mod tests {
             trace_metadata: None,
             created_at_ms: 0,
             attempts: 0,
+            due_at_ms: None,
             held,
         }
     }
