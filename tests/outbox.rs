@@ -531,7 +531,9 @@ macro_rules! outbox_suite {
                 let pool = $pool.await;
                 let outbox = Outbox::new();
                 write(&pool, "d", 1, None).await;
+                // Due times are kept to the millisecond.
                 let at = OffsetDateTime::now_utc() + time::Duration::milliseconds(1500);
+                let at = at.replace_nanosecond(at.millisecond() as u32 * 1_000_000).expect("ms");
                 let by_instant = write(&pool, "d", 2, Some(Due::at(at))).await;
                 let by_delay = write(&pool, "e", 1, Some(Due::after(Duration::from_secs(1)))).await;
                 let mut tx = pool.begin().await.expect("begin");
@@ -552,7 +554,7 @@ macro_rules! outbox_suite {
                 }
                 let (env, arrived) = &seen[&by_instant];
                 assert!(*arrived >= at, "published at {arrived}, before its due time {at}");
-                assert_eq!(env.time, Some(at.replace_nanosecond(at.millisecond() as u32 * 1_000_000).expect("ms")), "CloudEvents time: when it fell due");
+                assert_eq!(env.time, Some(at), "CloudEvents time: when it fell due");
                 let (_, arrived) = &seen[&by_delay];
                 assert!(*arrived >= delayed_due, "published at {arrived}, before its due time {delayed_due}");
 
