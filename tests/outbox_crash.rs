@@ -387,6 +387,17 @@ async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels
         let expected: Vec<i64> = (1..=vs.len() as i64).collect();
         assert_eq!(vs, expected, "order of {agg}");
     }
+    // The claim reads an aggregate's events in `seq` order: released events
+    // must get theirs in version order too.
+    let inverted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events a JOIN outbox_events b \
+           ON a.aggregate_type = b.aggregate_type AND a.aggregate_id = b.aggregate_id \
+          AND a.version < b.version AND a.seq > b.seq",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("query");
+    assert_eq!(inverted, 0, "a later version got a smaller seq");
     assert!(kills > 0, "no relay was killed: the test proved nothing");
     assert!(
         !written.cancelled.is_empty() && !written.too_late.is_empty(),

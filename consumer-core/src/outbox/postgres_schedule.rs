@@ -262,41 +262,9 @@ async fn versions(
     Ok(last)
 }
 
-/// Moves up to `batch` due events in one transaction: the release lock
-/// (one releaser at a time), the window, its row locks, the version rows,
-/// then one statement that bumps the versions and one that moves the rows.
-pub(super) async fn release_due(
-    outbox: &Outbox,
-    pool: &Pool<Postgres>,
-    batch: i64,
-) -> Result<Released, Error> {
-    let table = outbox.table();
-    let next_due = || async {
-        let ms: Option<i64> = sqlx::query_scalar(sql(NEXT_DUE, table))
-            .fetch_one(pool)
-            .await?;
-        Ok::<_, Error>(ms)
-    };
-    let before = next_due().await?;
-    if before.is_none_or(|ms| ms > 0) {
-        return Ok(Released {
-            moved: 0,
-            next_due_in: due_in(before),
-        });
-    }
-    let mut tx = pool.begin().await?;
-    let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, hashtext($2))")
-        .bind(RELEASE_CLASS)
-        .bind(table)
-        .fetch_one(&mut *tx)
-        .await?;
-    if !ours {
-        tx.rollback().await?;
-        return Ok(Released {
-            moved: 0,
-            next_due_in: due_in(before),
-        });
-    }
+/// The rows of the window that may move now, in due order (see
+/// [`movable`]).
+async fn window(tx: &mut PgConnection, table: &str, batch: i64) -> Result<Vec<DueRow>, Error> {
     let mut window = Vec::new();
     for r in sqlx::query(sql(DUE, table))
         .bind(batch.max(1))
@@ -315,33 +283,81 @@ pub(super) async fn release_due(
         .await?
         .into_iter()
         .collect();
-    let rows = movable(window, &locked);
+    Ok(movable(window, &locked))
+}
+
+/// Sets each aggregate's version row to its new last version, then moves
+/// the rows (`seq`, version) into the outbox table, in that order.
+async fn bump_and_move(
+    tx: &mut PgConnection,
+    table: &str,
+    moves: &[(i64, i64)],
+    last: &BTreeMap<Aggregate, i64>,
+) -> Result<(), Error> {
+    let types: Vec<&str> = last.keys().map(|(t, _)| t.as_str()).collect();
+    let ids: Vec<&str> = last.keys().map(|(_, i)| i.as_str()).collect();
+    let tops: Vec<i64> = last.values().copied().collect();
+    sqlx::query(sql(BUMP, table))
+        .bind(&types)
+        .bind(&ids)
+        .bind(&tops)
+        .execute(&mut *tx)
+        .await?;
+    let (seqs, versions): (Vec<i64>, Vec<i64>) = moves.iter().copied().unzip();
+    sqlx::query(sql(MOVE, table))
+        .bind(&seqs)
+        .bind(&versions)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Milliseconds until the earliest scheduled event falls due.
+async fn next_due(pool: &Pool<Postgres>, table: &str) -> Result<Option<i64>, Error> {
+    Ok(sqlx::query_scalar(sql(NEXT_DUE, table))
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Moves up to `batch` due events in one transaction: the release lock
+/// (one releaser at a time), the window and its row locks, the version
+/// rows, then one statement that bumps the versions and one that moves the
+/// rows. Idle (nothing due), it only reads the earliest due time.
+pub(super) async fn release_due(
+    outbox: &Outbox,
+    pool: &Pool<Postgres>,
+    batch: i64,
+) -> Result<Released, Error> {
+    let table = outbox.table();
+    let before = next_due(pool, table).await?;
+    let nothing = Released {
+        moved: 0,
+        next_due_in: due_in(before),
+    };
+    if before.is_none_or(|ms| ms > 0) {
+        return Ok(nothing);
+    }
+    let mut tx = pool.begin().await?;
+    let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, hashtext($2))")
+        .bind(RELEASE_CLASS)
+        .bind(table)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !ours {
+        tx.rollback().await?;
+        return Ok(nothing);
+    }
+    let rows = window(&mut tx, table, batch).await?;
     let last = versions(&mut tx, table, &rows).await?;
     let (moves, last) = number(rows, last);
     if !moves.is_empty() {
-        let (types, rest): (Vec<&str>, Vec<(&str, i64)>) = last
-            .iter()
-            .map(|((t, i), v)| (t.as_str(), (i.as_str(), *v)))
-            .unzip();
-        let (ids, tops): (Vec<&str>, Vec<i64>) = rest.into_iter().unzip();
-        sqlx::query(sql(BUMP, table))
-            .bind(&types)
-            .bind(&ids)
-            .bind(&tops)
-            .execute(&mut *tx)
-            .await?;
-        let (seqs, versions): (Vec<i64>, Vec<i64>) = moves.iter().copied().unzip();
-        sqlx::query(sql(MOVE, table))
-            .bind(&seqs)
-            .bind(&versions)
-            .execute(&mut *tx)
-            .await?;
+        bump_and_move(&mut tx, table, &moves, &last).await?;
     }
     // Commit releases the version rows: writers of those aggregates go on.
     tx.commit().await?;
     Ok(Released {
         moved: moves.len() as u64,
-        next_due_in: due_in(next_due().await?),
+        next_due_in: due_in(next_due(pool, table).await?),
     })
 }
 
