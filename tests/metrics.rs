@@ -381,6 +381,97 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
     assert_eq!(broker.depth("events"), 2);
 }
 
+/// Scheduled events: counted while not yet due, counted as pending once
+/// due, and how late each went out after its due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_counts_scheduled_events_and_how_late_they_went_out() {
+    use consumer::outbox::Due;
+    use consumer::{NewEvent, Outbox, OutboxRelay, SqliteStore};
+    use time::OffsetDateTime;
+
+    let recorder = MetricsRecorder::new();
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await
+        .expect("in-memory SQLite");
+    SqliteStore::new(pool.clone())
+        .migrate()
+        .await
+        .expect("migrations");
+    let outbox = Outbox::new().with_default_destination("events");
+    let ten_s_ago = OffsetDateTime::now_utc() - time::Duration::seconds(10);
+    let mut tx = pool.begin().await.expect("begin");
+    for (i, due) in [
+        Due::at(ten_s_ago),
+        Due::after(Duration::from_secs(3600)),
+        Due::after(Duration::from_secs(7200)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let event = NewEvent::new(
+            "Order",
+            format!("o{i}"),
+            "Reminder",
+            &serde_json::json!({ "i": i }),
+        )
+        .expect("event");
+        outbox
+            .schedule(&mut tx, event, due)
+            .await
+            .expect("schedule");
+    }
+    tx.commit().await.expect("commit");
+
+    let broker = MemoryBroker::new(1);
+    let relay = OutboxRelay::new(pool, outbox, broker.clone()).with_meter(recorder.meter());
+    let before = relay.read_backlog().await.expect("backlog");
+    assert_eq!((before.pending, before.scheduled), (1, 2), "{before:?}");
+    let now_ms = i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+        .expect("ms since 1970");
+    let waited = before.oldest_ms.map(|ms| now_ms - ms);
+    assert!(
+        waited.is_some_and(|ms| ms >= 10_000),
+        "the overdue event has waited since it fell due: {waited:?}"
+    );
+    relay.run_once().await.expect("a round");
+    let after = relay.read_backlog().await.expect("backlog");
+    assert_eq!((after.pending, after.scheduled), (0, 2), "{after:?}");
+
+    let points = recorder.collect();
+    check_against_catalogue(&points).expect("what is emitted is documented");
+    let events = [
+        ("messaging.destination.name", "events"),
+        ("messaging.system", "memory"),
+    ];
+    assert_eq!(
+        total(&points, "consumer.outbox.scheduled.lateness", &events),
+        1.0
+    );
+    let late: f64 = points
+        .iter()
+        .filter(|p| p.name == "consumer.outbox.scheduled.lateness")
+        .map(|p| p.sum)
+        .sum();
+    assert!(
+        late >= 10.0,
+        "published at least 10 s after it fell due: {late}"
+    );
+    assert_eq!(
+        total(&points, "consumer.outbox.publish.latency", &events),
+        0.0,
+        "a scheduled event is not counted as an enqueued one"
+    );
+    let table = [
+        ("consumer.outbox.table", "outbox_events"),
+        ("db.system.name", "sqlite"),
+    ];
+    assert_eq!(total(&points, "consumer.outbox.scheduled", &table), 2.0);
+    assert_eq!(total(&points, "consumer.outbox.pending", &table), 0.0);
+    assert_eq!(broker.depth("events"), 1);
+}
+
 #[test]
 fn the_catalogue_matches_the_committed_snapshot() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/metrics.txt");

@@ -243,11 +243,15 @@ pub struct ReplayArgs {
 /// Outbox subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Outbox {
-    /// Pending events, the oldest's age, failed aggregates with their errors.
+    /// Pending events, the oldest's age, failed aggregates with their errors,
+    /// and the scheduled events not yet due with the next ones to fall due.
     Status {
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// How many of the next scheduled events to list.
+        #[arg(long, default_value_t = 10)]
+        next: u32,
         /// The outbox table.
         #[arg(long, default_value = "outbox_events")]
         outbox_table: String,

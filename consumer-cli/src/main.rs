@@ -130,9 +130,11 @@ async fn run(cli: Cli) -> Result<()> {
             DeadLetters::Replay(args) => replay::run(services, &args, &mut out).await,
         },
         Command::Outbox(cmd) => match cmd {
-            Outbox::Status { json, outbox_table } => {
-                outbox::status(services, &outbox_table, json, &mut out).await
-            }
+            Outbox::Status {
+                json,
+                next,
+                outbox_table,
+            } => outbox::status(services, &outbox_table, json, next, &mut out).await,
             Outbox::Retry {
                 aggregate,
                 all,

@@ -389,7 +389,8 @@ pub const RECONNECTS: MetricSpec = MetricSpec::new(
 
 const OUTBOX_SERIES: &[&str] = &[DB_SYSTEM, OUTBOX_TABLE];
 
-/// `consumer.outbox.pending`: events committed and not yet published.
+/// `consumer.outbox.pending`: events committed and not yet published
+/// (scheduled ones once due).
 pub const OUTBOX_PENDING: MetricSpec = MetricSpec::new(
     "consumer.outbox.pending",
     Instrument::Gauge,
@@ -399,7 +400,8 @@ pub const OUTBOX_PENDING: MetricSpec = MetricSpec::new(
 );
 
 /// `consumer.outbox.oldest.age`: how long the oldest unpublished event
-/// has waited since its transaction committed (0 when none).
+/// has waited since its transaction committed, or since it fell due for a
+/// scheduled one (0 when none).
 pub const OUTBOX_OLDEST_AGE: MetricSpec = MetricSpec::new(
     "consumer.outbox.oldest.age",
     Instrument::Gauge,
@@ -418,13 +420,35 @@ pub const OUTBOX_BLOCKED_AGGREGATES: MetricSpec = MetricSpec::new(
     OUTBOX_SERIES,
 );
 
+/// `consumer.outbox.scheduled`: scheduled events not yet due (those due
+/// and waiting for a relay count in `consumer.outbox.pending`).
+pub const OUTBOX_SCHEDULED: MetricSpec = MetricSpec::new(
+    "consumer.outbox.scheduled",
+    Instrument::Gauge,
+    "{event}",
+    "Scheduled outbox events not yet due.",
+    OUTBOX_SERIES,
+);
+
 /// `consumer.outbox.publish.latency`: from an event's commit to the
-/// broker's confirmation of it.
+/// broker's confirmation of it (events enqueued to go at once; scheduled
+/// ones are in `consumer.outbox.scheduled.lateness`).
 pub const OUTBOX_PUBLISH_LATENCY: MetricSpec = MetricSpec::new(
     "consumer.outbox.publish.latency",
     Instrument::Histogram,
     "s",
     "Time from an outbox event's commit to the broker's confirmation.",
+    &[DB_SYSTEM, OUTBOX_TABLE, MESSAGING_SYSTEM, DESTINATION_NAME],
+)
+.buckets(AGE_BUCKETS);
+
+/// `consumer.outbox.scheduled.lateness`: from the time a scheduled event
+/// fell due to the broker's confirmation of it: how late it went out.
+pub const OUTBOX_SCHEDULED_LATENESS: MetricSpec = MetricSpec::new(
+    "consumer.outbox.scheduled.lateness",
+    Instrument::Histogram,
+    "s",
+    "Time from a scheduled outbox event's due time to the broker's confirmation.",
     &[DB_SYSTEM, OUTBOX_TABLE, MESSAGING_SYSTEM, DESTINATION_NAME],
 )
 .buckets(AGE_BUCKETS);
@@ -474,7 +498,9 @@ pub const CATALOGUE: &[MetricSpec] = &[
     OUTBOX_PENDING,
     OUTBOX_OLDEST_AGE,
     OUTBOX_BLOCKED_AGGREGATES,
+    OUTBOX_SCHEDULED,
     OUTBOX_PUBLISH_LATENCY,
+    OUTBOX_SCHEDULED_LATENESS,
     OUTBOX_FAILED,
     OUTBOX_ROUND_FAILURES,
 ];

@@ -31,10 +31,12 @@
 //! | `consumer.rebalances` | counter | {rebalance} | Kafka: by `consumer.rebalance.event` |
 //! | `consumer.commit.failures` | counter | {commit} | Kafka offset commits that failed |
 //! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened |
-//! | `consumer.outbox.pending` | gauge | {event} | committed, not yet published |
-//! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age |
+//! | `consumer.outbox.pending` | gauge | {event} | committed (scheduled: and due), not yet published |
+//! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age (scheduled: since due) |
 //! | `consumer.outbox.blocked_aggregates` | gauge | {aggregate} | stopped at a failed event |
+//! | `consumer.outbox.scheduled` | gauge | {event} | scheduled, not yet due |
 //! | `consumer.outbox.publish.latency` | histogram | s | commit to broker confirmation |
+//! | `consumer.outbox.scheduled.lateness` | histogram | s | a scheduled event's due time to broker confirmation |
 //! | `consumer.outbox.failed` | counter | {event} | marked failed |
 //! | `consumer.outbox.round.failures` | counter | {round} | relay rounds that failed |
 //!

@@ -53,4 +53,18 @@ impl NewEvent {
         self.headers.insert(name.into(), value.into());
         self
     }
+
+    /// The headers as the `headers` column stores them (a JSON object of
+    /// strings), `None` when there are none.
+    pub(super) fn headers_json(&self) -> Result<Option<String>, Error> {
+        if self.headers.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(&self.headers)
+            .map(Some)
+            .map_err(|source| Error::Serialize {
+                what: "event headers",
+                source,
+            })
+    }
 }
