@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use consumer::outbox::Due;
 use consumer::testing::FreshSchema;
-use consumer::{MemoryBroker, NewEvent, Outbox, OutboxRelay, Source};
+use consumer::{MemoryBroker, NewEvent, Outbox, OutboxRelay, source::Source};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use time::OffsetDateTime;
@@ -158,7 +158,7 @@ fn consumer_task(
             received
                 .entry(env.id.clone())
                 .or_insert_with(|| (Instant::now(), OffsetDateTime::now_utc()));
-            consumer::Acker::ack(acker).await?;
+            consumer::source::Acker::ack(acker).await?;
         }
         anyhow::Ok(received)
     })

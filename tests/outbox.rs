@@ -179,7 +179,7 @@ where
 }
 
 /// The next delivery on `source`, with the instant it arrived.
-async fn next_arrival(source: &mut consumer::MemorySource) -> (Envelope, OffsetDateTime) {
+async fn next_arrival(source: &mut consumer::memory::MemorySource) -> (Envelope, OffsetDateTime) {
     let (env, acker) = within(source.recv())
         .await
         .expect("recv")
