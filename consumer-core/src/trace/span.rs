@@ -36,8 +36,8 @@ pub struct SpanScope {
 
 /// The context a delivery is processed in: the producer's, from its
 /// headers, or none (a root: its handler gets a fresh one, see
-/// [`consume_span`]). A malformed trace context is logged (at most once per
-/// [`MALFORMED_LOG_EVERY_SECS`]) and ignored.
+/// [`consume_span`]). A malformed trace context is logged (at most once
+/// every 10 s) and ignored.
 ///
 /// The runtime attaches it to everything it does for the delivery, so the
 /// handler's span ([`consume_span`]) and the settle spans
