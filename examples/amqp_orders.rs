@@ -204,14 +204,17 @@ async fn main() -> anyhow::Result<()> {
         "not every delivery was settled within 120 s ({s:?}); is RabbitMQ at {amqp_url} serving {queue}?"
     );
 
-    shop::print_report(
-        &format!(
-            "amqp_orders: the `shop` service on RabbitMQ at {amqp_url} and PostgreSQL\n\ntopology:\n{topology}"
-        ),
-        relay_stats.snapshot().published,
-        &s,
-        &shop::history(&pool, &run).await?,
-        &read_dead_letters(&amqp_url, &topology, &run).await?,
+    print!(
+        "{}",
+        shop::report(
+            &format!(
+                "amqp_orders: the `shop` service on RabbitMQ at {amqp_url} and PostgreSQL\n\ntopology:\n{topology}"
+            ),
+            relay_stats.snapshot().published,
+            &s,
+            &shop::history(&pool, &run).await?,
+            &read_dead_letters(&amqp_url, &topology, &run).await?,
+        )
     );
     Ok(())
 }

@@ -188,14 +188,17 @@ async fn main() -> anyhow::Result<()> {
         "not every delivery was settled within 120 s ({s:?}); is the broker at {brokers} serving group {group}?"
     );
 
-    shop::print_report(
-        &format!(
-            "kafka_orders: the `shop` service on Kafka at {brokers} and PostgreSQL\n\n{topics}"
-        ),
-        relay_stats.snapshot().published,
-        &s,
-        &shop::history(&pool, &run).await?,
-        &read_dead_letters(&brokers, topics.dead_letter_topic(), &run)?,
+    print!(
+        "{}",
+        shop::report(
+            &format!(
+                "kafka_orders: the `shop` service on Kafka at {brokers} and PostgreSQL\n\n{topics}"
+            ),
+            relay_stats.snapshot().published,
+            &s,
+            &shop::history(&pool, &run).await?,
+            &read_dead_letters(&brokers, topics.dead_letter_topic(), &run)?,
+        )
     );
     Ok(())
 }

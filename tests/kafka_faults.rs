@@ -718,6 +718,55 @@ async fn produce_errors_on_retry_copies_and_dead_letters_are_retried_and_each_la
     );
 }
 
+/// A retry-topic record whose due header says year 9999 (hand-edited, or
+/// from a producer whose clock was far off) is taken as due at the
+/// handler's longest retry delay (`settle`: 100 ms) after it was written,
+/// instead of pausing its partition for 8 000 years.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_record_due_in_year_9999_is_due_at_the_longest_retry_delay() {
+    let h = PgHarness::new().await;
+    let Fixture {
+        broker,
+        bootstrap,
+        group,
+        ..
+    } = fixture(1, 1).await;
+    let topics = broker.topics("t");
+    let far = Job::new("k", 1);
+    let copy = far
+        .message()
+        .with_header("x-consumer-attempt", "2")
+        .with_header("x-consumer-due", "9999-12-31T23:59:59Z");
+    let publisher = KafkaPublisher::builder(&bootstrap)
+        .connect()
+        .await
+        .expect("publisher");
+    let sent = publisher
+        .publish(&[Outgoing {
+            destination: topics.retry_topic().expect("retry topic").to_owned(),
+            message: copy,
+        }])
+        .await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+
+    let source = source_builder(&bootstrap, &group, topics)
+        .connect()
+        .await
+        .expect("source");
+    let run = Running::start(source, h.store(), settle);
+    support::within(run.stats.wait_for(|s| s.processed == 1)).await;
+    run.stop().await;
+    assert_eq!(effects(&h, "settle").await, 1);
+    assert_eq!(
+        support::call_log(&far.id)
+            .iter()
+            .map(|c| c.attempt)
+            .collect::<Vec<_>>(),
+        [2],
+        "the copy ran once, as the attempt it carries"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_fails_a_message_on_a_final_error_and_stores_retried_ones_once() {
     use RDKafkaRespErr::*;

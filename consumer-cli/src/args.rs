@@ -216,9 +216,10 @@ pub struct ReplayArgs {
     /// each letter's origin.
     #[arg(long)]
     pub to_topic: Option<String>,
-    /// Letters per second at most.
-    #[arg(long)]
-    pub rate: Option<f64>,
+    /// Letters per second at most, from 0.001 (one every 1000 s) to 1000;
+    /// without it, as fast as the destination confirms.
+    #[arg(long, value_parser = Rate::parse)]
+    pub rate: Option<Rate>,
     /// Replay this many first and wait for their outcome; stop with exit
     /// code 4 if any comes back dead.
     #[arg(long)]
@@ -322,4 +323,92 @@ pub struct SchemaArgs {
     /// One JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A `--rate`: letters per second within [`Rate::MIN`] and [`Rate::MAX`],
+/// so the interval between two sends is a duration the pacer can wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    per_second: f64,
+}
+
+impl Rate {
+    /// One letter every 1000 s: slower than that is a pause, not a rate,
+    /// and a tiny rate would make the interval overflow a `Duration`.
+    pub const MIN: f64 = 0.001;
+    /// Tokio's timer ticks in milliseconds, so a shorter interval would not
+    /// pace anything (and a huge rate would make it zero).
+    pub const MAX: f64 = 1000.0;
+
+    /// Parses a `--rate` value, refusing what is not a number in range
+    /// with a sentence that says the range.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let out_of_range = || {
+            format!(
+                "must be a number of letters per second from {} to {} (omit --rate for no limit)",
+                Self::MIN,
+                Self::MAX
+            )
+        };
+        let per_second: f64 = text.trim().parse().map_err(|_| out_of_range())?;
+        // `contains` is false for NaN too.
+        if !(Self::MIN..=Self::MAX).contains(&per_second) {
+            return Err(out_of_range());
+        }
+        Ok(Self { per_second })
+    }
+
+    /// The time between two sends: from 1 ms to 1000 s.
+    pub fn interval(self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.per_second)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_in_range_gives_the_interval_between_sends() {
+        assert_eq!(
+            Rate::parse("20").expect("in range").interval(),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            Rate::parse("0.001").expect("the lowest").interval(),
+            Duration::from_secs(1000)
+        );
+        assert_eq!(
+            Rate::parse("1000").expect("the highest").interval(),
+            Duration::from_millis(1)
+        );
+    }
+
+    /// What used to panic in the pacer (a `Duration` overflow below, a zero
+    /// interval above) is refused at parsing, with the range in the error.
+    #[test]
+    fn a_rate_out_of_range_is_refused_with_the_range() {
+        for bad in [
+            "1e-300", "0", "-1", "0.0009", "1000.5", "3e9", "1e309", "inf", "NaN", "fast", "",
+        ] {
+            let error = Rate::parse(bad).expect_err(bad);
+            assert!(error.contains("from 0.001 to 1000"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_refuses_a_rate_out_of_range() {
+        let parsed = Cli::try_parse_from([
+            "consumer",
+            "dead-letters",
+            "replay",
+            "--queue",
+            "orders.dlq",
+            "--rate",
+            "1e-300",
+        ]);
+        let error = parsed.expect_err("out of range");
+        assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(error.to_string().contains("from 0.001 to 1000"), "{error}");
+    }
 }

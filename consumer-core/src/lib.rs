@@ -79,8 +79,10 @@ pub mod __private {
                 `tx: &mut SqliteTx` (SQLite) or `tx: &mut MemoryTx` (in memory)"
     )]
     pub trait TxStore {
-        /// The store.
-        type Store: crate::DedupStore;
+        /// The store, whose transaction is `Self`: a bound on the handler's
+        /// impl, so the store's `Tx` is the argument's type wherever the
+        /// expansion uses it, and a wrong type is this trait's error only.
+        type Store: crate::DedupStore<Tx = Self>;
     }
 
     impl<DB: crate::store::StoreDatabase> TxStore for Tx<DB> {
@@ -109,14 +111,32 @@ pub mod __private {
         }
     }
 
-    /// Checks the message type at the argument's span.
+    /// The message type: the expansion decodes through this trait, spanned
+    /// on the argument's type, and a batch's `Message` is bound by it, so a
+    /// type that is not `Deserialize` is reported once, with this sentence,
+    /// before any of the runtime's own bounds. `DeserializeOwned` is behind
+    /// the blanket impl, not a supertrait: rustc reports a failing
+    /// supertrait in its own words instead of this trait's.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be decoded as a message",
         label = "the message argument must implement `serde::Deserialize`",
         note = "add `#[derive(serde::Deserialize)]` to the message type"
     )]
-    pub trait DecodableMessage {}
-    impl<T: serde::de::DeserializeOwned> DecodableMessage for T {}
+    pub trait DecodableMessage: Sized {
+        /// Decodes the delivery's payload as JSON; a failure is a poison
+        /// pill.
+        fn decode<S: crate::DedupStore>(
+            invocation: &crate::handler::Invocation<'_, S>,
+        ) -> Result<Self, crate::handler::Outcome>;
+    }
+
+    impl<T: serde::de::DeserializeOwned> DecodableMessage for T {
+        fn decode<S: crate::DedupStore>(
+            invocation: &crate::handler::Invocation<'_, S>,
+        ) -> Result<Self, crate::handler::Outcome> {
+            invocation.decode()
+        }
+    }
 
     /// Checks the error type at the return type's span.
     #[diagnostic::on_unimplemented(
@@ -139,9 +159,7 @@ pub mod __private {
     /// The handler SPI the expansions implement and call.
     pub use crate::handler::{Failure, FailureKind, Invocation, Outcome};
 
-    /// Type-level assertions the expansion emits.
-    pub const fn assert_message<M: DecodableMessage>() {}
-    /// See [`HandlerError`].
+    /// Type-level assertion the expansion emits: see [`HandlerError`].
     pub const fn assert_error<E: HandlerError>() {}
 
     /// The retry policy the `exponential(...)` form builds.

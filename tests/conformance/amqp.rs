@@ -13,6 +13,7 @@ use consumer::testing::{Faults, FaultyPublisher};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 
 use super::broker::{BrokerHarness, SettleSettingsByTopic};
+use super::support;
 
 /// The RabbitMQ URL the tests use.
 pub fn amqp_url() -> String {
@@ -268,20 +269,10 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         Ok(source)
     }
 
-    /// RabbitMQ has no "queue drained" event: this polls the ready counts
-    /// (passive declares) and the sources' in-flight counts until they are
-    /// zero on three readings in a row, so a message moving between queues
-    /// (a delay queue expiring into the work queue) is not missed.
+    /// RabbitMQ has no "queue drained" event: the ready counts (passive
+    /// declares) and the sources' in-flight counts, polled.
     async fn wait_drained(&self, topic: &str) {
-        let mut zero_readings = 0;
-        while zero_readings < 3 {
-            if self.depths(topic).await == 0 {
-                zero_readings += 1;
-            } else {
-                zero_readings = 0;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        support::until_drained(Duration::from_millis(20), || self.depths(topic)).await;
     }
 
     /// Reads the DLQ with `basic.get` and puts everything back (the channel
@@ -300,16 +291,14 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     }
 
     fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
-        self.settle
-            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+        self.settle.limit_dead_letter_bytes(topic, bytes);
     }
 
     fn remove_dead_letter_destination(&self, topic: &str) {
-        self.settle
-            .update(topic, |s| s.no_dead_letter_destination = true);
+        self.settle.remove_dead_letter_destination(topic);
     }
 
     fn remove_retry_destination(&self, topic: &str) {
-        self.settle.update(topic, |s| s.no_retry_destination = true);
+        self.settle.remove_retry_destination(topic);
     }
 }

@@ -13,6 +13,7 @@ use consumer::{Message, Outgoing, Publisher};
 
 use super::amqp::{amqp_url, connect, delete_queues, read_in_place, ready_messages, unique_prefix};
 use super::broker::{BrokerHarness, SettleSettingsByTopic};
+use super::support;
 
 /// Partitions of every topic.
 const PARTITIONS: u32 = 2;
@@ -187,17 +188,9 @@ impl BrokerHarness for AmqpPartitionedBroker {
     }
 
     /// As the unpartitioned harness: ready counts of every partition's
-    /// queues and the source's in-flight count, zero three times in a row.
+    /// queues and the source's in-flight count, polled.
     async fn wait_drained(&self, topic: &str) {
-        let mut zero_readings = 0;
-        while zero_readings < 3 {
-            if self.depth(topic).await == 0 {
-                zero_readings += 1;
-            } else {
-                zero_readings = 0;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        support::until_drained(Duration::from_millis(20), || self.depth(topic)).await;
     }
 
     async fn dead_letters(&self, topic: &str) -> Vec<Message> {
@@ -220,16 +213,14 @@ impl BrokerHarness for AmqpPartitionedBroker {
     }
 
     fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
-        self.settle
-            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+        self.settle.limit_dead_letter_bytes(topic, bytes);
     }
 
     fn remove_dead_letter_destination(&self, topic: &str) {
-        self.settle
-            .update(topic, |s| s.no_dead_letter_destination = true);
+        self.settle.remove_dead_letter_destination(topic);
     }
 
     fn remove_retry_destination(&self, topic: &str) {
-        self.settle.update(topic, |s| s.no_retry_destination = true);
+        self.settle.remove_retry_destination(topic);
     }
 }

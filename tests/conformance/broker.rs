@@ -254,4 +254,19 @@ impl SettleSettingsByTopic {
             .entry(topic.to_owned())
             .or_default());
     }
+
+    /// What [`BrokerHarness::limit_dead_letter_bytes`] records.
+    pub fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
+        self.update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+    }
+
+    /// What [`BrokerHarness::remove_dead_letter_destination`] records.
+    pub fn remove_dead_letter_destination(&self, topic: &str) {
+        self.update(topic, |s| s.no_dead_letter_destination = true);
+    }
+
+    /// What [`BrokerHarness::remove_retry_destination`] records.
+    pub fn remove_retry_destination(&self, topic: &str) {
+        self.update(topic, |s| s.no_retry_destination = true);
+    }
 }

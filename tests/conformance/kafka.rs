@@ -26,6 +26,7 @@ use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::broker::{BrokerHarness, SettleSettingsByTopic};
+use super::support;
 
 /// The external broker the end-to-end tests use.
 pub fn external_brokers() -> String {
@@ -491,16 +492,10 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         Ok(source)
     }
 
+    /// Kafka has no "drained" event either: offsets not committed and the
+    /// sources' in-flight counts, polled.
     async fn wait_drained(&self, topic: &str) {
-        let mut zero_readings = 0;
-        while zero_readings < 3 {
-            if self.unsettled(topic).await == 0 {
-                zero_readings += 1;
-            } else {
-                zero_readings = 0;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        support::until_drained(Duration::from_millis(50), || self.unsettled(topic)).await;
     }
 
     async fn dead_letters(&self, topic: &str) -> Vec<Message> {
@@ -512,16 +507,14 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
     }
 
     fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
-        self.settle
-            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+        self.settle.limit_dead_letter_bytes(topic, bytes);
     }
 
     fn remove_dead_letter_destination(&self, topic: &str) {
-        self.settle
-            .update(topic, |s| s.no_dead_letter_destination = true);
+        self.settle.remove_dead_letter_destination(topic);
     }
 
     fn remove_retry_destination(&self, topic: &str) {
-        self.settle.update(topic, |s| s.no_retry_destination = true);
+        self.settle.remove_retry_destination(topic);
     }
 }

@@ -24,6 +24,28 @@ pub async fn within<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Waits until `remaining` reads zero on three readings in a row, one
+/// every `every`: the "drained" of a broker that has no such event
+/// (RabbitMQ's ready counts, Kafka's unsettled offsets, each with the
+/// sources' in-flight counts). Three readings, so a message moving between
+/// places (a delay queue expiring into the work queue, a retry copy on its
+/// way to the retry topic) is not missed.
+pub async fn until_drained<F, Fut>(every: Duration, mut remaining: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = usize>,
+{
+    let mut zero_readings = 0;
+    while zero_readings < 3 {
+        if remaining().await == 0 {
+            zero_readings += 1;
+        } else {
+            zero_readings = 0;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// A test message. Its fields say how the handler behaves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Job {
@@ -378,6 +400,73 @@ pub struct StoredLetter {
     pub payload: Vec<u8>,
 }
 
+/// The `Harness` methods whose SQL is the same on SQLite and PostgreSQL,
+/// written once for both impls: the effects table, the dedup rows and the
+/// dead-letter table, on `self.pool` and the store's own transaction.
+macro_rules! same_sql_on_both {
+    () => {
+        async fn insert_effect(
+            tx: &mut Tx<Self::Db>,
+            handler: &str,
+            job: &Job,
+            message_id: &str,
+        ) -> Result<(), sqlx::Error> {
+            note_message_id(&job.id, message_id);
+            sqlx::query(
+                "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(handler)
+            .bind(&job.id)
+            .bind(&job.key)
+            .bind(job.seq)
+            .bind(message_id)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
+                .bind(handler)
+                .bind(job_id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("count effects")
+        }
+
+        async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
+            sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
+                .fetch_all(&self.pool)
+                .await
+                .expect("effects")
+        }
+
+        async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
+            sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
+                .bind(handler)
+                .fetch_all(&self.pool)
+                .await
+                .expect("effects")
+        }
+
+        async fn dedup_rows(&self) -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
+                .fetch_one(&self.pool)
+                .await
+                .expect("count")
+        }
+
+        async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
+            sqlx::query_as(
+                "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .expect("dead-letter table")
+        }
+    };
+}
+
 /// SQLite on a fresh file per test (WAL, like a real deployment).
 pub struct SqliteHarness {
     pool: sqlx::SqlitePool,
@@ -417,49 +506,7 @@ impl Harness for SqliteHarness {
         Store::new(self.pool.clone())
     }
 
-    async fn insert_effect(
-        tx: &mut Tx<sqlx::Sqlite>,
-        handler: &str,
-        job: &Job,
-        message_id: &str,
-    ) -> Result<(), sqlx::Error> {
-        note_message_id(&job.id, message_id);
-        sqlx::query(
-            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(handler)
-        .bind(&job.id)
-        .bind(&job.key)
-        .bind(job.seq)
-        .bind(message_id)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
-            .bind(handler)
-            .bind(job_id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count effects")
-    }
-
-    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
-        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
-
-    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
-        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
-            .bind(handler)
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
+    same_sql_on_both!();
 
     async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
         let now_ms = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
@@ -474,22 +521,6 @@ impl Harness for SqliteHarness {
             .await
             .expect("old row");
         }
-    }
-
-    async fn dedup_rows(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
-        sqlx::query_as(
-            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .expect("dead-letter table")
     }
 }
 
@@ -531,49 +562,7 @@ impl Harness for PgHarness {
         Store::new(self.pool.clone())
     }
 
-    async fn insert_effect(
-        tx: &mut Tx<sqlx::Postgres>,
-        handler: &str,
-        job: &Job,
-        message_id: &str,
-    ) -> Result<(), sqlx::Error> {
-        note_message_id(&job.id, message_id);
-        sqlx::query(
-            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(handler)
-        .bind(&job.id)
-        .bind(&job.key)
-        .bind(job.seq)
-        .bind(message_id)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
-            .bind(handler)
-            .bind(job_id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count effects")
-    }
-
-    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
-        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
-
-    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
-        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
-            .bind(handler)
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
+    same_sql_on_both!();
 
     async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
         sqlx::query(
@@ -586,21 +575,5 @@ impl Harness for PgHarness {
         .execute(&self.pool)
         .await
         .expect("old rows");
-    }
-
-    async fn dedup_rows(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
-        sqlx::query_as(
-            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .expect("dead-letter table")
     }
 }

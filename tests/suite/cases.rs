@@ -135,7 +135,19 @@ pub async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context<B: B
     );
     assert_eq!(&dl.payload[..], b"{not json");
     assert_eq!(support::calls(&good.id), 1, "the consumer went on");
-    assert_eq!(support::calls("poison-1"), 0, "the handler never ran");
+    // The handler never ran for the poison pill: it began no transaction,
+    // so it claimed no key (a fixed handler can take the replayed letter)
+    // and wrote nothing; the good message is the only claim and effect.
+    assert_eq!(
+        h.dedup_rows().await,
+        1,
+        "only the good message claimed a key"
+    );
+    assert_eq!(
+        h.all_effects_in_commit_order().await,
+        [("work".to_owned(), "k".to_owned(), 2)],
+        "only the good message's effect"
+    );
     assert_eq!((s.processed, s.dead_poison, s.retries), (1, 1, 0));
 }
 

@@ -124,7 +124,7 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
     }
 
     async fn handle(&self, invocation: &mut Invocation<'_, S>) -> Outcome {
-        let message: H::Message = match invocation.decode() {
+        let message = match crate::__private::DecodableMessage::decode(invocation) {
             Ok(m) => m,
             Err(poison) => return poison,
         };

@@ -274,7 +274,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     wait = min;
                     continue;
                 }
-                Ok(0) => wait = (wait * 2).min(max),
+                Ok(0) => wait = wait.saturating_mul(2).min(max),
                 Ok(_) => wait = min,
                 Err(e) => {
                     tracing::warn!(target: "consumer::outbox", error = %e, "relay round failed; trying again");

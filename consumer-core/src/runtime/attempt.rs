@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use opentelemetry::Context;
 use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -217,10 +218,16 @@ where
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
         let started = Instant::now();
         let run = CatchUnwind::new(handler.handle(&mut invocation));
-        // A span not recorded leaves `cx` the current context: attaching
-        // it again on every poll would change nothing, at a cost.
+        // A span not recorded leaves `cx` the current context (attaching it
+        // again on every poll would change nothing, at a cost), or a fresh
+        // root when the delivery had no valid parent: the handler runs in
+        // that, so what it sends carries a `traceparent` at any log level.
         let (ran, cx) = if span.is_disabled() {
-            (run.await, None)
+            if Context::current().span().span_context().is_valid() {
+                (run.await, None)
+            } else {
+                (run.with_context(cx).await, None)
+            }
         } else {
             let recorded = span.clone();
             (

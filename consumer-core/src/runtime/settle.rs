@@ -55,7 +55,9 @@ use crate::trace;
 
 /// What a settle step may still spend on failures that can heal.
 struct StepBudget {
-    deadline: Instant,
+    /// `None`: a settle timeout past what the clock can count, so no
+    /// deadline (`with_settle_timeout(Duration::MAX)` must not overflow).
+    deadline: Option<Instant>,
     failures: u32,
 }
 
@@ -117,7 +119,7 @@ where
 {
     fn budget(&self) -> StepBudget {
         StepBudget {
-            deadline: Instant::now() + self.settle_timeout,
+            deadline: Instant::now().checked_add(self.settle_timeout),
             failures: 0,
         }
     }
@@ -131,7 +133,10 @@ where
         }
         budget.failures = budget.failures.saturating_add(1);
         let delay: Duration = jitter(&STEP_BACKOFF, budget.failures);
-        if Instant::now() + delay > budget.deadline {
+        if budget
+            .deadline
+            .is_some_and(|deadline| Instant::now() + delay > deadline)
+        {
             tracing::warn!(target: "consumer::runtime", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
             return Next::GiveUp;
         }

@@ -78,6 +78,10 @@ pub(super) struct Ledger {
     pub(super) lost: AtomicU64,
     pub(super) commit_failures: AtomicU64,
     pub(super) close_timeouts: AtomicU64,
+    /// The longest delay a handler of this source gives a retry copy, in
+    /// milliseconds (the runtime says so before the first delivery): a
+    /// retry record is never due later than that after it was written.
+    pub(super) longest_retry_delay_ms: AtomicU64,
 }
 
 impl Ledger {

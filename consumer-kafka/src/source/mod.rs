@@ -55,7 +55,11 @@
 //! The consumer subscribes to the retry topic too. A retry copy carries its
 //! due time (`x-consumer-due`); a copy that is not due yet is *parked*: its
 //! partition is paused until then (no thread waits, other partitions flow),
-//! and it stays pending so the committed offset does not pass it.
+//! and it stays pending so the committed offset does not pass it. A copy is
+//! never due later than the longest retry delay of the source's handlers
+//! after it was written (its timestamp): one whose header says later (year
+//! 9999) is taken as due then, with a warning, instead of pausing its
+//! partition for years.
 
 use std::fmt;
 use std::sync::Arc;
@@ -72,6 +76,7 @@ use ledger::{Ledger, Tp};
 
 mod acker;
 mod builder;
+mod due;
 mod gauges;
 mod ledger;
 mod poller;
@@ -187,8 +192,14 @@ impl Source for KafkaSource {
         Some(Arc::new(gauges::KafkaGauges(Arc::clone(&self.link.shared))))
     }
 
-    fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {
-        // A retry copy waits on the retry topic for as long as it has to.
+    fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
+        // A retry copy waits on the retry topic for as long as it has to,
+        // and never longer than the longest delay of any handler here.
+        let ms = u64::try_from(longest_delay.as_millis()).unwrap_or(u64::MAX);
+        self.link
+            .shared
+            .longest_retry_delay_ms
+            .fetch_max(ms, Ordering::Relaxed);
         match self.link.topics.retry_topic() {
             Some(_) => Ok(()),
             None => Err(format!(

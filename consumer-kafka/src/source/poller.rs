@@ -11,9 +11,9 @@ use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
-use super::Delivery;
 use super::ledger::{Ledger, Parked, Tp};
 use super::rebalance::Ctx;
+use super::{Delivery, due};
 use crate::error::Error;
 use crate::headers;
 use crate::topics::Topics;
@@ -165,6 +165,7 @@ impl Poller {
         let envelope = headers::envelope_of(record, Arc::clone(&tp.topic).into());
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope.headers)
+                .map(|said| self.bounded(said, produced_ms, &envelope, &tp, offset))
         } else {
             None
         };
@@ -214,6 +215,36 @@ impl Poller {
                 tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
             }
         }
+    }
+
+    /// How long a retry record whose header says `said` waits: never
+    /// longer than the handlers' longest delay after it was written (see
+    /// [`due`](super::due)), with a warning when the header said more.
+    fn bounded(
+        &self,
+        said: Duration,
+        written_ms: i64,
+        envelope: &consumer_core::backend::Envelope,
+        tp: &Tp,
+        offset: i64,
+    ) -> Duration {
+        let longest =
+            Duration::from_millis(self.shared.longest_retry_delay_ms.load(Ordering::Relaxed));
+        let wait = due::wait(said, written_ms, now_ms(), longest);
+        if let due::Wait::Bounded { said, wait } = wait {
+            tracing::warn!(
+                target: "consumer::kafka",
+                topic = %tp.topic,
+                partition = tp.partition,
+                offset,
+                message_id = %envelope.id,
+                ?said,
+                ?wait,
+                ?longest,
+                "a retry record is due later than the longest retry delay after it was written; taking it as due then"
+            );
+        }
+        wait.duration()
     }
 
     /// Stores moved positions, releases parked records that are due,

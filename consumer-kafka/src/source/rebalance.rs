@@ -134,7 +134,9 @@ impl Ctx {
                 p.parked = None;
             }
         }
-        let deadline = Instant::now() + self.revoke_timeout;
+        // A timeout past what the clock can count is no deadline, not a
+        // panic on the poll thread.
+        let deadline = Instant::now().checked_add(self.revoke_timeout);
         let held = |s: &State| {
             targets
                 .iter()
@@ -143,8 +145,8 @@ impl Ctx {
                 .sum::<usize>()
         };
         while !lost && held(&state) > 0 {
-            let now = Instant::now();
-            if now >= deadline {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
                 self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     target: "consumer::kafka",
@@ -154,12 +156,16 @@ impl Ctx {
                 );
                 break;
             }
-            state = self
-                .shared
-                .settled
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            let settled = &self.shared.settled;
+            state = match left {
+                Some(left) => {
+                    settled
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => settled.wait(state).unwrap_or_else(PoisonError::into_inner),
+            };
         }
         let mut commit = TopicPartitionList::new();
         for tp in &targets {

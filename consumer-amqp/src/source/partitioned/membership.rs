@@ -30,6 +30,14 @@ use crate::names::short;
 /// How many heartbeat intervals of silence make an instance gone.
 const MISSED_BEATS: u32 = 3;
 
+/// A configured heartbeat interval within what works: at least 50 ms (the
+/// broker round trip), at most an hour (a dead instance's partitions wait
+/// three intervals; longer would also overflow the interval's arithmetic at
+/// `Duration::MAX`).
+pub(super) fn bounded_heartbeat(every: Duration) -> Duration {
+    every.clamp(Duration::from_millis(50), Duration::from_secs(3600))
+}
+
 /// The partitions of `me` among `members` (sorted, deduplicated ids).
 pub(super) fn assign(members: &[&str], me: &str, partitions: u32) -> Vec<u32> {
     let Some(rank) = members.iter().position(|m| *m == me) else {
@@ -119,7 +127,11 @@ impl Membership {
 
     async fn say(&self, word: &str) -> Result<()> {
         let body = format!("{word} {}", self.me);
-        let ttl = (self.heartbeat * MISSED_BEATS).as_millis().to_string();
+        let ttl = self
+            .heartbeat
+            .saturating_mul(MISSED_BEATS)
+            .as_millis()
+            .to_string();
         self.channel
             .basic_publish(
                 short(&self.exchange)?,
@@ -146,7 +158,7 @@ impl Membership {
         let started = Instant::now();
         let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
         let mut tick = tokio::time::interval(self.heartbeat);
-        let gone_after = self.heartbeat * MISSED_BEATS;
+        let gone_after = self.heartbeat.saturating_mul(MISSED_BEATS);
         loop {
             tokio::select! {
                 biased;
@@ -197,7 +209,19 @@ impl Membership {
 
 #[cfg(test)]
 mod tests {
-    use super::assign;
+    use std::time::Duration;
+
+    use super::{assign, bounded_heartbeat};
+
+    #[test]
+    fn a_heartbeat_saturates_within_50_ms_and_an_hour() {
+        assert_eq!(bounded_heartbeat(Duration::MAX), Duration::from_secs(3600));
+        assert_eq!(bounded_heartbeat(Duration::ZERO), Duration::from_millis(50));
+        assert_eq!(
+            bounded_heartbeat(Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
+    }
 
     #[test]
     fn partitions_are_dealt_evenly_and_completely() {

@@ -192,8 +192,9 @@ impl PartitionedSource {
     /// How often this instance says it is alive (default 1 s). An instance
     /// silent for three intervals is taken as gone and its partitions are
     /// dealt to the others: the longest a dead instance's partitions wait.
+    /// Taken within 50 ms and one hour.
     pub fn with_heartbeat(mut self, every: Duration) -> Self {
-        self.heartbeat = every.max(Duration::from_millis(50));
+        self.heartbeat = membership::bounded_heartbeat(every);
         self
     }
 
