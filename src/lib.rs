@@ -138,6 +138,12 @@ pub use consumer_amqp as amqp;
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use consumer_kafka as kafka;
 
+/// The AWS SQS backend: `SqsSource`, `SqsPublisher`, `Topology` (FIFO
+/// group = key, retries by visibility, dead letters with context).
+#[cfg(feature = "sqs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
+pub use consumer_sqs as sqs;
+
 /// Contracts made from the service itself: its AsyncAPI 3.1 document, its
 /// payload schemas and their compatibility checks (`ServiceContracts`).
 #[cfg(feature = "asyncapi")]
