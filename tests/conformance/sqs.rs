@@ -306,6 +306,7 @@ pub struct SqsBroker<const FIFO: bool = true> {
     publisher: FaultyPublisher<SqsPublisher>,
     faults: Faults,
     stats: Arc<Mutex<HashMap<String, SqsStats>>>,
+    urls: Arc<Mutex<HashMap<String, (String, String)>>>,
     settle: SettleSettingsByTopic,
 }
 
@@ -339,10 +340,19 @@ impl<const FIFO: bool> SqsBroker<FIFO> {
 
     /// The URLs of `topic`'s queue and dead-letter queue (declaring them).
     pub async fn urls(&self, topic: &str) -> (String, String) {
-        self.topology(topic)
+        if let Some(urls) = self.urls.lock().expect("urls").get(topic) {
+            return urls.clone();
+        }
+        let urls = self
+            .topology(topic)
             .declare(&self.client())
             .await
-            .unwrap_or_else(|e| panic!("declaring the queues of {topic}: {e}"))
+            .unwrap_or_else(|e| panic!("declaring the queues of {topic}: {e}"));
+        self.urls
+            .lock()
+            .expect("urls")
+            .insert(topic.to_owned(), urls.clone());
+        urls
     }
 
     /// A source with the harness's test settings: short long polls and
@@ -378,6 +388,7 @@ impl<const FIFO: bool> BrokerHarness for SqsBroker<FIFO> {
             api,
             faults,
             stats: Arc::default(),
+            urls: Arc::default(),
             settle: SettleSettingsByTopic::default(),
         }
     }
