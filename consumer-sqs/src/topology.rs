@@ -144,6 +144,19 @@ impl Topology {
                 }
                 (url, Some(redrive))
             }
+            None if !self.create => {
+                return Err(Error::Sqs {
+                    operation: "GetQueueUrl",
+                    queue: self.queue.to_string(),
+                    source: crate::client::ApiError::new(
+                        BrokerErrorKind::NoDestination,
+                        format!(
+                            "the queue `{}` does not exist, and this source may not create it (Topology::without_creating_queues)",
+                            self.queue
+                        ),
+                    ),
+                });
+            }
             None => (String::new(), None),
         };
         let dead_letter = match &redrive {

@@ -66,7 +66,8 @@ ensure_sqs() {
   mkdir -p "$dir"
   t0="$(now)"
   local pid
-  pid="$(spawn_detached "$dir/server.log" "$sqs_venv/bin/moto_server" -H 127.0.0.1 -p "$sqs_port")"
+  # moto_server.py: moto with one fix to its FIFO receive (see the file).
+  pid="$(spawn_detached "$dir/server.log" "$sqs_venv/bin/python" "$lib/moto_server.py" -H 127.0.0.1 -p "$sqs_port")"
   echo "$pid" >"$dir.pid"
   PID_TO_WATCH="$pid" wait_until 60 sqs_up || {
     tail -n 20 "$dir/server.log" >&2 || true
