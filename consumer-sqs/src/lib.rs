@@ -43,6 +43,9 @@ pub mod publisher;
 pub mod source;
 pub mod topology;
 
+/// The SDK this backend runs on, for an application that configures its
+/// own client ([`SqsClient::from_sdk`]) with the same version.
+pub use aws_sdk_sqs;
 pub use connection::SqsClient;
 pub use error::{Error, Result};
 pub use publisher::{SqsPublisher, SqsPublisherBuilder};

@@ -18,9 +18,10 @@ const CAP_MARGIN: Duration = Duration::from_secs(30);
 
 /// Settles one delivery of an [`SqsSource`](super::SqsSource).
 ///
-/// * `ack`: `DeleteMessageBatch` (batched with other acks); after a retry
-///   by visibility, nothing (the message stays on the queue for its next
-///   attempt).
+/// * `ack`: queues the delete (`DeleteMessageBatch`, ten a call, gathered
+///   for at most 5 ms) and returns; a delete that fails for good is counted
+///   and logged, and SQS redelivers the message, which dedup skips. After a
+///   retry by visibility, nothing (the message stays for its next attempt).
 /// * `release`: `ChangeMessageVisibility` to 0: SQS delivers it again now.
 /// * `publish_retry`: `ChangeMessageVisibility` to the retry's delay, in
 ///   whole seconds rounded up and clamped to what is left of SQS's 12 h
@@ -67,27 +68,15 @@ impl SqsAcker {
 
 impl Acker for SqsAcker {
     async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
-        if self.parked {
-            self.leave();
-            return Ok(());
+        // Deletes are batched (ten a call) and their outcome counted in
+        // `SqsStats`: the lane goes on at once. A delete that fails for
+        // good leaves the message to come back when its visibility ends,
+        // where dedup skips it, as after any lost ack.
+        if !self.parked {
+            self.shared.deletes.send(self.receipt.clone(), Op::Delete);
         }
-        let r = self
-            .shared
-            .deletes
-            .call(self.receipt.clone(), Op::Delete)
-            .await;
         self.leave();
-        let stats = &self.shared.stats;
-        match r {
-            Ok(()) => {
-                StatsInner::add(&stats.deleted, 1);
-                Ok(())
-            }
-            Err(e) => {
-                StatsInner::add(&stats.delete_failures, 1);
-                Err(e.into())
-            }
-        }
+        Ok(())
     }
 
     async fn release(mut self) -> Result<(), consumer_core::backend::Error> {

@@ -1,18 +1,21 @@
 //! Settling in batches: deletes go out as `DeleteMessageBatch` and
 //! releases as `ChangeMessageVisibilityBatch`, ten entries a call.
 //!
-//! A task per kind takes what is queued when it is free (up to ten), so
-//! a lone ack goes out at once and a busy consumer fills its calls; up to
-//! four calls are in flight. A call that fails as a whole is tried again
+//! A task per kind gathers up to ten entries, waiting at most its linger
+//! after the first (deletes: 5 ms, so a busy consumer fills its calls;
+//! releases: none), with up to four calls in flight. A call that fails as a whole is tried again
 //! when its failure can heal; a call that fails for some entries tries
 //! again only those whose failure can heal (SQS's own, throttling), and
 //! answers the others at once. Each entry has [`TRIES`] tries, with
 //! backoff, before its error goes to the acker.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+
+use super::stats::StatsInner;
 
 use crate::client::{ReceiptEntry, SqsApi, VisibilityEntry};
 use crate::error::Error;
@@ -39,22 +42,62 @@ type Reply = oneshot::Sender<Result<(), Error>>;
 #[derive(Clone)]
 pub(super) struct Calls {
     tx: mpsc::UnboundedSender<(String, Op, Reply)>,
+    open: Arc<Open>,
+}
+
+/// Entries queued or in a call, and a wake-up when none is left.
+#[derive(Default)]
+struct Open {
+    entries: AtomicUsize,
+    none_left: Notify,
+}
+
+impl Open {
+    fn done(&self, n: usize) {
+        if self.entries.fetch_sub(n, Ordering::SeqCst) == n {
+            self.none_left.notify_waiters();
+        }
+    }
 }
 
 impl Calls {
-    /// Starts the task for `queue_url`; it ends when every `Calls` clone
-    /// is dropped and the queue is empty.
-    pub(super) fn start(api: Arc<dyn SqsApi>, queue_url: String, queue: String) -> Self {
+    /// Starts the task for `queue_url`, gathering each call's entries for
+    /// at most `linger`; it ends when every `Calls` clone is dropped and
+    /// the queue is empty. Deletes are counted in `stats`.
+    pub(super) fn start(
+        api: Arc<dyn SqsApi>,
+        queue_url: String,
+        queue: String,
+        linger: Duration,
+        stats: Arc<StatsInner>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(api, queue_url, queue, rx));
-        Self { tx }
+        let open = Arc::<Open>::default();
+        let task = Task {
+            api,
+            url: Arc::from(queue_url),
+            queue: Arc::from(queue),
+            stats,
+            open: Arc::clone(&open),
+        };
+        tokio::spawn(run(task, linger, rx));
+        Self { tx, open }
+    }
+
+    fn queue(&self, receipt: String, op: Op, reply: Reply) -> bool {
+        self.open.entries.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send((receipt, op, reply)).is_err() {
+            self.open.done(1);
+            return false;
+        }
+        true
     }
 
     /// Queues `op` on the message with `receipt`; resolves once SQS
     /// confirmed it or it failed for good.
     pub(super) async fn call(&self, receipt: String, op: Op) -> Result<(), Error> {
         let (reply, answer) = oneshot::channel();
-        if self.tx.send((receipt, op, reply)).is_err() {
+        if !self.queue(receipt, op, reply) {
             return Err(Error::Closed);
         }
         answer.await.unwrap_or(Err(Error::Closed))
@@ -63,39 +106,74 @@ impl Calls {
     /// Queues `op` without waiting for the answer.
     pub(super) fn send(&self, receipt: String, op: Op) {
         let (reply, _) = oneshot::channel();
-        let _ = self.tx.send((receipt, op, reply));
+        self.queue(receipt, op, reply);
+    }
+
+    /// Resolves once every entry queued so far is settled.
+    pub(super) async fn flush(&self) {
+        loop {
+            let none_left = self.open.none_left.notified();
+            tokio::pin!(none_left);
+            none_left.as_mut().enable();
+            if self.open.entries.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            none_left.await;
+        }
     }
 }
 
-async fn run(
+/// What every call of one task shares.
+#[derive(Clone)]
+struct Task {
     api: Arc<dyn SqsApi>,
-    queue_url: String,
-    queue: String,
-    mut rx: mpsc::UnboundedReceiver<(String, Op, Reply)>,
-) {
+    url: Arc<str>,
+    queue: Arc<str>,
+    stats: Arc<StatsInner>,
+    open: Arc<Open>,
+}
+
+async fn run(task: Task, linger: Duration, mut rx: mpsc::UnboundedReceiver<(String, Op, Reply)>) {
     let slots = Arc::new(Semaphore::new(CONCURRENT_CALLS));
-    let (url, queue) = (Arc::<str>::from(queue_url), Arc::<str>::from(queue));
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
+        let until = tokio::time::Instant::now() + linger;
         while batch.len() < BATCH {
             match rx.try_recv() {
                 Ok(next) => batch.push(next),
-                Err(_) => break,
+                Err(_) if linger.is_zero() => break,
+                Err(_) => match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(next)) => batch.push(next),
+                    Ok(None) | Err(_) => break,
+                },
             }
         }
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        let (api, url, queue) = (Arc::clone(&api), Arc::clone(&url), Arc::clone(&queue));
+        let task = task.clone();
         tokio::spawn(async move {
-            settle(&*api, &url, &queue, batch).await;
+            let n = batch.len();
+            settle(&task, batch).await;
+            task.open.done(n);
             drop(slot);
         });
     }
 }
 
 /// One batch, tried until every entry succeeded or failed for good.
-async fn settle(api: &dyn SqsApi, url: &str, queue: &str, batch: Vec<(String, Op, Reply)>) {
+async fn settle(task: &Task, batch: Vec<(String, Op, Reply)>) {
+    let (api, url, queue) = (&*task.api, &*task.url, &*task.queue);
+    let count = |op: Op, ok: bool| {
+        if op == Op::Delete {
+            let c = if ok {
+                &task.stats.deleted
+            } else {
+                &task.stats.delete_failures
+            };
+            StatsInner::add(c, 1);
+        }
+    };
     let mut open: Vec<(String, String, Op, Reply)> = batch
         .into_iter()
         .enumerate()
@@ -151,7 +229,8 @@ async fn settle(api: &dyn SqsApi, url: &str, queue: &str, batch: Vec<(String, Op
             let text = e.to_string();
             let kind = e.kind();
             let mut first = Some(e);
-            for (_, _, _, reply) in open {
+            for (_, _, op, reply) in open {
+                count(op, false);
                 let err = first.take().unwrap_or_else(|| Error::Sqs {
                     operation: "settle",
                     queue: queue.to_owned(),
@@ -165,6 +244,7 @@ async fn settle(api: &dyn SqsApi, url: &str, queue: &str, batch: Vec<(String, Op
         for (id, receipt, op, reply) in open {
             match failures.iter().position(|(_, f)| f.id == id) {
                 None => {
+                    count(op, true);
                     let _ = reply.send(Ok(()));
                 }
                 Some(i) => {
@@ -177,6 +257,10 @@ async fn settle(api: &dyn SqsApi, url: &str, queue: &str, batch: Vec<(String, Op
                     if error.is_retriable() && !last {
                         retry.push((id, receipt, op, reply));
                     } else {
+                        count(op, false);
+                        if op == Op::Delete {
+                            tracing::warn!(target: "consumer::sqs", error = %error, "could not delete a settled message; SQS redelivers it when its visibility ends, and dedup skips it");
+                        }
                         let _ = reply.send(Err(error));
                     }
                 }

@@ -29,6 +29,9 @@ use calls::{Calls, Op};
 use ledger::{Entry, Ledger};
 use stats::StatsInner;
 
+/// How long a delete call waits for more acks to fill its batch.
+const DELETE_LINGER: Duration = Duration::from_millis(5);
+
 /// The most messages this source holds received and unsettled, by default.
 pub const DEFAULT_MAX_UNSETTLED: usize = 100;
 
@@ -270,15 +273,20 @@ impl SqsSourceBuilder {
     pub async fn connect(self) -> Result<SqsSource> {
         let api = self.client.api();
         let queues = self.topology.resolve(&*api).await?;
+        let stats = Arc::<StatsInner>::default();
         let deletes = Calls::start(
             Arc::clone(&api),
             queues.queue_url.clone(),
             queues.queue.to_string(),
+            DELETE_LINGER,
+            Arc::clone(&stats),
         );
         let releases = Calls::start(
             Arc::clone(&api),
             queues.queue_url.clone(),
             queues.queue.to_string(),
+            Duration::ZERO,
+            Arc::clone(&stats),
         );
         let shared = Arc::new(Shared {
             max_letter_bytes: self
@@ -287,7 +295,7 @@ impl SqsSourceBuilder {
             api,
             ledger: Mutex::default(),
             changed: Notify::new(),
-            stats: Arc::default(),
+            stats,
             deletes,
             releases,
             visibility: self.visibility,
@@ -621,6 +629,7 @@ impl Source for SqsSource {
                 tracing::debug!(target: "consumer::sqs", error = %e, "could not give back a waiting message; SQS does when its visibility ends");
             }
         }
+        self.shared.deletes.flush().await;
         let l = self.shared.ledger();
         self.shared.counts(&l);
     }
