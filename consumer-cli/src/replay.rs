@@ -84,7 +84,7 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
     let route = Route::new(services, args.to_topic.as_deref()).await?;
     #[cfg(feature = "sqs")]
     let route = if letters.is_sqs() {
-        route.to_sqs(services).await?
+        route.with_sqs(services).await?
     } else {
         route
     };

@@ -108,7 +108,7 @@ impl Route {
     /// Sends every replay to its letter's origin SQS queue instead (for
     /// letters read from an SQS dead-letter queue).
     #[cfg(feature = "sqs")]
-    pub async fn to_sqs(mut self, services: &Services) -> Result<Self> {
+    pub async fn with_sqs(mut self, services: &Services) -> Result<Self> {
         let client = crate::places::sqs::client(services).await;
         self.sqs = Some(crate::places::sqs::sqs_publisher(&client).await?);
         Ok(self)

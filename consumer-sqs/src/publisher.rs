@@ -65,6 +65,15 @@ impl SqsPublisherBuilder {
     }
 }
 
+/// One message ready to send: its index in the publish, its entry, its
+/// group and its size as SQS counts it.
+struct Prepared {
+    index: usize,
+    entry: SendEntry,
+    group: Option<String>,
+    size: usize,
+}
+
 /// A destination queue, resolved.
 #[derive(Debug, Clone)]
 struct Destination {
@@ -149,7 +158,7 @@ impl SqsPublisher {
     ) {
         let fifo = dest.name.is_fifo();
         // Prepare every message once: its entry and group.
-        let mut prepared: Vec<(usize, SendEntry, Option<String>, usize)> = Vec::new();
+        let mut prepared: Vec<Prepared> = Vec::new();
         for i in indices {
             let message = &batch[i].message;
             let mut headers = message.headers.clone();
@@ -194,7 +203,12 @@ impl SqsPublisher {
                 group_id: group.clone(),
                 deduplication_id: fifo.then(|| group_id(&id).into_owned()),
             };
-            prepared.push((i, entry, group, size));
+            prepared.push(Prepared {
+                index: i,
+                entry,
+                group,
+                size,
+            });
         }
         let mut failed_groups: HashSet<String> = HashSet::new();
         let mut pending = prepared;
@@ -204,9 +218,9 @@ impl SqsPublisher {
             let mut rest = Vec::new();
             let mut in_wave: HashSet<String> = HashSet::new();
             for p in pending {
-                match &p.2 {
+                match &p.group {
                     Some(g) if failed_groups.contains(g) => {
-                        results[p.0] = Some(Err(Error::HeldBack {
+                        results[p.index] = Some(Err(Error::HeldBack {
                             queue: dest.name.to_string(),
                         }));
                     }
@@ -219,10 +233,10 @@ impl SqsPublisher {
                 }
             }
             // Calls of at most ten messages and BATCH_BYTES.
-            let mut calls: Vec<Vec<(usize, SendEntry, Option<String>, usize)>> = Vec::new();
+            let mut calls: Vec<Vec<Prepared>> = Vec::new();
             for p in wave {
                 let fits = calls.last().is_some_and(|c| {
-                    c.len() < 10 && c.iter().map(|x| x.3).sum::<usize>() + p.3 <= BATCH_BYTES
+                    c.len() < 10 && c.iter().map(|x| x.size).sum::<usize>() + p.size <= BATCH_BYTES
                 });
                 if fits {
                     if let Some(c) = calls.last_mut() {
@@ -299,14 +313,14 @@ impl SqsPublisher {
 async fn send_call(
     api: &dyn SqsApi,
     dest: &Destination,
-    call: Vec<(usize, SendEntry, Option<String>, usize)>,
+    call: Vec<Prepared>,
 ) -> Vec<(usize, Option<String>, Result<()>)> {
     let mut meta = Vec::with_capacity(call.len());
     let mut entries = Vec::with_capacity(call.len());
-    for (n, (i, mut entry, group, _)) in call.into_iter().enumerate() {
-        entry.id = n.to_string();
-        meta.push((i, group));
-        entries.push(entry);
+    for (n, mut p) in call.into_iter().enumerate() {
+        p.entry.id = n.to_string();
+        meta.push((p.index, p.group));
+        entries.push(p.entry);
     }
     match api.send_batch(&dest.url, entries).await {
         Ok(outcome) => meta
