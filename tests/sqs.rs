@@ -583,3 +583,94 @@ async fn consumers_killed_while_an_outside_producer_sends_lose_nothing_and_keep_
 async fn effects_count(broker: &SqsBroker) -> bool {
     BrokerHarness::depth(broker, "kill").await > 0
 }
+
+/// The queue's counts reach the metrics the alert rules read: ready
+/// messages as `consumer.queue.depth` (role `work`), held ones as role
+/// `in_flight`, and the dead-letter queue's as
+/// `consumer.dead_letter_queue.depth`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_and_dead_letter_queue_depths_are_reported() {
+    use consumer::testing::MetricsRecorder;
+    use consumer::testing::metrics::total;
+
+    let h = PgHarness::new().await;
+    let broker = <SqsBroker as BrokerHarness>::new(1).await;
+    // Two poison pills (two letters), and a job held in its handler.
+    for i in 0..2 {
+        let poison = Message::raw(&b"not json"[..])
+            .with_key(format!("p{i}"))
+            .with_id(format!("poison-{i}"));
+        BrokerHarness::publish(&broker, "t", poison)
+            .await
+            .expect("publish");
+    }
+    let gate = support::Gate::new();
+    let held = Job {
+        gate: Some(gate.id()),
+        ..Job::new("held", 0)
+    };
+    BrokerHarness::publish(&broker, "t", held.message())
+        .await
+        .expect("publish");
+    let recorder = MetricsRecorder::new();
+    let source = broker
+        .builder("t")
+        .with_depth_interval(Duration::from_millis(50))
+        .connect()
+        .await
+        .expect("source");
+    let consumer = Consumer::new(source, h.store(), handlers::work).with_meter(recorder.meter());
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    support::within(stats.wait_for(|s| s.dead_letters() == 2)).await;
+    support::within(gate.wait_entered(1)).await;
+    let (queue, dlq) = (
+        broker.queue("t"),
+        format!("{}-dlq.fifo", broker.queue("t").trim_end_matches(".fifo")),
+    );
+    let points = support::within(async {
+        loop {
+            let points = recorder.collect();
+            let letters = total(
+                &points,
+                "consumer.dead_letter_queue.depth",
+                &[("messaging.destination.name", dlq.as_str())],
+            );
+            let in_flight = total(
+                &points,
+                "consumer.queue.depth",
+                &[
+                    ("messaging.destination.name", queue.as_str()),
+                    ("consumer.queue.role", "in_flight"),
+                ],
+            );
+            if letters == 2.0 && in_flight == 1.0 {
+                return points;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let work = total(
+        &points,
+        "consumer.queue.depth",
+        &[
+            ("messaging.destination.name", queue.as_str()),
+            ("consumer.queue.role", "work"),
+        ],
+    );
+    assert_eq!(work, 0.0, "nothing else is ready");
+    assert!(
+        points
+            .iter()
+            .filter(|p| p.name.starts_with("consumer."))
+            .all(|p| p.attributes.get("messaging.system").map(String::as_str) == Some("aws_sqs")),
+        "every source series names the system"
+    );
+    gate.open();
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+}
