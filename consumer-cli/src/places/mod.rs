@@ -42,7 +42,7 @@ pub struct Snapshot {
     /// said, so a missing letter is never silent.
     pub unread: u64,
     /// Messages of an SQS FIFO queue the snapshot could not read: SQS hands
-    /// out at most ten of a group while earlier ones are held.
+    /// out no more of a group while some of its messages are held.
     pub held_back: u64,
 }
 
@@ -64,7 +64,7 @@ impl Snapshot {
         }
         if self.held_back > 0 {
             parts.push(format!(
-                "{} message(s) of the SQS FIFO queue were not read: SQS hands out at most ten of a group while earlier ones are held; run again once these are removed",
+                "{} message(s) of the SQS FIFO queue were not read: SQS hands out no more of a group while some of its messages are held; run again once these are removed",
                 self.held_back
             ));
         }

@@ -10,11 +10,12 @@
 //! each read in the letter's `ApproximateReceiveCount` (a dead-letter queue
 //! has no redrive policy of its own to act on it).
 //!
-//! On a FIFO queue SQS hands out at most ten messages of a group while
-//! earlier ones are held, so a group with more than ten letters shows its
-//! first ten: the snapshot says how many it could not read (the queue's
-//! `ApproximateNumberOfMessages` less what it read), and a replay or a
-//! purge run again goes on with the rest.
+//! On a FIFO queue SQS hands out no more of a group while some of its
+//! messages are held: a snapshot reads, of each group, what the receive
+//! that first returned it held (ten messages at most, fewer when a receive
+//! took several groups at once). It says how many it could not read (the
+//! queue's `ApproximateNumberOfMessages` less what it read), and a replay
+//! or a purge run again goes on with the rest.
 
 use std::sync::Arc;
 
