@@ -517,13 +517,17 @@ impl Source for SqsSource {
         let receives = q.max_receive_count;
         if policy.mode() == RetryMode::Redeliver && attempts > 1 {
             self.check_redelivery(policy.longest_delay())?;
-            // Each attempt is a receive, and each retry of an earlier
-            // message of the group gives up to nine held messages back (a
-            // receive each): 10 x attempts leaves room for both.
-            let needed = attempts.saturating_mul(10);
+            // Each attempt is a receive; on a FIFO queue each retry of an
+            // earlier message of the group also gives up to nine held
+            // messages back (a receive each): 10 x attempts leaves room.
+            let needed = if q.fifo {
+                attempts.saturating_mul(10)
+            } else {
+                attempts.saturating_add(1)
+            };
             if receives < needed {
                 return Err(format!(
-                    "the redrive policy of `{}` moves a message to `{}` after {receives} receives, but in mode redeliver each of up to {attempts} attempts is a receive, and each retry of an earlier message of its group gives it back once more: raise maxReceiveCount to at least {needed} (Topology::with_max_receive_count for a queue this source creates), or retry in place",
+                    "the redrive policy of `{}` moves a message to `{}` after {receives} receives, but in mode redeliver each of up to {attempts} attempts is a receive (and on a FIFO queue each retry of an earlier message of its group gives it back once more): raise maxReceiveCount to at least {needed} (Topology::with_max_receive_count for a queue this source creates), or retry in place",
                     q.queue, q.dead_letter
                 ));
             }
