@@ -19,7 +19,7 @@
 //! * **Limits**: ten messages and 256 KiB per call; a message over the
 //!   queue's `MaximumMessageSize` (body and attributes, as SQS counts
 //!   them) is refused before it is sent, as too large. Headers become
-//!   message attributes as [`attributes`](crate::attributes) says.
+//!   message attributes as [`attributes`] says.
 //! * **Standard queues**: no group, no deduplication id, no order.
 
 use std::collections::{HashMap, HashSet};
