@@ -34,7 +34,7 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::metrics::consumer::ConsumerMetrics;
-use crate::retry::{RetryMode, RetryPolicy};
+use crate::retry::RetryPolicy;
 use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
@@ -185,8 +185,9 @@ where
         }
     }
 
-    /// Refuses, before the first delivery, what could only fail at run time.
-    fn check(&self) -> Result<(), Error> {
+    /// Refuses, before the first delivery, what could only fail at run
+    /// time; tells the source every handler's retry policy.
+    fn check(&mut self) -> Result<(), Error> {
         for handler in self.routes.handlers() {
             let policy = handler.retry_policy();
             if self.store.retention() <= policy.max_window() {
@@ -196,15 +197,13 @@ where
                     window: policy.max_window(),
                 });
             }
-            if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
-                self.source
-                    .check_redelivery(policy.longest_delay())
-                    .map_err(|reason| Error::RetryUnsupported {
-                        handler: handler.name().to_owned(),
-                        system: self.source.system(),
-                        reason,
-                    })?;
-            }
+            self.source
+                .accept_retry_policy(&policy)
+                .map_err(|reason| Error::RetryUnsupported {
+                    handler: handler.name().to_owned(),
+                    system: self.source.system(),
+                    reason,
+                })?;
         }
         Ok(())
     }
@@ -215,7 +214,7 @@ where
     /// is shorter than a handler's longest retry window or when the source
     /// cannot serve a handler's retry mode; later only on a source error
     /// that is not retriable.
-    pub async fn run_until<F>(self, shutdown: F) -> Result<(), Error>
+    pub async fn run_until<F>(mut self, shutdown: F) -> Result<(), Error>
     where
         F: Future<Output = ()> + Send,
     {
@@ -467,6 +466,7 @@ mod tests {
     use crate::envelope::Message;
     use crate::handler::{Invocation, Outcome};
     use crate::memory::{MemoryAcker, MemoryBroker, MemorySource};
+    use crate::retry::RetryMode;
     use crate::store::MemoryStore;
 
     /// A source that serves no retries through the broker (the default).
