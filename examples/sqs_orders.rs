@@ -217,14 +217,17 @@ async fn main() -> anyhow::Result<()> {
         "not every delivery was settled within 120 s ({s:?}); is SQS at {endpoint} serving {queue}?"
     );
 
-    shop::print_report(
-        &format!(
-            "sqs_orders: the `shop` service on SQS at {endpoint} and PostgreSQL\n\n  queue {queue}"
-        ),
-        relay_stats.snapshot().published,
-        &s,
-        &shop::history(&pool, &run).await?,
-        &read_dead_letters(&client, &dead_letter_url, &run).await?,
+    print!(
+        "{}",
+        shop::report(
+            &format!(
+                "sqs_orders: the `shop` service on SQS at {endpoint} and PostgreSQL\n\n  queue {queue}"
+            ),
+            relay_stats.snapshot().published,
+            &s,
+            &shop::history(&pool, &run).await?,
+            &read_dead_letters(&client, &dead_letter_url, &run).await?,
+        )
     );
     Ok(())
 }
