@@ -52,7 +52,7 @@ pub trait Source: Send + 'static {
     }
 
     /// Whether this source can send retries back through the broker
-    /// ([`RetryMode::Redeliver`](crate::RetryMode::Redeliver)) with delays
+    /// ([`RetryMode::Redeliver`]) with delays
     /// up to `longest_delay`. `Err` says what is missing and how to fix it,
     /// in one sentence; the consumer then refuses to start, before it takes
     /// a delivery, instead of failing each retry at run time.
