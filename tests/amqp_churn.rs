@@ -370,7 +370,7 @@ impl Churn {
     /// Polls the assignments table until `id` has taken a share.
     async fn wait_assigned(&self, id: &str) {
         let waited = tokio::time::timeout(Duration::from_secs(60), async {
-            while !self.held_by(id).await.is_some_and(|p| !p.is_empty()) {
+            while self.held_by(id).await.is_none_or(|p| p.is_empty()) {
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         })
