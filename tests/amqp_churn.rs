@@ -178,6 +178,37 @@ impl ConsumerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGTERM, then waits for the process to finish its shutdown.
+    async fn terminate(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill(1)");
+        assert!(sent.success(), "SIGTERM to consumer process {}", self.id);
+        let ended = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match self.child.try_wait().expect("wait") {
+                    Some(status) => return status,
+                    // Polls the process (there is no event to await here).
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        })
+        .await;
+        let status = ended.unwrap_or_else(|_| {
+            panic!(
+                "consumer process {} did not stop within 60 s of SIGTERM",
+                self.id
+            )
+        });
+        assert!(
+            status.success(),
+            "consumer process {} stopped with {status}",
+            self.id
+        );
+    }
 }
 
 impl Drop for ConsumerProcess {
@@ -273,9 +304,19 @@ fn start_producer(
     (child, rx)
 }
 
-/// A kill: who, when (PostgreSQL's clock, as the effects), what it held.
+/// How a consumer process was stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL: it dies with its work in flight.
+    Kill,
+    /// SIGTERM: it finishes what runs, gives back the rest and says goodbye.
+    Leave,
+}
+
+/// A stop: how, who, when (PostgreSQL's clock, as the effects), what it held.
 struct Kill {
     phase: &'static str,
+    how: Stop,
     victim: String,
     at: f64,
     held: Vec<i32>,
@@ -382,12 +423,16 @@ impl Churn {
         );
     }
 
-    /// SIGKILLs the next process in turn and starts another in its place.
-    async fn kill_one(&mut self, phase: &'static str) {
+    /// Stops the next process in turn (`how`) and starts another in its
+    /// place, as a restarted process: with a new instance id.
+    async fn stop_one(&mut self, phase: &'static str, how: Stop) {
         let n = self.kills.len() % self.slots.len();
         let victim = self.slots[n].id.clone();
         let held = self.held_by(&victim).await.unwrap_or_default();
-        self.slots[n].kill();
+        match how {
+            Stop::Kill => self.slots[n].kill(),
+            Stop::Leave => self.slots[n].terminate().await,
+        }
         let at: f64 = self
             .scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
             .await;
@@ -396,10 +441,55 @@ impl Churn {
         self.slots[n] = ConsumerProcess::spawn(&id, &self.spec, &self.logs);
         self.kills.push(Kill {
             phase,
+            how,
             victim,
             at,
             held,
         });
+    }
+
+    /// The partition queues the consumer processes reported crashed (their
+    /// ERROR line), with the line.
+    fn crashed_queues(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Ok(dir) = std::fs::read_dir(&self.logs) else {
+            return out;
+        };
+        for entry in dir.flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains(" ERROR ")) {
+                if let Some(queue) = line
+                    .split_once("RabbitMQ reports queue `")
+                    .and_then(|(_, rest)| rest.split_once('`'))
+                    .map(|(queue, _)| queue.to_owned())
+                {
+                    out.insert(queue, line.to_owned());
+                }
+            }
+        }
+        out
+    }
+
+    /// Messages processed, those of partitions whose queue crashed left
+    /// out, and how many of the published ones that leaves.
+    async fn processed_outside(&self, crashed: &BTreeSet<String>, plan: &Plan) -> (i64, i64) {
+        let crashed: Vec<String> = crashed.iter().cloned().collect();
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(DISTINCT job_id) FROM churn_effects WHERE NOT (queue = ANY($1))",
+        )
+        .bind(&crashed)
+        .fetch_one(self.h.pool())
+        .await
+        .expect("effects");
+        let healthy_keys = (0..plan.keys)
+            .filter(|k| {
+                !crashed.contains(&self.topology.queue_for_key(format!("order-{k}").as_bytes()))
+            })
+            .count();
+        (
+            done,
+            i64::try_from(healthy_keys * plan.per_key).expect("fits"),
+        )
     }
 
     /// For each kill, how long until every partition the killed process
@@ -512,6 +602,13 @@ struct Plan {
     rate: u32,
     kills_while_publishing: usize,
     kills_while_draining: usize,
+    /// SIGTERMs among the stops while draining (the graceful leave).
+    leaves_while_draining: usize,
+    /// Whether RabbitMQ may crash a partition queue (classic queues,
+    /// rabbitmq-server#5460): its messages are then accounted as held in a
+    /// crashed queue, which the consumers must have reported, rather than
+    /// waited for.
+    crash_is_the_brokers: bool,
 }
 
 async fn run(plan: Plan) {
@@ -532,7 +629,7 @@ async fn run(plan: Plan) {
             Some(Said::Published(n)) => {
                 let due = (churn.kills.len() + 1) * total / (plan.kills_while_publishing + 1);
                 if churn.kills.len() < plan.kills_while_publishing && n >= due {
-                    churn.kill_one("publishing").await;
+                    churn.stop_one("publishing", Stop::Kill).await;
                 }
             }
             Some(Said::Refused(id)) => {
@@ -554,8 +651,9 @@ async fn run(plan: Plan) {
     );
     let published = i64::try_from(confirmed + unconfirmed).expect("fits");
 
-    // Kills while the backlog is worked off: at even steps of what was
-    // left when the producer finished (polling the effects table).
+    // Stops while the backlog is worked off: at even steps of what was
+    // left when the producer finished (polling the effects table), a leave
+    // among them every so often.
     let left = published - churn.processed().await;
     println!(
         "{}: published {published} ({confirmed} confirmed, {unconfirmed} without confirms, {} refused); \
@@ -563,20 +661,28 @@ async fn run(plan: Plan) {
         plan.tag,
         refused.len()
     );
+    let stops = plan.kills_while_draining + plan.leaves_while_draining;
     assert!(
-        left > i64::try_from(plan.kills_while_draining * 100).expect("fits"),
-        "the consumers kept up with the producer ({left} left): there is no backlog to kill them in; \
+        left > i64::try_from(stops * 100).expect("fits"),
+        "the consumers kept up with the producer ({left} left): there is no backlog to stop them in; \
          raise the producer's rate"
     );
     let from = published - left;
-    for k in 1..=plan.kills_while_draining {
-        let due = from
-            + left * i64::try_from(k).expect("fits")
-                / i64::try_from(plan.kills_while_draining + 1).expect("fits");
-        wait_processed(&churn, due).await;
-        churn.kill_one("draining").await;
+    let leaves: BTreeSet<usize> = (1..=plan.leaves_while_draining)
+        .map(|i| i * (stops + 1) / (plan.leaves_while_draining + 1))
+        .collect();
+    for k in 1..=stops {
+        let due =
+            from + left * i64::try_from(k).expect("fits") / i64::try_from(stops + 1).expect("fits");
+        wait_processed(&churn, due, &plan).await;
+        let how = if leaves.contains(&k) {
+            Stop::Leave
+        } else {
+            Stop::Kill
+        };
+        churn.stop_one("draining", how).await;
     }
-    wait_processed(&churn, published).await;
+    wait_processed(&churn, published, &plan).await;
     let processed_at_end = churn.processed().await;
     churn.slots.clear();
 
@@ -584,9 +690,14 @@ async fn run(plan: Plan) {
     let takeovers = churn.takeovers().await;
     for (n, (kill, t)) in churn.kills.iter().zip(&takeovers).enumerate() {
         println!(
-            "kill {:2} ({}): {} held partitions {:?}; taken over after {}",
+            "{}: stop {:2} ({}, {}): {} held partitions {:?}; taken over after {}",
+            plan.tag,
             n + 1,
             kill.phase,
+            match kill.how {
+                Stop::Kill => "SIGKILL",
+                Stop::Leave => "SIGTERM",
+            },
             kill.victim,
             kill.held,
             t.map_or_else(
@@ -595,17 +706,32 @@ async fn run(plan: Plan) {
             ),
         );
     }
+    let sigkill_takeovers: Vec<f64> = churn
+        .kills
+        .iter()
+        .zip(&takeovers)
+        .filter(|(k, _)| k.how == Stop::Kill)
+        .filter_map(|(_, t)| *t)
+        .collect();
+    let crashed = churn.crashed_queues();
     let f = figures(&churn).await;
     let duplicates = f.rows - i64::try_from(f.processed.len()).expect("fits");
     let mut lost_confirmed = Vec::new();
     let mut missing_unconfirmed = Vec::new();
+    let mut in_crashed = 0;
     for seq in 0..plan.per_key {
         for k in 0..plan.keys {
             let id = format!("order-{k}-{seq}");
             if f.processed.contains(&id) || refused.contains(&id) {
                 continue;
             }
-            if k % 2 == 0 {
+            if crashed.contains_key(
+                &churn
+                    .topology
+                    .queue_for_key(format!("order-{k}").as_bytes()),
+            ) {
+                in_crashed += 1;
+            } else if k % 2 == 0 {
                 lost_confirmed.push(id);
             } else {
                 missing_unconfirmed.push(id);
@@ -622,17 +748,36 @@ async fn run(plan: Plan) {
         .filter(|id| !waiting.contains_key(*id))
         .collect();
     println!(
-        "{}: {} kills over {total} messages: processed {processed_at_end}, lost among confirmed {}, \
-         missing without confirms {} (in a queue {}, unaccounted {}), applied twice {duplicates}, inversions {}",
+        "{}: {} SIGKILLs and {} SIGTERMs over {total} messages: processed {processed_at_end}, \
+         lost among confirmed {}, missing without confirms {} (in a queue {}, unaccounted {}), \
+         held in a crashed queue {in_crashed} ({:?}), applied twice {duplicates}, inversions {}; \
+         takeover after a SIGKILL {:.2} to {:.2} s",
         plan.tag,
-        churn.kills.len(),
+        churn.kills.iter().filter(|k| k.how == Stop::Kill).count(),
+        churn.kills.iter().filter(|k| k.how == Stop::Leave).count(),
         lost_confirmed.len(),
         missing_unconfirmed.len(),
         missing_unconfirmed.len() - unaccounted.len(),
         unaccounted.len(),
+        crashed.keys().collect::<Vec<_>>(),
         f.inversions.len(),
+        sigkill_takeovers
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min),
+        sigkill_takeovers.iter().copied().fold(0.0, f64::max),
     );
     let logs = churn.logs.display();
+    assert!(
+        crashed.is_empty() || plan.crash_is_the_brokers,
+        "consumers reported partition queues crashed: {crashed:#?} (logs in {logs})"
+    );
+    for queue in crashed.keys() {
+        assert!(
+            crate::conformance::amqp::is_crashed(queue).await,
+            "a consumer reported {queue} crashed, and RabbitMQ does not say so"
+        );
+    }
     assert!(
         lost_confirmed.is_empty(),
         "confirmed messages never processed: {:?} (in queues: {:?}; logs in {logs})",
@@ -661,20 +806,37 @@ async fn run(plan: Plan) {
         &unaccounted[..unaccounted.len().min(20)]
     );
     assert_eq!(
-        churn.kills.len(),
-        plan.kills_while_publishing + plan.kills_while_draining
+        churn.kills.iter().filter(|k| k.how == Stop::Kill).count(),
+        plan.kills_while_publishing + plan.kills_while_draining,
+        "every SIGKILL planned happened"
+    );
+    assert_eq!(
+        churn.kills.iter().filter(|k| k.how == Stop::Leave).count(),
+        plan.leaves_while_draining,
+        "every SIGTERM planned happened"
     );
 }
 
-/// Polls the effects table until `n` messages are processed; fails after
-/// five minutes without one more.
-async fn wait_processed(churn: &Churn, n: i64) {
+/// Polls the effects table until `n` messages are processed (or, once a
+/// partition queue was reported crashed and the plan allows it, every
+/// message of the other partitions); fails after five minutes without one
+/// more.
+async fn wait_processed(churn: &Churn, n: i64, plan: &Plan) {
     let mut last = -1;
     let mut since = tokio::time::Instant::now();
     loop {
         let now = churn.processed().await;
         if now >= n {
             return;
+        }
+        if plan.crash_is_the_brokers {
+            let crashed: BTreeSet<String> = churn.crashed_queues().into_keys().collect();
+            if !crashed.is_empty() {
+                let (done, all) = churn.processed_outside(&crashed, plan).await;
+                if done >= all {
+                    return;
+                }
+            }
         }
         if now != last {
             (last, since) = (now, tokio::time::Instant::now());
@@ -699,10 +861,15 @@ async fn quorum_partitions_keep_every_key_in_order_through_16_sigkills() {
         rate: 4000,
         kills_while_publishing: 8,
         kills_while_draining: 8,
+        leaves_while_draining: 2,
+        crash_is_the_brokers: false,
     })
     .await;
 }
 
+/// Classic partition queues, where a user keeps them: the same promise,
+/// except that RabbitMQ may crash one (rabbitmq-server#5460); its messages
+/// then wait in it, and the consumers must have said so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_partitions_keep_every_key_in_order_through_16_sigkills() {
     run(Plan {
@@ -714,6 +881,8 @@ async fn classic_partitions_keep_every_key_in_order_through_16_sigkills() {
         rate: 4000,
         kills_while_publishing: 8,
         kills_while_draining: 8,
+        leaves_while_draining: 2,
+        crash_is_the_brokers: true,
     })
     .await;
 }
