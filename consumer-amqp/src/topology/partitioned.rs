@@ -318,6 +318,20 @@ mod tests {
         assert_eq!(q, format!("orders.p{p}"));
     }
 
+    /// The examples docs/amqp-partitions.md gives outside producers.
+    #[test]
+    fn the_documented_examples_hold() {
+        let t = PartitionedTopology::new("orders", 8).expect("valid");
+        for (key, queue) in [
+            ("order-0", "orders.p4"),
+            ("order-1", "orders.p6"),
+            ("order-17", "orders.p1"),
+            ("customer-42", "orders.p1"),
+        ] {
+            assert_eq!(t.queue_for_key(key.as_bytes()), queue, "{key}");
+        }
+    }
+
     #[test]
     fn counts_and_names_are_checked() {
         assert!(PartitionedTopology::new("orders", 0).is_err());
