@@ -144,7 +144,8 @@ impl Drop for Lease {
                     drop(consumer);
                 });
             }
-            // A channel that is not open sends no cancel.
+            // A channel that is not open sends no cancel; without a runtime
+            // (a drop at process exit) nothing could close it first.
             _ => drop(consumer),
         }
     }
