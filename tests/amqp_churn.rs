@@ -65,7 +65,7 @@ async fn record_after_predecessor(
     .bind(job.seq)
     .bind(before)
     .bind(instance())
-    .bind(ctx.envelope().origin.destination.as_str())
+    .bind(ctx.envelope().origin.channel.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())

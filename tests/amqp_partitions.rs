@@ -81,7 +81,7 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
         .connect()
         .await
         .expect("classic partitions, as asked");
-    consumer::Source::close(first).await;
+    consumer::backend::Source::close(first).await;
     let topology = partitioned(&queue, 2);
     assert_eq!(
         topology.partition(0).queue_type(),

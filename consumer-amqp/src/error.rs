@@ -273,7 +273,9 @@ impl From<Error> for consumer_core::backend::Error {
         match e {
             Error::InvalidName { .. }
             | Error::PartitionCount { .. }
-            | Error::QueueTypeMismatch { .. } => consumer_core::backend::Error::Config(e.to_string()),
+            | Error::QueueTypeMismatch { .. } => {
+                consumer_core::backend::Error::Config(e.to_string())
+            }
             e => consumer_core::backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }

@@ -7,9 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use consumer::amqp::{
-    AmqpStats, AmqpPublisher, PartitionedSource, PartitionedTopology, QueueType,
-};
+use consumer::amqp::{AmqpPublisher, AmqpStats, PartitionedSource, PartitionedTopology, QueueType};
 use consumer::testing::{Faults, FaultyPublisher};
 use consumer::{Message, Outgoing, Publisher};
 

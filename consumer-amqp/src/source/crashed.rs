@@ -12,7 +12,7 @@ use std::time::Duration;
 use consumer_core::backend::RetryPolicy;
 use tokio::time::Instant;
 
-use super::metrics::MetricsInner;
+use super::stats::StatsInner;
 
 /// Full jitter under 1 s, 2 s, 4 s, ... capped at 30 s.
 const CRASH_RETRY: RetryPolicy =
@@ -74,7 +74,7 @@ fn retry_delay(failures: u32) -> Duration {
     CRASH_RETRY.delay(failures, &mut rand::rng()).max(MIN_RETRY)
 }
 
-impl MetricsInner {
+impl StatsInner {
     /// `queue` is crashed: the gauge reads 1, and the first report (since
     /// the queue was last consumed) is logged at ERROR.
     pub(super) fn report_crashed(&self, queue: &str, reply: &str, retry_in: Duration) {

@@ -257,7 +257,9 @@ impl Source for AmqpSource {
         check_delay_queues(&self.topology, longest_delay)
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
         while self.session.is_none() {
             if let Some(c) = &self.crashed {
                 tokio::time::sleep_until(c.retry_at()).await;

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::lease::{Item, Lease, LeaseId};
 use crate::error::{Error, Result};
 use crate::source::crashed::Crashed;
-use crate::source::metrics::MetricsInner;
+use crate::source::stats::StatsInner;
 use crate::topology::{PartitionedTopology, Topology};
 
 /// What a session needs of its source to subscribe to a partition.
@@ -28,7 +28,7 @@ pub(super) struct Partitions<'a> {
     pub(super) topology: &'a PartitionedTopology,
     pub(super) partitions: &'a [Arc<Topology>],
     pub(super) prefetch: u16,
-    pub(super) metrics: &'a MetricsInner,
+    pub(super) metrics: &'a StatsInner,
 }
 
 impl Partitions<'_> {
