@@ -43,6 +43,7 @@ impl Due {
     /// The instant as Unix milliseconds, or the delay in milliseconds,
     /// saturating: a time the database cannot hold is its error, never a
     /// panic here.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(super) fn millis(self) -> DueMillis {
         let saturate =
             |ms: i128| i64::try_from(ms).unwrap_or(if ms < 0 { i64::MIN } else { i64::MAX });
@@ -69,6 +70,7 @@ impl From<OffsetDateTime> for Due {
 
 /// [`Due`] in the milliseconds the databases store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(super) enum DueMillis {
     /// Unix milliseconds.
     At(i64),
@@ -161,6 +163,7 @@ pub struct ScheduledEvent {
 
 impl ScheduledEvent {
     /// From the columns both databases return (times in Unix ms).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(super) fn from_columns(
         id: &str,
         aggregate_type: String,
@@ -209,6 +212,7 @@ pub struct Released {
 }
 
 /// A due time in milliseconds from now (database clock) as the wait.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(super) fn due_in(ms: Option<i64>) -> Option<Duration> {
     ms.map(|ms| Duration::from_millis(ms.max(0).cast_unsigned()))
 }
