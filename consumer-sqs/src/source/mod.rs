@@ -324,11 +324,14 @@ impl SqsSourceBuilder {
 }
 
 /// Extends the visibility of every message held, a third of the timeout
-/// before it ends.
+/// before it ends. A call that fails is tried again after
+/// [`EXTENSION_RETRY`] rather than a whole tick later, so that one lost
+/// call leaves most of the remaining third to the next.
 async fn heartbeat(shared: std::sync::Weak<Shared>) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let every = s.visibility / 3;
+        let mut failed = false;
         let due = s.ledger().due_for_extension(
             Instant::now(),
             s.visibility * 2 / 3,
@@ -363,6 +366,7 @@ async fn heartbeat(shared: std::sync::Weak<Shared>) {
                 }
                 Err(e) => {
                     StatsInner::add(&s.stats.extension_failures, n);
+                    failed = true;
                     tracing::warn!(target: "consumer::sqs", error = %e, "could not extend the visibility of held messages; trying again at the next tick");
                     // Let the next tick try these again.
                     let mut l = s.ledger();
@@ -373,9 +377,17 @@ async fn heartbeat(shared: std::sync::Weak<Shared>) {
             }
         }
         drop(s);
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(if failed {
+            every.min(EXTENSION_RETRY)
+        } else {
+            every
+        })
+        .await;
     }
 }
+
+/// How soon a failed visibility extension is tried again.
+const EXTENSION_RETRY: Duration = Duration::from_millis(250);
 
 impl SqsSource {
     /// A source reading `topology`'s queue through `client`.
