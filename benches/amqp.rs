@@ -103,7 +103,11 @@ async fn raw_consume(conn: &Connection, queue: &str, n: usize) -> Figure {
 }
 
 async fn framework_publish(url: &str, queue: &str, msgs: &[Message]) -> Figure {
-    let publisher = AmqpPublisher::new(url).with_max_unconfirmed(UNCONFIRMED);
+    let publisher = AmqpPublisher::builder(url)
+        .with_max_unconfirmed(UNCONFIRMED)
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let batch: Vec<Outgoing> = msgs
         .iter()
         .map(|m| Outgoing {
@@ -129,9 +133,10 @@ async fn framework_publish(url: &str, queue: &str, msgs: &[Message]) -> Figure {
 }
 
 async fn framework_consume(url: &str, topology: Topology, n: usize) -> Figure {
-    let source = AmqpSource::new(url, topology)
-        .expect("topology")
-        .with_prefetch(PREFETCH);
+    let source = AmqpSource::builder(url, topology)
+        .with_prefetch(PREFETCH)
+        .build()
+        .expect("topology");
     let (t0, c0) = (Instant::now(), ProcessTime::now());
     let consumer =
         Consumer::new(source, MemoryStore::new(), noop).with_max_in_flight(usize::from(PREFETCH));

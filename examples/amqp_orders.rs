@@ -155,13 +155,13 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
     // The source declares the topology before anything is published to it.
-    let source = AmqpSource::new(amqp_url.clone(), topology.clone())?
+    let source = AmqpSource::builder(amqp_url.clone(), topology.clone())
         .connect()
         .await?;
     let destination = format!("/{queue}");
     let outbox = outbox(&destination);
     shop::place_orders(&pool, &outbox, &run).await?;
-    let publisher = AmqpPublisher::new(amqp_url.clone());
+    let publisher = AmqpPublisher::builder(amqp_url.clone()).connect().await?;
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
         .into_iter()
         .map(|message| Outgoing {

@@ -110,8 +110,10 @@ async fn child_churn_consumer_process() {
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
-    let source = PartitionedSource::new(amqp_url(), topology(queue, queue_type))
-        .with_instance_id(instance());
+    let source = PartitionedSource::builder(amqp_url(), topology(queue, queue_type))
+        .with_instance_id(instance())
+        .build()
+        .expect("a partitioned source");
     let mut assignment = source.assignment();
     let log = pool.clone();
     tokio::spawn(async move {

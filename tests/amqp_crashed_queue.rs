@@ -135,11 +135,17 @@ async fn a_crashed_partition_queue_is_reported_once_retried_and_consumed_again()
             .expect("some key lands there")
     };
     let (k0, k1) = (key_of(&p0), key_of(&p1));
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let recorder = MetricsRecorder::new();
-    let source = PartitionedSource::new(amqp_url(), topology.clone())
+    let source = PartitionedSource::builder(amqp_url(), topology.clone())
         .with_heartbeat(Duration::from_millis(100))
-        .with_depth_interval(Duration::from_millis(50));
+        .with_depth_interval(Duration::from_millis(50))
+        .build()
+        .expect("a partitioned source");
     let consumer = Consumer::new(source, h.store(), record_in_order).with_meter(recorder.meter());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(consumer.run_until(async move {

@@ -31,12 +31,12 @@ fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
 async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     drop(connect().await);
     let queue = unique_prefix("pcount");
-    let first = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+    let first = PartitionedSource::builder(amqp_url(), partitioned(&queue, 4))
         .connect()
         .await
         .expect("the first start declares 4 partitions");
     for n in [3, 5, 1] {
-        let err = PartitionedSource::new(amqp_url(), partitioned(&queue, n))
+        let err = PartitionedSource::builder(amqp_url(), partitioned(&queue, n))
             .connect()
             .await
             .expect_err("another count is refused");
@@ -47,7 +47,11 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
             "the refusal says what differs: {text}"
         );
     }
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, 8));
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(partitioned(&queue, 8))
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let results = publisher
         .publish(&[Outgoing {
             destination: format!("/{queue}"),
@@ -62,7 +66,7 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     assert!(!err.is_retriable(), "a mismatch does not heal: {err}");
     assert!(err.to_string().contains("has 4 partition queues"), "{err}");
     // The same count is accepted by a second instance and a publisher.
-    let second = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+    let second = PartitionedSource::builder(amqp_url(), partitioned(&queue, 4))
         .connect()
         .await
         .expect("the same count starts");
@@ -77,7 +81,7 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
     // Partitions declared classic earlier (the default before quorum).
     let queue = unique_prefix("ptype");
     let classic = partitioned(&queue, 2).with_queue_type(consumer::amqp::QueueType::Classic);
-    let first = PartitionedSource::new(amqp_url(), classic)
+    let first = PartitionedSource::builder(amqp_url(), classic)
         .connect()
         .await
         .expect("classic partitions, as asked");
@@ -88,7 +92,7 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
         consumer::amqp::QueueType::Quorum,
         "quorum unless told otherwise"
     );
-    let err = PartitionedSource::new(amqp_url(), topology.clone())
+    let err = PartitionedSource::builder(amqp_url(), topology.clone())
         .connect()
         .await
         .expect_err("classic queues on the broker, quorum configured: refused at start");
@@ -113,7 +117,11 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
         "a type mismatch does not heal: {core}"
     );
     // Publishers refuse it the same way.
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology);
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology)
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let refused = publisher
         .publish(&[Outgoing {
             destination: format!("/{queue}"),
@@ -172,8 +180,10 @@ async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
             .expect("sent");
     }
     let _ = conn.close(200, "published".into()).await;
-    let source =
-        PartitionedSource::new(amqp_url(), topology).with_heartbeat(Duration::from_millis(100));
+    let source = PartitionedSource::builder(amqp_url(), topology)
+        .with_heartbeat(Duration::from_millis(100))
+        .build()
+        .expect("a partitioned source");
     let consumer = Consumer::new(source, h.store(), record_in_order);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(consumer.run_until(async move {
@@ -201,12 +211,18 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
     effects_table(&h).await;
     let queue = unique_prefix("pshare");
     let topology = partitioned(&queue, 4);
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
 
     let start = |id: &'static str| {
-        let source = PartitionedSource::new(amqp_url(), topology.clone())
+        let source = PartitionedSource::builder(amqp_url(), topology.clone())
             .with_instance_id(id)
-            .with_heartbeat(Duration::from_millis(100));
+            .with_heartbeat(Duration::from_millis(100))
+            .build()
+            .expect("a partitioned source");
         let assignment = source.assignment();
         let metrics = source.stats();
         let consumer = Consumer::new(source, h.store(), record_in_order);
@@ -282,9 +298,11 @@ async fn child_partition_consumer_process() {
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
-    let source = PartitionedSource::new(amqp_url(), partitioned(queue, PARTITIONS))
+    let source = PartitionedSource::builder(amqp_url(), partitioned(queue, PARTITIONS))
         .with_instance_id(instance())
-        .with_prefetch(32);
+        .with_prefetch(32)
+        .build()
+        .expect("a partitioned source");
     let mut assignment = source.assignment();
     let log = pool.clone();
     tokio::spawn(async move {
@@ -346,7 +364,11 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("pproc");
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, PARTITIONS));
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(partitioned(&queue, PARTITIONS))
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let (keys, per_key) = (100, 100);
     let all = jobs(keys, 0..per_key);
     let (first, rest) = all.split_at(4_000);
@@ -432,7 +454,11 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
     effects_table(&h).await;
     let queue = unique_prefix("pgauge");
     let topology = partitioned(&queue, 2);
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     // Three poison pills: three dead letters in the shared queue.
     let poison: Vec<Outgoing> = (0..3)
         .map(|i| Outgoing {
@@ -446,9 +472,11 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
         r.expect("publish");
     }
     let recorder = MetricsRecorder::new();
-    let source = PartitionedSource::new(amqp_url(), topology.clone())
+    let source = PartitionedSource::builder(amqp_url(), topology.clone())
         .with_heartbeat(Duration::from_millis(100))
-        .with_depth_interval(Duration::from_millis(20));
+        .with_depth_interval(Duration::from_millis(20))
+        .build()
+        .expect("a partitioned source");
     let consumer = Consumer::new(source, h.store(), record_in_order).with_meter(recorder.meter());
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -146,7 +146,10 @@ async fn restart_mid_run<H>(
         .await
         .expect("declare");
     let _ = conn.close(200, "declared".into()).await;
-    let publisher = AmqpPublisher::new(amqp_url());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let batch: Vec<Outgoing> = (0..n)
         .map(|i| Outgoing {
             destination: format!("/{queue}"),
@@ -162,8 +165,7 @@ async fn restart_mid_run<H>(
     }
     publisher.close().await;
 
-    let source = AmqpSource::new(amqp_url(), topology())
-        .expect("topology")
+    let source = AmqpSource::builder(amqp_url(), topology())
         .with_prefetch(32)
         .connect()
         .await

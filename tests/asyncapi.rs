@@ -220,14 +220,16 @@ async fn the_amqp_example_document_has_no_diagnostics_and_matches_its_golden_fil
     let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let topology =
         amqp_orders::topology("shop.order-events", QueueType::Classic).expect("a valid topology");
-    let source = AmqpSource::new(url, topology).expect("an AMQP source");
+    let source = AmqpSource::builder(url, topology)
+        .build()
+        .expect("an AMQP source");
     let pool = lazy_postgres();
     let shop = amqp_orders::shop_service(
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
         amqp_orders::outbox("/shop.order-events"),
-        AmqpPublisher::new(url),
+        AmqpPublisher::builder(url).build(),
     )
     .expect("the RabbitMQ example's service");
     let document = shop
@@ -248,14 +250,18 @@ async fn a_partitioned_amqp_document_has_no_diagnostics_and_matches_its_golden_f
     use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
     let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let topology = PartitionedTopology::new("shop.order-events", 8).expect("a valid topology");
-    let source = PartitionedSource::new(url, topology.clone());
+    let source = PartitionedSource::builder(url, topology.clone())
+        .build()
+        .expect("a partitioned source");
     let pool = lazy_postgres();
     let shop = amqp_orders::shop_service(
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
         amqp_orders::outbox("/shop.order-events"),
-        AmqpPublisher::new(url).with_partitions(topology),
+        AmqpPublisher::builder(url)
+            .with_partitions(topology)
+            .build(),
     )
     .expect("the partitioned service");
     let document = shop

@@ -10,7 +10,7 @@
 //! `ce_source`, `ce_specversion`, `ce_time`, `ce_subject`,
 //! `ce_partitionkey`, ... go out as `ce-id`, `ce-type`, ...
 //! [`AttributePrefix`] (set with
-//! [`AmqpPublisher::with_attribute_prefix`](crate::AmqpPublisher::with_attribute_prefix))
+//! [`AmqpPublisherBuilder::with_attribute_prefix`](crate::AmqpPublisherBuilder::with_attribute_prefix))
 //! chooses `ce_` (the Kafka binding's names, what earlier versions wrote)
 //! or the CloudEvents AMQP 1.0 binding's `cloudEvents_` / `cloudEvents:`
 //! instead. `content-type`, `traceparent` and `tracestate` keep their names.

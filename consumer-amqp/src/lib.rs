@@ -7,7 +7,7 @@
 //! # async fn demo<H: consumer_core::Handler<MemoryStore>>(handler: H) -> Result<(), Box<dyn std::error::Error>> {
 //! let topology = Topology::new("orders")?.with_queue_type(QueueType::Quorum);
 //! println!("{topology}");
-//! let source = AmqpSource::new("amqp://guest:guest@127.0.0.1:5672/%2f", topology)?
+//! let source = AmqpSource::builder("amqp://guest:guest@127.0.0.1:5672/%2f", topology)
 //!     .with_prefetch(256)
 //!     .connect()
 //!     .await?;
@@ -45,7 +45,7 @@ pub mod topology;
 pub use error::{Error, Result};
 pub use headers::AttributePrefix;
 pub use names::validate_name;
-pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
-pub use source::PartitionedSource;
-pub use source::{AmqpAcker, AmqpSource, AmqpStats};
+pub use publisher::{AmqpPublisher, AmqpPublisherBuilder, DEFAULT_MAX_MESSAGE_BYTES};
+pub use source::{AmqpAcker, AmqpSource, AmqpSourceBuilder, AmqpStats, AmqpStatsSnapshot};
+pub use source::{PartitionedSource, PartitionedSourceBuilder};
 pub use topology::{Depths, PartitionedTopology, QueueType, Topology};

@@ -96,8 +96,9 @@ impl Route {
             #[cfg(feature = "amqp")]
             url: services.amqp_url.clone(),
             #[cfg(feature = "amqp")]
-            publisher: AmqpPublisher::new(services.amqp_url.clone())
-                .with_connection_name("consumer-cli-replay"),
+            publisher: AmqpPublisher::builder(services.amqp_url.clone())
+                .with_connection_name("consumer-cli-replay")
+                .build(),
             #[cfg(feature = "kafka")]
             kafka,
             #[cfg(feature = "sqs")]

@@ -82,7 +82,7 @@ async fn outbox_retry_unblocks_a_failed_aggregate_and_its_later_events_follow_in
     let relay = OutboxRelay::new(
         pool.clone(),
         Outbox::new(),
-        AmqpPublisher::new(support::amqp_url()),
+        AmqpPublisher::builder(support::amqp_url()).build(),
     )
     .with_retry_policy(RetryPolicy::exponential(
         Duration::from_millis(1),

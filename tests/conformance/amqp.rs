@@ -227,7 +227,10 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         let faults = Faults::new();
         Self {
             prefix: unique_prefix(if QUORUM { "confq" } else { "conf" }),
-            publisher: FaultyPublisher::new(AmqpPublisher::new(amqp_url()), faults.clone()),
+            publisher: FaultyPublisher::new(
+                AmqpPublisher::builder(amqp_url()).build(),
+                faults.clone(),
+            ),
             faults,
             declared: Arc::default(),
             metrics: Arc::default(),
@@ -257,7 +260,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
 
     async fn connect(&self, topic: &str) -> Result<AmqpSource, consumer::Error> {
         let settings = self.settle.get(topic);
-        let mut source = AmqpSource::new(amqp_url(), self.topology(topic))?.with_prefetch(64);
+        let mut source = AmqpSource::builder(amqp_url(), self.topology(topic)).with_prefetch(64);
         if let Some(bytes) = settings.max_dead_letter_bytes {
             source = source.with_max_message_bytes(bytes);
         }

@@ -31,7 +31,11 @@ impl TopicPublishers {
             .lock()
             .expect("publishers")
             .entry(queue.to_owned())
-            .or_insert_with(|| AmqpPublisher::new(amqp_url()).with_partitions(partitioned(queue)))
+            .or_insert_with(|| {
+                AmqpPublisher::builder(amqp_url())
+                    .with_partitions(partitioned(queue))
+                    .build()
+            })
             .clone()
     }
 }
@@ -165,7 +169,7 @@ impl BrokerHarness for AmqpPartitionedBroker {
 
     async fn connect(&self, topic: &str) -> Result<PartitionedSource, consumer::Error> {
         let settings = self.settle.get(topic);
-        let mut source = PartitionedSource::new(amqp_url(), self.topology(topic))
+        let mut source = PartitionedSource::builder(amqp_url(), self.topology(topic))
             .with_prefetch(64)
             .with_heartbeat(Duration::from_millis(100));
         if let Some(bytes) = settings.max_dead_letter_bytes {

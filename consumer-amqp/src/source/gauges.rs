@@ -4,7 +4,7 @@
 //! channel was opened again.
 //!
 //! Depths come from passive declares, which need the broker: a task reads
-//! them every [`AmqpSource::with_depth_interval`](super::AmqpSource::with_depth_interval)
+//! them every [`AmqpSourceBuilder::with_depth_interval`](super::AmqpSourceBuilder::with_depth_interval)
 //! and a collection reports the last reading, so a scrape never waits for
 //! RabbitMQ. The task ends when the consumer does.
 

@@ -1,9 +1,12 @@
-//! Consuming a RabbitMQ queue ([`AmqpSource`]), settling each delivery
+//! Consuming a RabbitMQ queue ([`AmqpSource`], built by
+//! [`AmqpSourceBuilder`]), settling each delivery
 //! ([`AmqpAcker`]), and the counters of both ([`AmqpStats`]).
 
 mod acker;
+mod builder;
 mod crashed;
 mod gauges;
+mod options;
 mod partitioned;
 mod stats;
 
@@ -19,10 +22,12 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 pub use acker::AmqpAcker;
-pub use partitioned::PartitionedSource;
-pub use stats::AmqpStats;
+pub use builder::AmqpSourceBuilder;
+pub use partitioned::{PartitionedSource, PartitionedSourceBuilder};
+pub use stats::{AmqpStats, AmqpStatsSnapshot};
 
 use crashed::Crashed;
+use options::SourceOptions;
 
 use crate::error::{Error, Result, crashed_reply};
 use crate::headers;
@@ -32,7 +37,21 @@ use crate::topology::Topology;
 
 /// Consumes the work queue of a [`Topology`] with manual acks.
 ///
-/// * **In-flight bound**: `basic.qos` with [`with_prefetch`](Self::with_prefetch)
+/// Built with [`AmqpSource::builder`]:
+///
+/// ```no_run
+/// use consumer_amqp::{AmqpSource, Topology};
+/// # async fn demo() -> Result<(), consumer_amqp::Error> {
+/// let source = AmqpSource::builder("amqp://guest:guest@127.0.0.1:5672/%2f", Topology::new("orders")?)
+///     .with_prefetch(64)
+///     .connect()
+///     .await?;
+/// # drop(source);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// * **In-flight bound**: `basic.qos` with [`with_prefetch`](AmqpSourceBuilder::with_prefetch)
 ///   (default 256): RabbitMQ sends no more unacked deliveries than that to
 ///   this consumer, which bounds memory together with the runtime's
 ///   `with_max_in_flight` (the smaller of the two wins).
@@ -55,13 +74,11 @@ use crate::topology::Topology;
 ///   30 s) inside `recv`, until an operator restarted its node or deleted it
 ///   (the source then declares it anew).
 pub struct AmqpSource {
-    uri: String,
+    options: SourceOptions,
     topology: Arc<Topology>,
-    prefetch: u16,
     session: Option<Session>,
     publisher: AmqpPublisher,
     metrics: AmqpStats,
-    depth_interval: Duration,
     /// Set while RabbitMQ reports a queue of the topology crashed.
     crashed: Option<Crashed>,
 }
@@ -76,69 +93,38 @@ impl std::fmt::Debug for AmqpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpSource")
             .field("queue", &self.topology.queue())
-            .field("prefetch", &self.prefetch)
+            .field("prefetch", &self.options.prefetch)
             .field("connected", &self.session.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl AmqpSource {
-    /// A source for `topology` on the broker at `uri`. Nothing is contacted
-    /// until [`connect`](Self::connect) or the first `recv`; the names are
-    /// checked now.
-    pub fn new(uri: impl Into<String>, topology: Topology) -> Result<Self> {
+    /// A builder for a source consuming `topology` on the broker at `uri`
+    /// (`amqp://user:pass@host:port/vhost`); nothing is contacted until
+    /// [`connect`](AmqpSourceBuilder::connect).
+    pub fn builder(uri: impl Into<String>, topology: Topology) -> AmqpSourceBuilder {
+        AmqpSourceBuilder {
+            options: SourceOptions::new(uri.into(), 256),
+            topology,
+        }
+    }
+
+    /// The source, unconnected: `recv` connects, and reconnects after a
+    /// loss, on its own.
+    fn from_builder(builder: AmqpSourceBuilder) -> Result<Self> {
+        let AmqpSourceBuilder { options, topology } = builder;
         topology.validate()?;
-        let uri = uri.into();
-        let publisher = AmqpPublisher::new(uri.clone())
-            .with_connection_name(format!("consumer-settle {}", topology.queue()));
+        let publisher = options.settle_publisher(topology.queue());
         let topology = Arc::new(topology);
         Ok(Self {
             metrics: AmqpStats::new(Arc::clone(&topology), publisher.clone()),
-            uri,
+            options,
             topology,
-            prefetch: 256,
             session: None,
             publisher,
-            depth_interval: Duration::from_secs(15),
             crashed: None,
         })
-    }
-
-    /// Most unacked deliveries RabbitMQ sends this consumer (`basic.qos`).
-    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
-        self.prefetch = prefetch.max(1);
-        self
-    }
-
-    /// The largest dead letter or retry copy the settle publisher sends
-    /// (see [`AmqpPublisher::with_max_message_bytes`]); a dead letter over
-    /// it is sent again without its payload. Set it to the broker's
-    /// `max_message_size` when that is lower than RabbitMQ's default.
-    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
-        self.publisher = self.publisher.with_max_message_bytes(n);
-        self.metrics = AmqpStats::new(Arc::clone(&self.topology), self.publisher.clone());
-        self
-    }
-
-    /// How often the queue depths behind the metrics
-    /// (`consumer.queue.depth`, `consumer.dead_letter_queue.depth`) are
-    /// read, by passive declares on the settle connection (default 15 s:
-    /// a Prometheus scrape interval).
-    pub fn with_depth_interval(mut self, every: Duration) -> Self {
-        self.depth_interval = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// Connects, declares the topology and starts consuming now, so that
-    /// a broker that cannot be reached or a topology conflict shows at
-    /// start rather than in the consumer's retry loop. A queue RabbitMQ
-    /// reports crashed is not an error here: it is reported, and `recv`
-    /// tries it again (see the type's docs).
-    pub async fn connect(mut self) -> Result<Self> {
-        if self.session.is_none() {
-            self.start().await?;
-        }
-        Ok(self)
     }
 
     /// Opens a session; a crashed queue is noted, not returned.
@@ -178,7 +164,7 @@ impl AmqpSource {
     async fn open(&self) -> Result<Session> {
         let props = ConnectionProperties::default()
             .with_connection_name(format!("consumer {}", self.topology.queue()).into());
-        let connection = Connection::connect(&self.uri, props)
+        let connection = Connection::connect(&self.options.uri, props)
             .await
             .map_err(Error::amqp("connection"))?;
         let channel = connection
@@ -187,7 +173,7 @@ impl AmqpSource {
             .map_err(Error::amqp("channel open"))?;
         self.topology.declare(&channel).await?;
         channel
-            .basic_qos(self.prefetch, BasicQosOptions::default())
+            .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await
             .map_err(Error::amqp("basic.qos"))?;
         let consumer = channel
@@ -208,7 +194,7 @@ impl AmqpSource {
                     source,
                 },
             })?;
-        tracing::info!(target: "consumer::amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
+        tracing::info!(target: "consumer::amqp", queue = %self.topology.queue(), prefetch = self.options.prefetch, "consuming");
         Ok(Session {
             connection,
             channel,
@@ -236,7 +222,7 @@ impl Source for AmqpSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        server_of(&self.uri)
+        server_of(&self.options.uri)
     }
 
     fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
@@ -249,7 +235,7 @@ impl Source for AmqpSource {
     fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(gauges::AmqpGauges::start(
             Arc::clone(&self.metrics.inner),
-            self.depth_interval,
+            self.options.depth_interval,
         ))
     }
 

@@ -8,7 +8,10 @@ use crate::error::Result;
 use crate::publisher::AmqpPublisher;
 use crate::topology::{Depths, Topology};
 
-/// Live counters of an [`AmqpSource`](super::AmqpSource) and the depths of its queues.
+/// Live counters of an [`AmqpSource`](super::AmqpSource) or a
+/// [`PartitionedSource`](super::PartitionedSource), and the depths of its
+/// queues; clone it before handing the source to the consumer, read it
+/// with [`snapshot`](Self::snapshot).
 #[derive(Clone, Debug)]
 pub struct AmqpStats {
     pub(super) inner: Arc<StatsInner>,
@@ -27,7 +30,39 @@ pub(super) struct StatsInner {
     pub(super) crashed: Mutex<BTreeMap<Arc<str>, bool>>,
 }
 
+/// The counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AmqpStatsSnapshot {
+    /// Deliveries received from RabbitMQ.
+    pub delivered: u64,
+    /// Of those, flagged `redelivered` by RabbitMQ.
+    pub redelivered: u64,
+    /// Deliveries received and not yet settled.
+    pub in_flight: u64,
+    /// Consuming channels lost and opened again.
+    pub reconnects: u64,
+    /// Queues RabbitMQ reports crashed now.
+    pub crashed_queues: u64,
+}
+
 impl AmqpStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> AmqpStatsSnapshot {
+        let crashed_queues = self
+            .inner
+            .crashed
+            .lock()
+            .map_or(0, |queues| queues.values().filter(|&&c| c).count() as u64);
+        AmqpStatsSnapshot {
+            delivered: self.delivered(),
+            redelivered: self.redelivered(),
+            in_flight: self.in_flight(),
+            reconnects: self.reconnects(),
+            crashed_queues,
+        }
+    }
+
     pub(super) fn new(topology: Arc<Topology>, publisher: AmqpPublisher) -> Self {
         Self {
             inner: Arc::new(StatsInner {

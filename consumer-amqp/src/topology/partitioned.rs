@@ -10,7 +10,7 @@
 //! | dead-letter exchange and queue | `orders.dlx`, `orders.dlq` | shared, bound once per partition queue |
 //! | members exchange | `orders.members` | `fanout`, not durable: the instances' heartbeats |
 //!
-//! **Which partition.** The publishers ([`AmqpPublisher::with_partitions`],
+//! **Which partition.** The publishers ([`AmqpPublisherBuilder::with_partitions`],
 //! and so the outbox relay that publishes through it) send a message for
 //! `orders` to `orders.p{partition_for(key, 4)}`, Kafka's partitioner
 //! ([`partition_for`](consumer_core::backend::partition_for)); no plugin is involved, so no broker
@@ -38,7 +38,7 @@
 //! declare fails with [`Error::QueueTypeMismatch`], which says how to
 //! migrate.
 //!
-//! [`AmqpPublisher::with_partitions`]: crate::AmqpPublisher::with_partitions
+//! [`AmqpPublisherBuilder::with_partitions`]: crate::AmqpPublisherBuilder::with_partitions
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //!
 //! Every instance binds an exclusive queue of its own to the logical
 //! queue's fanout members exchange and publishes a heartbeat there every
-//! [`heartbeat`](super::PartitionedSource::with_heartbeat) interval; an
+//! [`heartbeat`](super::PartitionedSourceBuilder::with_heartbeat) interval; an
 //! instance not heard from for three intervals is gone, one that closes says
 //! so. The partitions are dealt out over the live instances sorted by id:
 //! partition `p` goes to the `(p mod M)`-th of `M`, so each takes

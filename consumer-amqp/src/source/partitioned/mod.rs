@@ -1,6 +1,7 @@
 //! [`PartitionedSource`]: one instance among several consuming a
 //! [`PartitionedTopology`], each partition by one instance at a time.
 
+mod builder;
 mod lease;
 mod membership;
 mod session;
@@ -18,7 +19,10 @@ use lease::Item;
 use membership::Membership;
 use session::{Partitions, Session};
 
+pub use builder::PartitionedSourceBuilder;
+
 use super::acker::AmqpAcker;
+use super::options::SourceOptions;
 use super::stats::AmqpStats;
 use crate::error::{Error, Result};
 use crate::headers;
@@ -38,7 +42,7 @@ pub const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 ///   one subscriber and, when that one's channel closes (a crash included),
 ///   to the next.
 /// * **Balance**: the instances hear each other's heartbeats and deal the
-///   partitions out evenly (see [`with_heartbeat`](Self::with_heartbeat));
+///   partitions out evenly (see [`with_heartbeat`](PartitionedSourceBuilder::with_heartbeat));
 ///   an instance subscribes only to its share. When one joins, the others
 ///   hand over what is now its share; when one leaves or dies, the others
 ///   take its share after three missed heartbeats (3 s by default).
@@ -73,15 +77,13 @@ pub const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 ///   is declared ([`Error::PartitionCount`] on a mismatch; see
 ///   [`PartitionedTopology`]).
 pub struct PartitionedSource {
-    uri: String,
+    options: SourceOptions,
     topology: PartitionedTopology,
     partitions: Vec<Arc<Topology>>,
     instance: String,
-    prefetch: u16,
     heartbeat: Duration,
     publisher: AmqpPublisher,
     metrics: AmqpStats,
-    depth_interval: Duration,
     /// The partitions this instance is assigned, as the membership sees it.
     assigned: watch::Sender<Option<Vec<u32>>>,
     session: Option<Session>,
@@ -101,12 +103,30 @@ impl std::fmt::Debug for PartitionedSource {
 }
 
 impl PartitionedSource {
-    /// A source for `topology` on the broker at `uri`; nothing is contacted
-    /// until [`connect`](Self::connect) or the first `recv`.
-    pub fn new(uri: impl Into<String>, topology: PartitionedTopology) -> Self {
-        let uri = uri.into();
-        let publisher = AmqpPublisher::new(uri.clone())
-            .with_connection_name(format!("consumer-settle {}", topology.name()));
+    /// A builder for one instance consuming `topology` on the broker at
+    /// `uri`; nothing is contacted until
+    /// [`connect`](PartitionedSourceBuilder::connect).
+    pub fn builder(
+        uri: impl Into<String>,
+        topology: PartitionedTopology,
+    ) -> PartitionedSourceBuilder {
+        PartitionedSourceBuilder {
+            options: SourceOptions::new(uri.into(), 64),
+            topology,
+            instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+
+    /// The source, unconnected.
+    fn from_builder(builder: PartitionedSourceBuilder) -> Self {
+        let PartitionedSourceBuilder {
+            options,
+            topology,
+            instance,
+            heartbeat,
+        } = builder;
+        let publisher = options.settle_publisher(topology.name());
         let partitions: Vec<Arc<Topology>> = (0..topology.partitions())
             .map(|p| Arc::new(topology.partition(p)))
             .collect();
@@ -115,15 +135,13 @@ impl PartitionedSource {
             .map_or_else(|| Arc::new(topology.partition(0)), Arc::clone);
         Self {
             metrics: AmqpStats::new(first, publisher.clone()),
-            instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
-            uri,
+            instance,
+            options,
             topology,
             partitions,
-            prefetch: 64,
-            heartbeat: Duration::from_secs(1),
+            heartbeat,
             publisher,
             assigned: watch::Sender::new(None),
-            depth_interval: Duration::from_secs(15),
             session: None,
             told_unkeyed: false,
         }
@@ -135,58 +153,6 @@ impl PartitionedSource {
     /// source subscribes to these partitions and hands over the others.
     pub fn assignment(&self) -> watch::Receiver<Option<Vec<u32>>> {
         self.assigned.subscribe()
-    }
-
-    /// Most unacked deliveries RabbitMQ sends per partition (`basic.qos` on
-    /// each partition's channel; default 64).
-    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
-        self.prefetch = prefetch.max(1);
-        self
-    }
-
-    /// The largest dead letter or retry copy the settle publisher sends
-    /// (see [`AmqpPublisher::with_max_message_bytes`]).
-    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
-        self.publisher = self.publisher.with_max_message_bytes(n);
-        let first = self
-            .partitions
-            .first()
-            .map_or_else(|| Arc::new(self.topology.partition(0)), Arc::clone);
-        self.metrics = AmqpStats::new(first, self.publisher.clone());
-        self
-    }
-
-    /// How often the queue depths behind the metrics are read (default
-    /// 15 s), as [`AmqpSource::with_depth_interval`](crate::AmqpSource::with_depth_interval).
-    pub fn with_depth_interval(mut self, every: Duration) -> Self {
-        self.depth_interval = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// This instance's id among the others (default: process id and a
-    /// random suffix). Ids must differ between running instances.
-    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
-        self.instance = id.into();
-        self
-    }
-
-    /// How often this instance says it is alive (default 1 s). An instance
-    /// silent for three intervals is taken as gone and its partitions are
-    /// dealt to the others: the longest a dead instance's partitions wait.
-    /// Taken within 50 ms and one hour.
-    pub fn with_heartbeat(mut self, every: Duration) -> Self {
-        self.heartbeat = membership::bounded_heartbeat(every);
-        self
-    }
-
-    /// Checks the partition count, declares the topology and joins the
-    /// other instances now, so that a mismatch or an unreachable broker
-    /// shows at start.
-    pub async fn connect(mut self) -> Result<Self> {
-        if self.session.is_none() {
-            self.session = Some(self.open().await?);
-        }
-        Ok(self)
     }
 
     /// The topology this source consumes.
@@ -209,7 +175,7 @@ impl PartitionedSource {
         let props = ConnectionProperties::default().with_connection_name(
             format!("consumer {} {}", self.topology.name(), self.instance).into(),
         );
-        let connection = Connection::connect(&self.uri, props)
+        let connection = Connection::connect(&self.options.uri, props)
             .await
             .map_err(Error::amqp("connection"))?;
         let control = connection
@@ -231,7 +197,7 @@ impl PartitionedSource {
         let leave = Arc::new(Notify::new());
         let membership =
             tokio::spawn(membership.run(beats, self.assigned.clone(), Arc::clone(&leave)));
-        let capacity = usize::from(self.prefetch).max(16);
+        let capacity = usize::from(self.options.prefetch).max(16);
         tracing::info!(target: "consumer::amqp", queue = %self.topology.name(), partitions = self.topology.partitions(), instance = %self.instance, "joined");
         Ok(Session::new(
             connection,
@@ -246,7 +212,7 @@ impl PartitionedSource {
         Partitions {
             topology: &self.topology,
             partitions: &self.partitions,
-            prefetch: self.prefetch,
+            prefetch: self.options.prefetch,
             metrics: &self.metrics.inner,
         }
     }
@@ -257,7 +223,7 @@ impl PartitionedSource {
         let with = Partitions {
             topology: &self.topology,
             partitions: &self.partitions,
-            prefetch: self.prefetch,
+            prefetch: self.options.prefetch,
             metrics: &self.metrics.inner,
         };
         match self.session.as_mut() {
@@ -300,7 +266,7 @@ impl Source for PartitionedSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        super::server_of(&self.uri)
+        super::server_of(&self.options.uri)
     }
 
     fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
@@ -312,13 +278,13 @@ impl Source for PartitionedSource {
 
     /// The depths of every partition's work and delay queues and of the
     /// shared dead-letter queue, read every
-    /// [`with_depth_interval`](Self::with_depth_interval).
+    /// [`with_depth_interval`](PartitionedSourceBuilder::with_depth_interval).
     fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(super::gauges::AmqpGauges::start_for(
             Arc::clone(&self.metrics.inner),
             self.partitions.clone(),
             Arc::from(self.topology.name()),
-            self.depth_interval,
+            self.options.depth_interval,
         ))
     }
 
