@@ -145,6 +145,7 @@ where
             }
 
             failed_here = true;
+            let policy = failure.retry.unwrap_or(policy);
             let record = self.record_failure(name, &envelope, &failure.error).await;
             if !policy.should_retry(record.attempts) {
                 let letter = self.dead_letter(

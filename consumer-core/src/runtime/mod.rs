@@ -173,11 +173,7 @@ where
                 .routes
                 .handlers()
                 .into_iter()
-                .map(|h| crate::describe::HandlerDescription {
-                    name: h.name(),
-                    event_types: h.event_types(),
-                    payload: h.payload_type(),
-                })
+                .flat_map(|h| h.describe())
                 .collect(),
         }
     }
@@ -185,23 +181,31 @@ where
     /// Refuses, before the first delivery, what could only fail at run time.
     fn check(&self) -> Result<(), Error> {
         for handler in self.routes.handlers() {
-            let policy = handler.retry_policy();
-            if self.store.retention() <= policy.max_window() {
-                return Err(Error::RetentionTooShort {
-                    handler: handler.name().to_owned(),
-                    retention: self.store.retention(),
-                    window: policy.max_window(),
-                });
+            for policy in handler.retry_policies() {
+                self.check_policy(handler.name(), policy)?;
             }
-            if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
-                self.source
-                    .check_redelivery(policy.longest_delay())
-                    .map_err(|reason| Error::RetryUnsupported {
-                        handler: handler.name().to_owned(),
-                        system: self.source.system(),
-                        reason,
-                    })?;
-            }
+        }
+        Ok(())
+    }
+
+    /// Refuses `policy` of `handler` when the store would forget a key
+    /// before its last retry, or the source cannot redeliver as it asks.
+    fn check_policy(&self, handler: &str, policy: RetryPolicy) -> Result<(), Error> {
+        if self.store.retention() <= policy.max_window() {
+            return Err(Error::RetentionTooShort {
+                handler: handler.to_owned(),
+                retention: self.store.retention(),
+                window: policy.max_window(),
+            });
+        }
+        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
+            self.source
+                .check_redelivery(policy.longest_delay())
+                .map_err(|reason| Error::RetryUnsupported {
+                    handler: handler.to_owned(),
+                    system: self.source.system(),
+                    reason,
+                })?;
         }
         Ok(())
     }
