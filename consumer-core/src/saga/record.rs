@@ -69,6 +69,24 @@ pub enum UndoStatus {
     Failed,
 }
 
+impl UndoStatus {
+    /// `recorded`, `sent`, `done`, `failed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Recorded => "recorded",
+            Self::Sent => "sent",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for UndoStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One step of the compensation log: what undoes a step the saga took,
 /// recorded as it went ([`Step::record_undo`](super::Step::record_undo)),
 /// sent in reverse order when it compensates.
