@@ -18,9 +18,9 @@ mod saga_shop;
 use std::time::Instant;
 
 use consumer::saga::SagaStore;
-use consumer::{Message, MemoryBroker, Router, SqliteStore, SqliteTx, handler};
+use consumer::{MemoryBroker, Message, Router, SqliteStore, SqliteTx, handler};
 use saga_shop::{
-    ChargePayment, CancelPayment, Destinations, ParticipantError, Participants, RefundPayment,
+    CancelPayment, ChargePayment, Destinations, ParticipantError, Participants, RefundPayment,
     ReleaseStock, ReserveStock, ShipOrder, Sources,
 };
 
@@ -59,8 +59,15 @@ async fn ship(cmd: ShipOrder, tx: &mut SqliteTx) -> Result<(), ParticipantError>
 /// The participants' routers.
 pub fn participants() -> anyhow::Result<Participants<SqliteStore>> {
     Ok(Participants {
-        payments: Router::builder("payments").route(charge).route(refund).route(cancel).build()?,
-        inventory: Router::builder("inventory").route(reserve).route(release).build()?,
+        payments: Router::builder("payments")
+            .route(charge)
+            .route(refund)
+            .route(cancel)
+            .build()?,
+        inventory: Router::builder("inventory")
+            .route(reserve)
+            .route(release)
+            .build()?,
         shipping: Router::builder("shipping").route(ship).build()?,
     })
 }
@@ -81,8 +88,14 @@ pub async fn run() -> anyhow::Result<String> {
         inventory: broker.source(&to.inventory),
         shipping: broker.source(&to.shipping),
     };
-    let (service, _stats) =
-        saga_shop::service(pool.clone(), store, broker.clone(), sources, participants()?, to.clone())?;
+    let (service, _stats) = saga_shop::service(
+        pool.clone(),
+        store,
+        broker.clone(),
+        sources,
+        participants()?,
+        to.clone(),
+    )?;
     for order in saga_shop::orders("") {
         let message = Message::json("OrderPlaced", &order)?.with_key(order.order_id.clone());
         broker.publish(&to.orders, message).await?;

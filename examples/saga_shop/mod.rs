@@ -18,8 +18,8 @@ use consumer::saga::{
 };
 use consumer::source::Source;
 use consumer::{
-    Consumer, NewEvent, Outbox, OutboxRelay, Publisher, Router, Saga, Service, Stats, Store,
-    outbox::ScheduleToken,
+    Consumer, NewEvent, Outbox, OutboxRelay, Publisher, RetryPolicy, Router, Saga, Service, Stats,
+    Store, outbox::ScheduleToken, retry::RetryMode,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -156,7 +156,12 @@ impl Saga for OrderFulfilment {
 }
 
 impl OrderFulfilment {
-    fn placed(&self, order: &mut Order, e: OrderPlaced, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn placed(
+        &self,
+        order: &mut Order,
+        e: OrderPlaced,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         if e.amount_cents <= 0 {
             return Err(OrderError::BadAmount(e.amount_cents));
         }
@@ -174,7 +179,9 @@ impl OrderFulfilment {
             reply_to: self.to.orders.clone(),
         };
         step.send(&self.to.payments, "ChargePayment", &charge);
-        let timeout = PaymentTimedOut { order_id: e.order_id };
+        let timeout = PaymentTimedOut {
+            order_id: e.order_id,
+        };
         order.payment_timeout = Some(step.schedule_timeout(
             "PaymentTimedOut",
             &timeout,
@@ -208,10 +215,21 @@ impl OrderFulfilment {
         Ok(())
     }
 
-    fn payment_timed_out(&self, order: &mut Order, e: PaymentTimedOut, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn payment_timed_out(
+        &self,
+        order: &mut Order,
+        e: PaymentTimedOut,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         order.payment_timeout = None;
         // A late capture must not take the money: the gateway voids it.
-        step.send(&self.to.payments, "CancelPayment", &CancelPayment { order_id: e.order_id });
+        step.send(
+            &self.to.payments,
+            "CancelPayment",
+            &CancelPayment {
+                order_id: e.order_id,
+            },
+        );
         step.fail("no payment in time");
         Ok(())
     }
@@ -238,22 +256,42 @@ impl OrderFulfilment {
         Ok(())
     }
 
-    fn out_of_stock(&self, _order: &mut Order, e: Reply, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn out_of_stock(
+        &self,
+        _order: &mut Order,
+        e: Reply,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         step.compensate(e.reason.unwrap_or_else(|| "out of stock".into()));
         Ok(())
     }
 
-    fn shipped(&self, _order: &mut Order, _e: Reply, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn shipped(
+        &self,
+        _order: &mut Order,
+        _e: Reply,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         step.complete();
         Ok(())
     }
 
-    fn refunded(&self, _order: &mut Order, _e: Reply, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn refunded(
+        &self,
+        _order: &mut Order,
+        _e: Reply,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         step.undone();
         Ok(())
     }
 
-    fn refund_failed(&self, _order: &mut Order, e: Reply, step: &mut Step<'_>) -> Result<(), OrderError> {
+    fn refund_failed(
+        &self,
+        _order: &mut Order,
+        e: Reply,
+        step: &mut Step<'_>,
+    ) -> Result<(), OrderError> {
         step.undo_failed(e.reason.unwrap_or_else(|| "refused".into()));
         Ok(())
     }
@@ -264,17 +302,60 @@ fn order_of(e: &Reply) -> String {
 }
 
 /// The saga, writing into `outbox`, its timeouts to `to.orders`.
-pub fn saga(outbox: Outbox, to: Destinations) -> Result<SagaHandler<OrderFulfilment>, consumer::Error> {
+pub fn saga(
+    outbox: Outbox,
+    to: Destinations,
+) -> Result<SagaHandler<OrderFulfilment>, consumer::Error> {
     let orders = to.orders.clone();
-    let late = NotFound::retry();
+    // A reply may overtake the event it answers on its way back (another
+    // partition, a retry): it waits for its saga through the broker.
+    let late = NotFound::Retry(
+        RetryPolicy::exponential(Duration::from_millis(20), Duration::from_millis(250), 10)
+            .with_mode(RetryMode::Redeliver),
+    );
     let builder = SagaBuilder::new(OrderFulfilment { to: to.clone() }, outbox)
-        .on("OrderPlaced", |e: &OrderPlaced| e.order_id.clone(), NotFound::Start, OrderFulfilment::placed)
-        .on("PaymentCaptured", order_of, late.clone(), OrderFulfilment::paid)
-        .on("StockReserved", order_of, late.clone(), OrderFulfilment::reserved)
-        .on("StockUnavailable", order_of, late.clone(), OrderFulfilment::out_of_stock)
-        .on("OrderShipped", order_of, late.clone(), OrderFulfilment::shipped)
-        .on("PaymentRefunded", order_of, late.clone(), OrderFulfilment::refunded)
-        .on("RefundFailed", order_of, late, OrderFulfilment::refund_failed)
+        .on(
+            "OrderPlaced",
+            |e: &OrderPlaced| e.order_id.clone(),
+            NotFound::Start,
+            OrderFulfilment::placed,
+        )
+        .on(
+            "PaymentCaptured",
+            order_of,
+            late.clone(),
+            OrderFulfilment::paid,
+        )
+        .on(
+            "StockReserved",
+            order_of,
+            late.clone(),
+            OrderFulfilment::reserved,
+        )
+        .on(
+            "StockUnavailable",
+            order_of,
+            late.clone(),
+            OrderFulfilment::out_of_stock,
+        )
+        .on(
+            "OrderShipped",
+            order_of,
+            late.clone(),
+            OrderFulfilment::shipped,
+        )
+        .on(
+            "PaymentRefunded",
+            order_of,
+            late.clone(),
+            OrderFulfilment::refunded,
+        )
+        .on(
+            "RefundFailed",
+            order_of,
+            late,
+            OrderFulfilment::refund_failed,
+        )
         .on_timeout("PaymentTimedOut", OrderFulfilment::payment_timed_out)
         .with_timeouts_to(orders.clone())
         .with_event_schema::<OrderPlaced>("OrderPlaced")
@@ -286,9 +367,16 @@ pub fn saga(outbox: Outbox, to: Destinations) -> Result<SagaHandler<OrderFulfilm
         .with_command::<ReleaseStock>(&to.inventory, "ReleaseStock")
         .with_command::<ShipOrder>(&to.shipping, "ShipOrder")
         .with_command::<PaymentTimedOut>(&orders, "PaymentTimedOut");
-    let builder = ["PaymentCaptured", "StockReserved", "StockUnavailable", "OrderShipped", "PaymentRefunded", "RefundFailed"]
-        .into_iter()
-        .fold(builder, |b, t| b.with_event_schema::<Reply>(t));
+    let builder = [
+        "PaymentCaptured",
+        "StockReserved",
+        "StockUnavailable",
+        "OrderShipped",
+        "PaymentRefunded",
+        "RefundFailed",
+    ]
+    .into_iter()
+    .fold(builder, |b, t| b.with_event_schema::<Reply>(t));
     builder.build()
 }
 
@@ -320,7 +408,10 @@ async fn reply<C: InTransaction + ?Sized>(
 
 /// The payment gateway: captures, except `bob`'s bank transfer, which
 /// never arrives (no reply at all).
-pub async fn charge<C: InTransaction + ?Sized>(cmd: ChargePayment, tx: &mut C) -> Result<(), ParticipantError> {
+pub async fn charge<C: InTransaction + ?Sized>(
+    cmd: ChargePayment,
+    tx: &mut C,
+) -> Result<(), ParticipantError> {
     if cmd.customer == "bob" {
         return Ok(());
     }
@@ -328,7 +419,10 @@ pub async fn charge<C: InTransaction + ?Sized>(cmd: ChargePayment, tx: &mut C) -
 }
 
 /// Refunds, except to `dee`, whose card was closed meanwhile.
-pub async fn refund<C: InTransaction + ?Sized>(cmd: RefundPayment, tx: &mut C) -> Result<(), ParticipantError> {
+pub async fn refund<C: InTransaction + ?Sized>(
+    cmd: RefundPayment,
+    tx: &mut C,
+) -> Result<(), ParticipantError> {
     if cmd.customer == "dee" {
         let why = "the card was closed: refund by hand";
         return reply(tx, &cmd.reply_to, "RefundFailed", &cmd.order_id, Some(why)).await;
@@ -337,16 +431,29 @@ pub async fn refund<C: InTransaction + ?Sized>(cmd: RefundPayment, tx: &mut C) -
 }
 
 /// Reserves stock, except of `unicorn`s.
-pub async fn reserve<C: InTransaction + ?Sized>(cmd: ReserveStock, tx: &mut C) -> Result<(), ParticipantError> {
+pub async fn reserve<C: InTransaction + ?Sized>(
+    cmd: ReserveStock,
+    tx: &mut C,
+) -> Result<(), ParticipantError> {
     if cmd.item == "unicorn" {
         let why = format!("no {} in stock", cmd.item);
-        return reply(tx, &cmd.reply_to, "StockUnavailable", &cmd.order_id, Some(&why)).await;
+        return reply(
+            tx,
+            &cmd.reply_to,
+            "StockUnavailable",
+            &cmd.order_id,
+            Some(&why),
+        )
+        .await;
     }
     reply(tx, &cmd.reply_to, "StockReserved", &cmd.order_id, None).await
 }
 
 /// Ships.
-pub async fn ship<C: InTransaction + ?Sized>(cmd: ShipOrder, tx: &mut C) -> Result<(), ParticipantError> {
+pub async fn ship<C: InTransaction + ?Sized>(
+    cmd: ShipOrder,
+    tx: &mut C,
+) -> Result<(), ParticipantError> {
     reply(tx, &cmd.reply_to, "OrderShipped", &cmd.order_id, None).await
 }
 
@@ -418,7 +525,9 @@ where
         .with_event_to::<ChargePayment>(to.payments.clone(), "ChargePayment")
         .with_event_to::<ReserveStock>(to.inventory.clone(), "ReserveStock")
         .with_event_to::<ShipOrder>(to.shipping.clone(), "ShipOrder");
-    let router = Router::builder("orders").route(saga(outbox.clone(), to)?).build()?;
+    let router = Router::builder("orders")
+        .route(saga(outbox.clone(), to)?)
+        .build()?;
     let orders = Consumer::router(sources.orders, store.clone(), router);
     let stats = orders.stats();
     let relay = OutboxRelay::new(pool.clone(), outbox, publisher).with_source("saga-shop");
@@ -426,16 +535,30 @@ where
     let service = Service::new("saga-shop")
         .with_version(env!("CARGO_PKG_VERSION"))
         .consumer("orders", orders)
-        .consumer("payments", Consumer::router(sources.payments, store.clone(), participants.payments))
-        .consumer("inventory", Consumer::router(sources.inventory, store.clone(), participants.inventory))
-        .consumer("shipping", Consumer::router(sources.shipping, store, participants.shipping))
+        .consumer(
+            "payments",
+            Consumer::router(sources.payments, store.clone(), participants.payments),
+        )
+        .consumer(
+            "inventory",
+            Consumer::router(sources.inventory, store.clone(), participants.inventory),
+        )
+        .consumer(
+            "shipping",
+            Consumer::router(sources.shipping, store, participants.shipping),
+        )
         .relay("outbox", relay)
-        .task("saga-monitor", move |stop| monitor.run_until(stop.stopped()));
+        .task("saga-monitor", move |stop| {
+            monitor.run_until(stop.stopped())
+        });
     Ok((service, stats))
 }
 
 /// Waits until every order of `run` has finished (polling the store).
-pub async fn wait_finished<DB: SagaDatabase>(sagas: &SagaStore<DB>, run: &str) -> Result<Vec<SagaRecord>, consumer::saga::OperatorError> {
+pub async fn wait_finished<DB: SagaDatabase>(
+    sagas: &SagaStore<DB>,
+    run: &str,
+) -> Result<Vec<SagaRecord>, consumer::saga::OperatorError> {
     loop {
         let mut done = Vec::new();
         for o in orders(run) {
@@ -455,12 +578,28 @@ pub async fn wait_finished<DB: SagaDatabase>(sagas: &SagaStore<DB>, run: &str) -
 pub fn report(records: &[SagaRecord]) -> String {
     let mut out = String::new();
     for r in records {
-        let customer = r.state.get("customer").and_then(|c| c.as_str()).unwrap_or("?");
-        let reason = r.reason.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
-        out.push_str(&format!("{} ({customer}): {}{reason}\n", r.saga_id, r.status));
+        let customer = r
+            .state
+            .get("customer")
+            .and_then(|c| c.as_str())
+            .unwrap_or("?");
+        let reason = r
+            .reason
+            .as_deref()
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{} ({customer}): {}{reason}\n",
+            r.saga_id, r.status
+        ));
         for h in &r.history {
             let note = h.note().map(|n| format!("  [{n}]")).unwrap_or_default();
-            out.push_str(&format!("  v{}  {:<17} -> {}{note}\n", h.version(), h.event_type(), h.status()));
+            out.push_str(&format!(
+                "  v{}  {:<17} -> {}{note}\n",
+                h.version(),
+                h.event_type(),
+                h.status()
+            ));
         }
         for u in &r.compensation {
             let error = u.error().map(|e| format!(": {e}")).unwrap_or_default();
