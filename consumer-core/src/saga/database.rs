@@ -16,7 +16,7 @@ pub(super) mod sealed {
 #[derive(Debug, Clone, Default)]
 pub struct SagaFilter {
     pub(super) saga_type: Option<String>,
-    pub(super) status: Option<SagaStatus>,
+    pub(super) statuses: Vec<SagaStatus>,
     pub(super) started_before_ms: Option<i64>,
     pub(super) limit: Option<u32>,
 }
@@ -34,11 +34,20 @@ impl SagaFilter {
         self
     }
 
-    /// Only sagas with this status.
+    /// Only sagas with this status (called again: or that one).
     #[must_use]
     pub fn with_status(mut self, status: SagaStatus) -> Self {
-        self.status = Some(status);
+        if !self.statuses.contains(&status) {
+            self.statuses.push(status);
+        }
         self
+    }
+
+    /// Only active sagas: running or compensating.
+    #[must_use]
+    pub fn active(self) -> Self {
+        self.with_status(SagaStatus::Running)
+            .with_status(SagaStatus::Compensating)
     }
 
     /// Only sagas started before `instant` (with `running`: the ones active
@@ -59,6 +68,20 @@ impl SagaFilter {
 
     pub(super) fn limit(&self) -> i64 {
         self.limit.map_or(i64::MAX, i64::from)
+    }
+
+    /// The status condition, spliced into SQL: the names come from
+    /// [`SagaStatus::as_str`], a closed set, never from input.
+    pub(super) fn status_sql(&self) -> String {
+        if self.statuses.is_empty() {
+            return "TRUE".to_owned();
+        }
+        let names: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        format!("status IN ({})", names.join(", "))
     }
 }
 

@@ -103,12 +103,12 @@ impl SagaDatabase for Postgres {
     async fn list(pool: &Pool<Self>, f: &SagaFilter) -> Result<Vec<SagaRow>, sqlx::Error> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM consumer_sagas \
-             WHERE ($1::text IS NULL OR saga_type = $1) AND ($2::text IS NULL OR status = $2) \
-               AND ($3::bigint IS NULL OR started_at < to_timestamp($3::double precision / 1000)) \
-             ORDER BY started_at, saga_type, saga_id LIMIT $4"
+             WHERE ($1::text IS NULL OR saga_type = $1) AND {} \
+               AND ($2::bigint IS NULL OR started_at < to_timestamp($2::double precision / 1000)) \
+             ORDER BY started_at, saga_type, saga_id LIMIT $3",
+            f.status_sql()
         )))
         .bind(f.saga_type.as_deref())
-        .bind(f.status.map(|s| s.as_str()))
         .bind(f.started_before_ms)
         .bind(f.limit())
         .fetch_all(pool)

@@ -104,12 +104,12 @@ impl SagaDatabase for Sqlite {
     async fn list(pool: &Pool<Self>, f: &SagaFilter) -> Result<Vec<SagaRow>, sqlx::Error> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM consumer_sagas \
-             WHERE (?1 IS NULL OR saga_type = ?1) AND (?2 IS NULL OR status = ?2) \
-               AND (?3 IS NULL OR started_at < ?3) \
-             ORDER BY started_at, saga_type, saga_id LIMIT ?4"
+             WHERE (?1 IS NULL OR saga_type = ?1) AND {} \
+               AND (?2 IS NULL OR started_at < ?2) \
+             ORDER BY started_at, saga_type, saga_id LIMIT ?3",
+            f.status_sql()
         )))
         .bind(f.saga_type.as_deref())
-        .bind(f.status.map(|s| s.as_str()))
         .bind(f.started_before_ms)
         .bind(f.limit())
         .fetch_all(pool)
