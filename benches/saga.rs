@@ -145,7 +145,9 @@ async fn check(pool: &PgPool, side: Side, sagas: usize, events: usize) -> anyhow
     .await?;
     let n = i64::try_from(sagas * events)?;
     if rows != i64::try_from(sagas)? || versions != n || outbox != n {
-        bail!("{side:?}: expected {sagas} sagas, {n} transitions and {n} outbox rows, found {rows}, {versions}, {outbox}");
+        bail!(
+            "{side:?}: expected {sagas} sagas, {n} transitions and {n} outbox rows, found {rows}, {versions}, {outbox}"
+        );
     }
     Ok(())
 }
@@ -154,7 +156,12 @@ async fn framework(pool: &PgPool, msgs: Vec<Message>) -> anyhow::Result<Measurem
     let account = |d: &Deposit| d.account.clone();
     let saga = SagaBuilder::new(Ledger, Outbox::new())
         .on("Opened", account, NotFound::Start, deposit)
-        .on("Deposit", account, NotFound::dead_letter("no account"), deposit)
+        .on(
+            "Deposit",
+            account,
+            NotFound::dead_letter("no account"),
+            deposit,
+        )
         .build()?;
     let broker = MemoryBroker::new(4);
     for m in msgs {
@@ -187,10 +194,17 @@ struct RawMessage {
 async fn hand(pool: &PgPool, msgs: Vec<Message>, keys: usize) -> anyhow::Result<Measurement> {
     let mut lanes: Vec<Vec<RawMessage>> = (0..keys).map(|_| Vec::new()).collect();
     for m in msgs {
-        let id = m.headers.get(consumer::envelope::names::ID)?.context("Message::json sets ce_id")?.to_owned();
+        let id = m
+            .headers
+            .get(consumer::envelope::names::ID)?
+            .context("Message::json sets ce_id")?
+            .to_owned();
         let key = m.key.clone().context("keyed")?;
         let lane = key.trim_start_matches("acct-").parse::<usize>()? % keys;
-        lanes[lane].push(RawMessage { id, payload: m.payload });
+        lanes[lane].push(RawMessage {
+            id,
+            payload: m.payload,
+        });
     }
     let cpu = ProcessTime::try_now()?;
     let wall = Instant::now();
@@ -219,7 +233,12 @@ async fn hand(pool: &PgPool, msgs: Vec<Message>, keys: usize) -> anyhow::Result<
 async fn hand_transition(pool: &PgPool, outbox: &Outbox, m: &RawMessage) -> anyhow::Result<()> {
     let d: Deposit = serde_json::from_slice(&m.payload)?;
     let mut tx = pool.begin().await?;
-    let claimed = sqlx::query(CLAIM_SQL).bind("ledger").bind(&m.id).bind(&m.id).execute(&mut *tx).await?;
+    let claimed = sqlx::query(CLAIM_SQL)
+        .bind("ledger")
+        .bind(&m.id)
+        .bind(&m.id)
+        .execute(&mut *tx)
+        .await?;
     if claimed.rows_affected() == 1 {
         let row: Option<(i64, String)> = sqlx::query_as(
             "SELECT version, state::text FROM hand_sagas WHERE saga_type = $1 AND saga_id = $2",
@@ -259,7 +278,8 @@ async fn hand_transition(pool: &PgPool, outbox: &Outbox, m: &RawMessage) -> anyh
         if saved.rows_affected() != 1 {
             bail!("a version conflict in the hand loop: keys are not in order");
         }
-        let event = NewEvent::new("ledger", &d.account, "Deposited", &d)?.with_destination("ledger-events");
+        let event =
+            NewEvent::new("ledger", &d.account, "Deposited", &d)?.with_destination("ledger-events");
         outbox.enqueue(&mut tx, event).await?;
     }
     black_box(claimed.rows_affected());
@@ -307,7 +327,9 @@ fn args() -> anyhow::Result<Args> {
             "--keys" => a.keys = vec![value()?],
             "--rounds" => a.rounds = value()?,
             "--bench" => {}
-            other => bail!("unknown argument {other:?}; accepted: --sagas S, --events T, --keys K, --rounds R"),
+            other => bail!(
+                "unknown argument {other:?}; accepted: --sagas S, --events T, --keys K, --rounds R"
+            ),
         }
     }
     if a.sagas == 0 || a.events == 0 || a.rounds == 0 || a.keys.contains(&0) {
@@ -319,7 +341,10 @@ fn args() -> anyhow::Result<Args> {
 fn main() -> anyhow::Result<()> {
     let a = args()?;
     let n = a.sagas * a.events;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     println!(
         "saga: {} sagas x {} events = {n} transitions per run on PostgreSQL at {}; {} rounds per side, ABBA",
         a.sagas,
@@ -328,8 +353,12 @@ fn main() -> anyhow::Result<()> {
         a.rounds
     );
     println!("  load average at start: {}", load_average());
-    println!("  framework  Consumer + SagaHandler: claim, load, transition, save at the next version, outbox event");
-    println!("  hand       K tasks: the same claim, SELECT version, INSERT/UPDATE ... WHERE version, the same outbox event");
+    println!(
+        "  framework  Consumer + SagaHandler: claim, load, transition, save at the next version, outbox event"
+    );
+    println!(
+        "  hand       K tasks: the same claim, SELECT version, INSERT/UPDATE ... WHERE version, the same outbox event"
+    );
     println!();
     println!(
         "{:>2} | {:>15} {:>9} | {:>13} {:>9} | {:>7} | tx/s per round: framework / hand",
@@ -349,7 +378,12 @@ fn main() -> anyhow::Result<()> {
         }
         let tps = |m: &Measurement| n as f64 / m.wall.as_secs_f64();
         let cpu = |m: &Measurement| m.cpu.as_secs_f64() * 1e6 / n as f64;
-        let rounds_of = |v: &[Measurement]| v.iter().map(|m| format!("{:.0}", tps(m))).collect::<Vec<_>>().join(" ");
+        let rounds_of = |v: &[Measurement]| {
+            v.iter()
+                .map(|m| format!("{:.0}", tps(m)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         let ratio = median(fw.iter().zip(&hd).map(|(f, h)| tps(f) / tps(h)).collect());
         println!(
             "{:>2} | {:>15.0} {:>9.0} | {:>13.1} {:>9.1} | {:>6.2}x | {} / {}",
@@ -364,6 +398,8 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!();
-    println!("tx/s and client CPU µs per transition: medians over rounds; ratio: median of the per-pair framework/hand tx/s; target >= 0.9x");
+    println!(
+        "tx/s and client CPU µs per transition: medians over rounds; ratio: median of the per-pair framework/hand tx/s; target >= 0.9x"
+    );
     Ok(())
 }
