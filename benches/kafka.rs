@@ -164,10 +164,11 @@ impl Settings {
         c.create().expect("raw producer")
     }
 
-    fn publisher(&self) -> KafkaPublisher {
+    async fn publisher(&self) -> KafkaPublisher {
         KafkaPublisher::builder(&self.brokers)
             .with_property("batch.num.messages", &self.batch_messages)
-            .build()
+            .connect()
+            .await
             .expect("publisher")
     }
 
@@ -306,7 +307,7 @@ async fn raw_publish(s: &Settings, topic: &str, msgs: &[Message]) -> Figure {
 }
 
 async fn framework_publish(s: &Settings, topic: &str, msgs: &[Message]) -> Figure {
-    let publisher = s.publisher();
+    let publisher = s.publisher().await;
     // The relay's shape: rows already read, published batch by batch.
     let batch: Vec<Outgoing> = msgs
         .iter()
@@ -486,7 +487,7 @@ async fn framework_consume(
     if let Some(w) = window {
         builder = builder.with_max_per_partition(w);
     }
-    let source = builder.connect().expect("source");
+    let source = builder.connect().await.expect("source");
     let metrics = source.stats();
     let consumer = Consumer::new(source, MemoryStore::new(), noop);
     let stats = consumer.stats();

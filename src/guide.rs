@@ -66,3 +66,11 @@ pub mod rabbitmq {}
 )]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub mod kafka {}
+
+#[cfg_attr(feature = "sqs", doc = include_str!("../docs/guide/sqs.md"))]
+#[cfg_attr(
+    not(feature = "sqs"),
+    doc = "This page is built with the `sqs` feature (`cargo doc --all-features`)."
+)]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
+pub mod sqs {}

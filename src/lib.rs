@@ -180,6 +180,17 @@ pub use consumer_amqp as amqp;
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use consumer_kafka as kafka;
 
+/// The AWS SQS backend: `SqsSource`, `SqsPublisher`, `Topology` (FIFO
+/// group = key, retries by visibility, dead letters with context).
+#[cfg(feature = "sqs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
+pub use consumer_sqs as sqs;
+
+// The SQS guide's Rust blocks, compiled as doctests.
+#[cfg(all(doctest, feature = "sqs"))]
+#[doc = include_str!("../docs/guide/sqs.md")]
+mod sqs_guide {}
+
 /// Contracts made from the service itself: its AsyncAPI 3.1 document, its
 /// payload schemas and their compatibility checks (`ServiceContracts`).
 #[cfg(feature = "asyncapi")]

@@ -50,6 +50,11 @@ pub struct Services {
         default_value = "127.0.0.1:9092"
     )]
     pub kafka_brokers: String,
+    /// SQS, for dead-letter queues and replays to SQS queues: an endpoint
+    /// (an emulator such as moto); without one, the AWS SDK's configuration
+    /// (region, credentials and endpoint from the environment).
+    #[arg(long, env = "SQS_ENDPOINT", global = true)]
+    pub sqs_endpoint: Option<String>,
 }
 
 /// The subcommands.
@@ -146,12 +151,17 @@ pub enum DeadLetters {
 pub struct PlaceArgs {
     /// A RabbitMQ dead-letter queue (e.g. `orders.dlq`) instead of the
     /// store's dead-letter table.
-    #[arg(long, conflicts_with = "topic")]
+    #[arg(long, conflicts_with_all = ["topic", "sqs_queue"])]
     pub queue: Option<String>,
     /// A Kafka dead-letter topic (e.g. `orders.dlq`) instead of the store's
     /// dead-letter table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sqs_queue")]
     pub topic: Option<String>,
+    /// An SQS dead-letter queue, by name or URL (e.g.
+    /// `orders-dlq.fifo`), instead of the store's dead-letter table;
+    /// replays go to each letter's origin queue.
+    #[arg(long)]
+    pub sqs_queue: Option<String>,
 }
 
 /// Filters shared by list, export, purge and replay.

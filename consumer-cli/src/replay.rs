@@ -75,6 +75,12 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
         )));
     }
     let route = Route::new(services, args.to_topic.as_deref()).await?;
+    #[cfg(feature = "sqs")]
+    let route = if letters.is_sqs() {
+        route.with_sqs(services).await?
+    } else {
+        route
+    };
     let result = replay(args, &filter, &state, &journal, &route, &mut letters, out).await;
     route.close().await;
     // Whatever happened, what was not removed goes back as it was.

@@ -9,6 +9,8 @@
 //! * the [`Acker`]: ack, release, and publishing what the runtime built for
 //!   it (a [`RetryCopy`], a dead letter as a [`Message`]);
 //! * usually a [`Publisher`], for the outbox relay and for applications;
+//! * optionally [`Source::accept_retry_policy`], to refuse or adapt to a
+//!   handler's [`RetryPolicy`] before the first delivery;
 //! * optionally [`SourceGauges`] (queue depth, lag) and
 //!   [`SourceChannels`] / [`ChannelDescription`] (what the service's
 //!   AsyncAPI document says of its channels).
@@ -62,6 +64,7 @@ pub use crate::error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
 pub use crate::metrics::{QueueRole, SourceGauges, SourceReadings};
 pub use crate::partition::partition_for;
 pub use crate::publish::{Outgoing, Publisher};
+pub use crate::retry::{RetryMode, RetryPolicy};
 pub use crate::retry_copy::{RetryCopy, due_in};
 pub use crate::source::{Acker, Source};
 pub use crate::trace::{SendTarget, Sends};

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
 use crate::metrics::SourceGauges;
+use crate::retry::{RetryMode, RetryPolicy};
 use crate::retry_copy::RetryCopy;
 
 /// A stream of deliveries from one backend.
@@ -51,7 +52,7 @@ pub trait Source: Send + 'static {
     }
 
     /// Whether this source can send retries back through the broker
-    /// ([`RetryMode::Redeliver`](crate::RetryMode::Redeliver)) with delays
+    /// ([`RetryMode::Redeliver`]) with delays
     /// up to `longest_delay`. `Err` says what is missing and how to fix it,
     /// in one sentence; the consumer then refuses to start, before it takes
     /// a delivery, instead of failing each retry at run time.
@@ -64,6 +65,25 @@ pub trait Source: Send + 'static {
             "the {} source cannot send retries back through the broker: use retry mode `in_place`",
             self.system()
         ))
+    }
+
+    /// Told, before the first delivery, the retry policy of each handler
+    /// this source feeds. `Err` says in one sentence what this source cannot
+    /// serve and how to fix it; the consumer then refuses to start, before
+    /// it takes a delivery.
+    ///
+    /// The default asks [`check_redelivery`](Self::check_redelivery) about
+    /// every policy that retries through the broker. A source overrides
+    /// this when it must know more than the longest delay (SQS: a redrive
+    /// policy that counts receives must let every attempt happen) or when
+    /// it serves a mode in a way of its own (SQS hands out one message per
+    /// group while a handler retries by visibility).
+    fn accept_retry_policy(&mut self, policy: &RetryPolicy) -> Result<(), String> {
+        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
+            self.check_redelivery(policy.longest_delay())
+        } else {
+            Ok(())
+        }
     }
 
     /// The channels this source reads and settles to, for the service's

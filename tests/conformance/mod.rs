@@ -13,4 +13,6 @@ pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod scale_out;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 pub mod support;

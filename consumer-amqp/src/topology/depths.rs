@@ -35,6 +35,8 @@ impl Topology {
                 QueueRole::Work => depths.work += n,
                 QueueRole::DeadLetter => depths.dead_letters += n,
                 QueueRole::Delay => depths.delayed += n,
+                // RabbitMQ's passive declare counts ready messages only.
+                QueueRole::InFlight => {}
             }
         }
         Ok(depths)

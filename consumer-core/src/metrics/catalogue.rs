@@ -237,7 +237,7 @@ pub const QUEUE_DEPTH: MetricSpec = MetricSpec::new(
     "consumer.queue.depth",
     Instrument::Gauge,
     "{message}",
-    "Messages ready in a queue the consumer reads or retries through.",
+    "Messages in a queue the consumer reads or retries through, by role: ready (work), waiting for their delay (delay), taken and not settled (in_flight).",
     &[MESSAGING_SYSTEM, DESTINATION_NAME, QUEUE_ROLE],
 );
 

@@ -35,6 +35,10 @@ pub enum QueueRole {
     Delay,
     /// Where dead letters go.
     DeadLetter,
+    /// Messages of the work queue taken by consumers and not settled yet,
+    /// where the broker counts them (SQS's
+    /// `ApproximateNumberOfMessagesNotVisible`).
+    InFlight,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +190,9 @@ pub(crate) fn register(
                     match q.role {
                         QueueRole::Work => attrs.push(KeyValue::new(attr::QUEUE_ROLE, "work")),
                         QueueRole::Delay => attrs.push(KeyValue::new(attr::QUEUE_ROLE, "delay")),
+                        QueueRole::InFlight => {
+                            attrs.push(KeyValue::new(attr::QUEUE_ROLE, "in_flight"));
+                        }
                         QueueRole::DeadLetter => {}
                     }
                     out.observe(q.depth, &attrs);

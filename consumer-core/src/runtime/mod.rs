@@ -18,14 +18,14 @@
 mod attempt;
 mod lanes;
 mod settle;
+mod worker;
 
-use std::collections::hash_map::RandomState;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
-use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
@@ -34,12 +34,15 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::metrics::consumer::ConsumerMetrics;
-use crate::retry::{RetryMode, RetryPolicy};
+use crate::retry::RetryPolicy;
 use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
-use lanes::{IdleLanes, Lanes};
+use crate::trace::SpanScope;
+use lanes::LaneTable;
+use settle::Settler;
+use worker::Worker;
 
 /// Backoff for settle steps (dead letter, retry copy) and source errors.
 const STEP_BACKOFF: RetryPolicy =
@@ -178,34 +181,26 @@ where
         }
     }
 
-    /// Refuses, before the first delivery, what could only fail at run time.
-    fn check(&self) -> Result<(), Error> {
+    /// Refuses, before the first delivery, what could only fail at run
+    /// time; tells the source every handler's retry policy.
+    fn check(&mut self) -> Result<(), Error> {
         for handler in self.routes.handlers() {
             for policy in handler.retry_policies() {
-                self.check_policy(handler.name(), policy)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Refuses `policy` of `handler` when the store would forget a key
-    /// before its last retry, or the source cannot redeliver as it asks.
-    fn check_policy(&self, handler: &str, policy: RetryPolicy) -> Result<(), Error> {
-        if self.store.retention() <= policy.max_window() {
-            return Err(Error::RetentionTooShort {
-                handler: handler.to_owned(),
-                retention: self.store.retention(),
-                window: policy.max_window(),
-            });
-        }
-        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
-            self.source
-                .check_redelivery(policy.longest_delay())
-                .map_err(|reason| Error::RetryUnsupported {
-                    handler: handler.to_owned(),
-                    system: self.source.system(),
-                    reason,
+                if self.store.retention() <= policy.max_window() {
+                    return Err(Error::RetentionTooShort {
+                        handler: handler.name().to_owned(),
+                        retention: self.store.retention(),
+                        window: policy.max_window(),
+                    });
+                }
+                self.source.accept_retry_policy(&policy).map_err(|reason| {
+                    Error::RetryUnsupported {
+                        handler: handler.name().to_owned(),
+                        system: self.source.system(),
+                        reason,
+                    }
                 })?;
+            }
         }
         Ok(())
     }
@@ -216,117 +211,157 @@ where
     /// is shorter than a handler's longest retry window or when the source
     /// cannot serve a handler's retry mode; later only on a source error
     /// that is not retriable.
-    pub async fn run_until<F>(self, shutdown: F) -> Result<(), Error>
+    pub async fn run_until<F>(mut self, shutdown: F) -> Result<(), Error>
     where
         F: Future<Output = ()> + Send,
     {
         self.check()?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut source = self.source;
+        let max_in_flight = self.max_in_flight;
+        let shutdown_timeout = self.shutdown_timeout;
+        let (mut source, worker) = self.into_worker(Stopping(stop_rx));
+        let worker = Arc::new(worker);
+        let permits = Arc::new(Semaphore::new(max_in_flight));
+        let mut lanes: JoinSet<()> = JoinSet::new();
+        worker.stats.set_running();
+        let result = dispatch(
+            &mut source,
+            &worker,
+            &permits,
+            &mut lanes,
+            refill_batch(max_in_flight),
+            shutdown,
+        )
+        .await;
+
+        worker.stats.set_draining();
+        let _ = stop_tx.send(true);
+        let all = u32::try_from(max_in_flight).unwrap_or(u32::MAX);
+        let drained = tokio::time::timeout(shutdown_timeout, permits.acquire_many(all)).await;
+        if drained.is_err() {
+            tracing::error!(
+                target: "consumer::runtime",
+                in_flight = worker.stats.snapshot().in_flight,
+                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
+            );
+            lanes.abort_all();
+        }
+        worker.lanes.close_idle_lanes();
+        while lanes.join_next().await.is_some() {}
+        drop(worker);
+        source.close().await;
+        result
+    }
+
+    /// The source, and what the lane tasks share: the routes, the settle
+    /// loop, the lanes, the instruments.
+    fn into_worker(self, stopping: Stopping) -> (Src, Worker<S, R, Src::Acker>) {
+        let source = self.source;
         let meter = self.meter.unwrap_or_else(crate::metrics::global_meter);
-        let metrics = ConsumerMetrics::new(
+        let metrics = Arc::new(ConsumerMetrics::new(
             &meter,
             source.system(),
             source.consumer_group(),
             source.server(),
             source.gauges(),
-        );
-        let shared = Arc::new(Shared {
-            metrics,
-            spans: crate::trace::SpanScope {
-                system: source.system(),
-                group: source.consumer_group().map(Box::from),
-                server: source.server().map(|(a, p)| (Box::from(a), p)),
-            },
-            store: self.store,
-            routes: self.routes,
-            stats: self.stats,
-            max_payload_bytes: self.max_payload_bytes,
-            settle_timeout: self.settle_timeout,
-            lanes: Mutex::new(Lanes::default()),
-            idle: Mutex::new(IdleLanes::default()),
-            idle_wake: Notify::new(),
-            lane_keys: RandomState::new(),
-            stop: stop_rx,
-        });
-        let permits = Arc::new(Semaphore::new(self.max_in_flight));
-        let mut lanes: JoinSet<()> = JoinSet::new();
-        shared.stats.set_running();
-        let mut source_errors = 0u32;
-        tokio::pin!(shutdown);
-
-        let batch = refill_batch(self.max_in_flight);
-        // Permits taken for deliveries not received yet (see `next_permit`).
-        let mut reserve: Option<OwnedSemaphorePermit> = None;
-
-        let result = loop {
-            while lanes.try_join_next().is_some() {}
-            let permit = tokio::select! {
-                biased;
-                () = &mut shutdown => break Ok(()),
-                p = next_permit(&permits, &mut reserve, batch) => match p {
-                    Ok(p) => p,
-                    Err(_) => break Ok(()),
-                },
-            };
-            let next = tokio::select! {
-                biased;
-                () = &mut shutdown => break Ok(()),
-                r = source.recv() => r,
-            };
-            match next {
-                Ok(Some((envelope, acker))) => {
-                    source_errors = 0;
-                    // Metrics first: a test that waits on the stats then
-                    // reads the metrics sees them up to date.
-                    shared.metrics.received(&envelope);
-                    shared.stats.incr(Counter::Received);
-                    shared.stats.enter();
-                    let job = Job {
-                        envelope: Arc::new(envelope),
-                        acker,
-                        received: Instant::now(),
-                        _permit: permit,
-                    };
-                    if let Some((lane, first)) = shared.enqueue(job)
-                        && let Some((lane, first)) = shared.hand_to_idle(lane, first)
-                    {
-                        lanes.spawn(Arc::clone(&shared).run_lanes(lane, first));
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) if e.is_retriable() => {
-                    source_errors = source_errors.saturating_add(1);
-                    let delay = jitter(&STEP_BACKOFF, source_errors);
-                    tracing::warn!(target: "consumer::runtime", error = %e, ?delay, "source failed; trying again");
-                    tokio::select! {
-                        () = &mut shutdown => break Ok(()),
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                }
-                Err(e) => break Err(e),
-            }
+        ));
+        let spans = SpanScope {
+            system: source.system(),
+            group: source.consumer_group().map(Box::from),
+            server: source.server().map(|(a, p)| (Box::from(a), p)),
         };
-        // The drain below waits for every permit.
-        drop(reserve);
+        let settler = Settler {
+            store: self.store.clone(),
+            stats: Arc::clone(&self.stats),
+            metrics: Arc::clone(&metrics),
+            spans: spans.clone(),
+            timeout: self.settle_timeout,
+            stopping: stopping.clone(),
+        };
+        let worker = Worker {
+            routes: self.routes,
+            store: self.store,
+            settler,
+            lanes: LaneTable::default(),
+            metrics,
+            stats: self.stats,
+            spans,
+            max_payload_bytes: self.max_payload_bytes,
+            stopping,
+        };
+        (source, worker)
+    }
+}
 
-        shared.stats.set_draining();
-        let _ = stop_tx.send(true);
-        let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
-        let drained = tokio::time::timeout(self.shutdown_timeout, permits.acquire_many(all)).await;
-        if drained.is_err() {
-            tracing::error!(
-                target: "consumer::runtime",
-                in_flight = shared.stats.snapshot().in_flight,
-                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
-            );
-            lanes.abort_all();
+/// Takes deliveries, each with an in-flight permit, and hands them to their
+/// key's lane until `shutdown` completes, the source ends, or it fails for
+/// good; retriable source errors are retried with backoff.
+async fn dispatch<Src, S, R, F>(
+    source: &mut Src,
+    worker: &Arc<Worker<S, R, Src::Acker>>,
+    permits: &Arc<Semaphore>,
+    lanes: &mut JoinSet<()>,
+    batch: u32,
+    shutdown: F,
+) -> Result<(), Error>
+where
+    Src: Source,
+    S: DedupStore,
+    R: Routes<S>,
+    F: Future<Output = ()> + Send,
+{
+    tokio::pin!(shutdown);
+    let mut source_errors = 0u32;
+    // Permits taken for deliveries not received yet (see `next_permit`);
+    // dropped on return, as the drain waits for every permit.
+    let mut reserve: Option<OwnedSemaphorePermit> = None;
+    loop {
+        while lanes.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            p = next_permit(permits, &mut reserve, batch) => match p {
+                Ok(p) => p,
+                Err(_) => return Ok(()),
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            r = source.recv() => r,
+        };
+        match next {
+            Ok(Some((envelope, acker))) => {
+                source_errors = 0;
+                // Metrics first: a test that waits on the stats then
+                // reads the metrics sees them up to date.
+                worker.metrics.received(&envelope);
+                worker.stats.incr(Counter::Received);
+                worker.stats.enter();
+                let job = Job {
+                    envelope: Arc::new(envelope),
+                    acker,
+                    received: Instant::now(),
+                    _permit: permit,
+                };
+                if let Some((lane, first)) = worker.lanes.enqueue(job)
+                    && let Some((lane, first)) = worker.lanes.hand_to_idle(lane, first)
+                {
+                    lanes.spawn(Arc::clone(worker).run_lanes(lane, first));
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_retriable() => {
+                source_errors = source_errors.saturating_add(1);
+                let delay = jitter(&STEP_BACKOFF, source_errors);
+                tracing::warn!(target: "consumer::runtime", error = %e, ?delay, "source failed; trying again");
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(e) => return Err(e),
         }
-        shared.close_idle_lanes();
-        while lanes.join_next().await.is_some() {}
-        drop(shared);
-        source.close().await;
-        result
     }
 }
 
@@ -398,30 +433,18 @@ struct Job<A> {
     _permit: OwnedSemaphorePermit,
 }
 
-/// What every lane task of one consumer shares.
-struct Shared<S, R, A> {
-    metrics: ConsumerMetrics,
-    /// What every span of this consumer carries.
-    spans: crate::trace::SpanScope,
-    store: S,
-    routes: R,
-    stats: Arc<Stats>,
-    max_payload_bytes: usize,
-    settle_timeout: Duration,
-    lanes: Mutex<Lanes<A>>,
-    /// Lane tasks whose key ran out of deliveries, waiting for another key.
-    idle: Mutex<IdleLanes<A>>,
-    /// Wakes an idle lane task handed a key.
-    idle_wake: Notify,
-    /// Hashes partition keys into lane ids.
-    lane_keys: RandomState,
-    stop: watch::Receiver<bool>,
-}
+/// Whether shutdown began, for what must not start after it.
+#[derive(Clone)]
+struct Stopping(watch::Receiver<bool>);
 
-impl<S, R, A> Shared<S, R, A> {
+impl Stopping {
+    fn has_begun(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Sleeps; `false` when shutdown began first.
     async fn sleep_unless_stopping(&self, delay: Duration) -> bool {
-        let mut stop = self.stop.clone();
+        let mut stop = self.0.clone();
         tokio::select! {
             () = tokio::time::sleep(delay) => true,
             _ = stop.wait_for(|s| *s) => false,
@@ -440,6 +463,7 @@ mod tests {
     use crate::envelope::Message;
     use crate::handler::{Invocation, Outcome};
     use crate::memory::{MemoryAcker, MemoryBroker, MemorySource};
+    use crate::retry::RetryMode;
     use crate::store::MemoryStore;
 
     /// A source that serves no retries through the broker (the default).

@@ -35,23 +35,40 @@
 //! fallback completed.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
 use time::OffsetDateTime;
 
-use super::{STEP_BACKOFF, Shared, jitter};
+use super::{STEP_BACKOFF, Stopping, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
+use crate::metrics::consumer::ConsumerMetrics;
 use crate::metrics::{self, attr::fallback, attr::operation};
 use crate::retry_copy::RetryCopy;
-use crate::router::Routes;
 use crate::source::Acker;
-use crate::stats::Counter;
+use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
-use crate::trace;
+use crate::trace::{self, SpanScope};
+
+/// The settle loop: ack, release, retry copy and dead letter, each step
+/// retried while its failure can heal and otherwise taken down its
+/// fallback. It holds what the steps need, and nothing of the lanes or the
+/// handlers.
+pub(super) struct Settler<S> {
+    /// Where dead letters are marked, and kept when the broker refuses them.
+    pub(super) store: S,
+    pub(super) stats: Arc<Stats>,
+    pub(super) metrics: Arc<ConsumerMetrics>,
+    /// What every settle span carries.
+    pub(super) spans: SpanScope,
+    /// How long a step may keep failing with what can heal.
+    pub(super) timeout: Duration,
+    pub(super) stopping: Stopping,
+}
 
 /// What a settle step may still spend on failures that can heal.
 struct StepBudget {
@@ -111,15 +128,10 @@ fn chain(error: &Error) -> String {
     out
 }
 
-impl<S, R, A> Shared<S, R, A>
-where
-    S: DedupStore,
-    R: Routes<S>,
-    A: Acker,
-{
+impl<S: DedupStore> Settler<S> {
     fn budget(&self) -> StepBudget {
         StepBudget {
-            deadline: Instant::now().checked_add(self.settle_timeout),
+            deadline: Instant::now().checked_add(self.timeout),
             failures: 0,
         }
     }
@@ -141,7 +153,7 @@ where
             return Next::GiveUp;
         }
         tracing::warn!(target: "consumer::runtime", step, error = %chain(error), ?delay, "settle step failed; trying again");
-        if self.sleep_unless_stopping(delay).await {
+        if self.stopping.sleep_unless_stopping(delay).await {
             Next::TryAgain
         } else {
             Next::Stopping
@@ -172,7 +184,7 @@ where
 
     /// Acks: the delivery is settled (`true`, whether or not the broker
     /// heard: a lost ack is a redelivery that dedup skips).
-    pub(super) async fn ack(&self, envelope: &Envelope, acker: A) -> bool {
+    pub(super) async fn ack<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
         let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
@@ -182,7 +194,7 @@ where
     }
 
     /// Gives the delivery back unsettled (`false`).
-    pub(super) async fn release(&self, envelope: &Envelope, acker: A) -> bool {
+    pub(super) async fn release<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
         self.metrics.released(envelope);
         self.stats.incr(Counter::Released);
         let r = self
@@ -198,7 +210,7 @@ where
     /// confirmed. A copy the broker refuses for good, or that still fails
     /// at the settle timeout, gives the acker back: the caller retries in
     /// place.
-    pub(super) async fn redeliver(
+    pub(super) async fn redeliver<A: Acker>(
         &self,
         handler: &str,
         envelope: &Envelope,
@@ -241,7 +253,7 @@ where
     /// Dead-letters the delivery down the fallback chain (see the module
     /// docs), then settles it; `false` when it was released instead.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn dead_letter(
+    pub(super) async fn dead_letter<A: Acker>(
         &self,
         name: &str,
         envelope: &Envelope,
@@ -347,7 +359,7 @@ where
     /// the store's table (on AMQP nothing else keeps the payload once the
     /// original is acked), then announced on the destination by a letter
     /// without its payload.
-    async fn store_too_large(
+    async fn store_too_large<A: Acker>(
         &self,
         name: &str,
         envelope: &Envelope,
@@ -416,7 +428,7 @@ where
         }
     }
 
-    async fn publish_letter(
+    async fn publish_letter<A: Acker>(
         &self,
         envelope: &Envelope,
         acker: &mut A,
@@ -456,7 +468,7 @@ where
 
     /// The last resort: nothing took the letter, so the original goes back
     /// to the broker and comes again.
-    async fn settle_failed(
+    async fn settle_failed<A: Acker>(
         &self,
         envelope: &Envelope,
         acker: A,
