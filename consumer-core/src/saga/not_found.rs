@@ -19,8 +19,8 @@ pub enum NotFound {
     /// source: in place, the event holds its key's lane, and so the start,
     /// until its attempts run out.
     Retry(RetryPolicy),
-    /// Dead-letter it at once (terminal), with this reason beside
-    /// "no saga <type> <id>".
+    /// Dead-letter it at once (terminal), with this reason beside the
+    /// saga found missing (its type and id).
     DeadLetter(String),
     /// Ack it, count it (`consumer.saga.ignored`, reason `not_found`) and
     /// log it at DEBUG: for events many sagas do not care about.
