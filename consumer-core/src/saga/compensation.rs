@@ -202,7 +202,9 @@ mod tests {
         assert_eq!(sent(&sends), ["Undoc"], "waits for c's reply");
         advance("s", "1", &mut meta, &mut sends).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sent(&sends), ["Undoc"], "still waiting");
-        in_flight(&mut meta).map(|s| s.status = UndoStatus::Done);
+        if let Some(s) = in_flight(&mut meta) {
+            s.status = UndoStatus::Done;
+        }
         advance("s", "1", &mut meta, &mut sends).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             sent(&sends),
@@ -210,7 +212,9 @@ mod tests {
             "b needs no reply"
         );
         assert_eq!(meta.status, SagaStatus::Compensating);
-        in_flight(&mut meta).map(|s| s.status = UndoStatus::Done);
+        if let Some(s) = in_flight(&mut meta) {
+            s.status = UndoStatus::Done;
+        }
         advance("s", "1", &mut meta, &mut sends).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(meta.status, SagaStatus::Compensated);
         let ids: std::collections::HashSet<_> = sends.iter().filter_map(NewEvent::id).collect();
@@ -228,7 +232,9 @@ mod tests {
         }
         advance("s", "1", &mut meta, &mut sends).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sent(&sends), ["Undob", "Undoa"], "a is still undone");
-        in_flight(&mut meta).map(|s| s.status = UndoStatus::Done);
+        if let Some(s) = in_flight(&mut meta) {
+            s.status = UndoStatus::Done;
+        }
         advance("s", "1", &mut meta, &mut sends).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(meta.status, SagaStatus::CompensationFailed);
         assert_eq!(failures(&meta).len(), 1);

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::compensation::{self, Undo};
 use super::ids;
-use super::record::{Meta, PendingTimeout, StepRetry, UndoStatus, UndoStep};
+use super::record::{Meta, PendingTimeout, UndoStatus, UndoStep};
 use super::status::SagaStatus;
 use crate::handler::MessageContext;
 use crate::outbox::{Due, NewEvent, ScheduleToken};
@@ -334,11 +334,7 @@ impl<'a> Step<'a> {
                 return false;
             }
         };
-        let entry = self
-            .meta
-            .retries
-            .entry(name.to_owned())
-            .or_insert_with(StepRetry::default);
+        let entry = self.meta.retries.entry(name.to_owned()).or_default();
         entry.attempts = failed;
         entry.scheduled = Some(ScheduleToken::from(id));
         self.notes
