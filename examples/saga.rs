@@ -5,8 +5,8 @@
 //! and is refunded (compensation); one has a refund that fails for good
 //! (`compensation_failed`, dead-lettered to the store's table). It prints
 //! each saga's history. The saga and its participants are in
-//! `saga_shop/`, which the conformance suite runs on Kafka and RabbitMQ
-//! too (`tests/suite/`, `the_saga_shop_...`).
+//! `saga_shop/`, which the conformance suite runs on Kafka, RabbitMQ and
+//! SQS too (`tests/suite/sagas.rs`, `the_saga_shop_...`).
 //!
 //! ```sh
 //! cargo run --example saga
