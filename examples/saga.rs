@@ -18,7 +18,7 @@ mod saga_shop;
 use std::time::Instant;
 
 use consumer::saga::SagaStore;
-use consumer::{MemoryBroker, Message, Router, SqliteStore, SqliteTx, handler};
+use consumer::{MemoryBroker, Message, Router, Service, SqliteStore, SqliteTx, handler};
 use saga_shop::{
     CancelPayment, ChargePayment, Destinations, ParticipantError, Participants, RefundPayment,
     ReleaseStock, ReserveStock, ShipOrder, Sources,
@@ -72,15 +72,10 @@ pub fn participants() -> anyhow::Result<Participants<SqliteStore>> {
     })
 }
 
-/// Runs the four orders to their end and returns the report.
-pub async fn run() -> anyhow::Result<String> {
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect("sqlite::memory:")
-        .await?;
-    let store = SqliteStore::new(pool.clone());
-    store.migrate().await?;
-    let broker = MemoryBroker::new(4);
+/// The shop's service on `broker`, its saga's state and the participants'
+/// rows in `pool`: the saga, its three participants, the outbox relay and
+/// the saga monitor.
+pub fn shop_service(pool: sqlx::SqlitePool, broker: &MemoryBroker) -> anyhow::Result<Service> {
     let to = Destinations::plain();
     let sources = Sources {
         orders: broker.source(&to.orders),
@@ -90,12 +85,25 @@ pub async fn run() -> anyhow::Result<String> {
     };
     let (service, _stats) = saga_shop::service(
         pool.clone(),
-        store,
+        SqliteStore::new(pool),
         broker.clone(),
         sources,
         participants()?,
-        to.clone(),
+        to,
     )?;
+    Ok(service)
+}
+
+/// Runs the four orders to their end and returns the report.
+pub async fn run() -> anyhow::Result<String> {
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await?;
+    SqliteStore::new(pool.clone()).migrate().await?;
+    let broker = MemoryBroker::new(4);
+    let to = Destinations::plain();
+    let service = shop_service(pool.clone(), &broker)?;
     for order in saga_shop::orders("") {
         let message = Message::json("OrderPlaced", &order)?.with_key(order.order_id.clone());
         broker.publish(&to.orders, message).await?;
