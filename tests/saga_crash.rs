@@ -1,6 +1,6 @@
 //! Sagas under SIGKILL: real consumer processes killed between a
-//! transition's commit and its ack, and between two steps, on Kafka and
-//! RabbitMQ, each with PostgreSQL and with SQLite. After each kill a new
+//! transition's commit and its ack, and between two steps, on Kafka,
+//! RabbitMQ and SQS (a FIFO queue), each with PostgreSQL and with SQLite. After each kill a new
 //! process takes over; in the end the saga holds exactly one transition
 //! per step, one outbox row per command and one timeout row.
 //!
@@ -12,7 +12,8 @@
 //! cannot outlive a kill: the suite's `a_saga_crash_between_commit_and_ack_*`
 //! case covers it with a simulated crash.
 //!
-//! Needs PostgreSQL (`DATABASE_URL`) and RabbitMQ (`AMQP_URL`); Kafka is
+//! Needs PostgreSQL (`DATABASE_URL`), RabbitMQ (`AMQP_URL`) and an SQS
+//! emulator (`scripts/services sqs` starts moto; `SQS_ENDPOINT`); Kafka is
 //! librdkafka's mock cluster, hosted by the parent test.
 
 mod conformance;
@@ -25,12 +26,13 @@ use std::time::Duration;
 use consumer::amqp::{AmqpSource, QueueType};
 use consumer::kafka::{KafkaSource, Topics};
 use consumer::saga::{NotFound, SagaBuilder, SagaHandler, SagaStore, Step};
+use consumer::sqs::{SqsClient, SqsSource, Topology};
 use consumer::testing::{Faults, FaultySource, FreshSchema};
 use consumer::{Consumer, Message, Outbox, Router, Saga, Store, source::Source};
 use serde::{Deserialize, Serialize};
 
 use conformance::broker::BrokerHarness;
-use conformance::{amqp::AmqpBroker, kafka::MockKafka, support};
+use conformance::{amqp::AmqpBroker, kafka::MockKafka, sqs::SqsBroker, support};
 
 const CHILD_ENV: &str = "SAGA_CRASH_CHILD";
 
@@ -120,7 +122,7 @@ fn note(saga: &str, kind: &str, note: &str) -> Message {
 /// misbehaves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ChildSpec {
-    /// `kafka <bootstrap> <topic> <group>` or `amqp <queue>`.
+    /// `kafka <bootstrap> <topic> <group>`, `amqp <queue>` or `sqs <queue>`.
     broker: Vec<String>,
     /// `pg <schema>` or `sqlite <path>`.
     store: Vec<String>,
@@ -208,6 +210,21 @@ async fn child_saga_process() {
                 .connect()
                 .await
                 .expect("the child's Kafka source");
+            child_with_store(source, &spec).await;
+        }
+        "sqs" => {
+            // The harness's queue; an unacked delivery comes back 3 s
+            // after its receive.
+            let topology = Topology::new(&spec.broker[1])
+                .expect("the test queue's name")
+                .with_max_receive_count(1000);
+            let source =
+                SqsSource::builder(SqsClient::from_api(conformance::sqs::real_api()), topology)
+                    .with_wait_time(Duration::from_secs(1))
+                    .with_visibility_timeout(Duration::from_secs(3))
+                    .connect()
+                    .await
+                    .expect("the child's SQS source");
             child_with_store(source, &spec).await;
         }
         _ => {
@@ -445,6 +462,12 @@ async fn on_rabbitmq(store: SharedStore) {
     killed_between_commit_and_ack_and_between_steps(&broker, child, store).await;
 }
 
+async fn on_sqs(store: SharedStore) {
+    let broker = <SqsBroker as BrokerHarness>::new(1).await;
+    let child = vec!["sqs".into(), broker.queue("t")];
+    killed_between_commit_and_ack_and_between_steps(&broker, child, store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_and_postgres_saga_processes_killed_mid_transition_leave_one_transition_per_step() {
     on_kafka(SharedStore::pg().await).await;
@@ -464,4 +487,14 @@ async fn rabbitmq_and_postgres_saga_processes_killed_mid_transition_leave_one_tr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_and_sqlite_saga_processes_killed_mid_transition_leave_one_transition_per_step() {
     on_rabbitmq(SharedStore::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_and_postgres_saga_processes_killed_mid_transition_leave_one_transition_per_step() {
+    on_sqs(SharedStore::pg().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_and_sqlite_saga_processes_killed_mid_transition_leave_one_transition_per_step() {
+    on_sqs(SharedStore::sqlite().await).await;
 }
