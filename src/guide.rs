@@ -23,6 +23,9 @@ pub mod outbox {}
 #[doc = include_str!("../docs/guide/batches.md")]
 pub mod batches {}
 
+#[doc = include_str!("../docs/guide/sagas.md")]
+pub mod sagas {}
+
 #[cfg_attr(all(feature = "amqp", feature = "kafka"), doc = include_str!("../docs/guide/scale_out.md"))]
 #[cfg_attr(
     not(all(feature = "amqp", feature = "kafka")),

@@ -25,6 +25,9 @@ mod outbox_orders;
 #[path = "../examples/quickstart.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod quickstart;
+#[path = "../examples/saga.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod saga;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -332,4 +335,45 @@ async fn a_message_type_without_a_schema_refuses_the_document_naming_it() {
         .with_asyncapi_endpoint()
         .expect_err("the endpoint refuses to start without the document");
     assert!(err.to_string().contains("Unschematic"), "{err}");
+}
+
+/// The saga example's document lists what the saga consumes (a receive
+/// operation for each event type it registered, its timeout included) and
+/// what it sends (a send operation for each command it declared), and the
+/// parser finds nothing wrong with it.
+#[tokio::test]
+async fn the_saga_example_document_lists_what_the_saga_consumes_and_sends() {
+    let document = saga::shop_service(lazy_sqlite(), &MemoryBroker::new(4))
+        .expect("the saga example's service")
+        .asyncapi()
+        .expect("the saga example's document");
+    assert_references_resolve(&document);
+    let found = diagnostics("saga", &document);
+    assert!(found.is_empty(), "the parser reports: {found:#?}");
+    let Some(operations) = document["operations"].as_object() else {
+        panic!("no operations: {document:#}");
+    };
+    let with = |action: &str, message: &str| {
+        operations.values().any(|op| {
+            op["action"] == action
+                && op["messages"].as_array().is_some_and(|ms| {
+                    ms.iter().any(|m| {
+                        m["$ref"]
+                            .as_str()
+                            .is_some_and(|r| r.ends_with(&format!("/{message}")))
+                    })
+                })
+        })
+    };
+    for consumed in ["OrderPlaced", "PaymentCaptured", "PaymentTimedOut"] {
+        assert!(with("receive", consumed), "the saga consumes {consumed}");
+    }
+    for sent in [
+        "ChargePayment",
+        "RefundPayment",
+        "ReserveStock",
+        "ShipOrder",
+    ] {
+        assert!(with("send", sent), "the saga sends {sent}");
+    }
 }

@@ -502,3 +502,180 @@ fn the_catalogue_matches_the_committed_snapshot() {
         "the metrics changed: review the difference, then run with UPDATE_SNAPSHOTS=1"
     );
 }
+
+mod sagas {
+    //! A saga's counters (recorded once its transitions committed) and the
+    //! gauges its monitor reads from the store, on SQLite in memory.
+
+    use std::time::Duration;
+
+    use consumer::saga::{NotFound, SagaBuilder, SagaMonitor, SagaStore, Step};
+    use consumer::testing::MetricsRecorder;
+    use consumer::testing::metrics::check_against_catalogue;
+    use consumer::{Consumer, MemoryBroker, Message, Outbox, Saga, SqliteStore};
+
+    use super::emitted;
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Ev {
+        id: String,
+    }
+
+    #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+    struct Nothing {}
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    struct Counted;
+
+    impl Saga for Counted {
+        type State = Nothing;
+        type Error = Never;
+        fn name(&self) -> &'static str {
+            "counted"
+        }
+    }
+
+    fn open(_: &Counted, _: &mut Nothing, e: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.schedule_timeout("Expire", &e, Duration::from_secs(3600));
+        Ok(())
+    }
+
+    fn close(_: &Counted, _: &mut Nothing, _: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.complete();
+        Ok(())
+    }
+
+    fn expire(_: &Counted, _: &mut Nothing, _: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.fail("expired");
+        Ok(())
+    }
+
+    fn ev(kind: &str, id: &str) -> Message {
+        Message::json(kind, &Ev { id: id.into() })
+            .expect("json")
+            .with_key(id)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sagas_counters_and_gauges_say_what_its_transitions_did() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("SQLite");
+        let store = SqliteStore::new(pool.clone());
+        store.migrate().await.expect("migrations");
+        let recorder = MetricsRecorder::new();
+        let id = |e: &Ev| e.id.clone();
+        let saga = SagaBuilder::new(Counted, Outbox::new())
+            .on("Open", id, NotFound::Start, open)
+            .on("Close", id, NotFound::Ignore, close)
+            .on_timeout("Expire", expire)
+            .with_meter(recorder.meter())
+            .build()
+            .expect("saga");
+        let broker = MemoryBroker::new(2);
+        // a: opened, closed, then a late close; b: never opened;
+        // c: opened, then its timeout fires; d: opened, still active, a
+        // timeout it does not wait for arrives.
+        for m in [
+            ev("Open", "a"),
+            ev("Close", "a"),
+            ev("Close", "a"),
+            ev("Close", "b"),
+            ev("Open", "c"),
+            ev("Open", "d"),
+        ] {
+            broker.publish("t", m).await.expect("publish");
+        }
+        let consumer = Consumer::new(broker.source("t"), store.clone(), saga);
+        let stats = consumer.stats();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(consumer.run_until(async move {
+            let _ = stopped.await;
+        }));
+        stats.wait_for(|s| s.processed == 6).await;
+        // c's timeout, as the relay would publish it: its token is its id.
+        let sagas = SagaStore::new(pool.clone());
+        let c = sagas.get("counted", "c").await.expect("read").expect("c");
+        let token = c.timeouts[0].token().to_string();
+        broker
+            .publish("t", ev("Expire", "c").with_id(token.clone()))
+            .await
+            .expect("publish");
+        // One d never scheduled (or cancelled): stale.
+        broker
+            .publish(
+                "t",
+                ev("Expire", "d").with_id(uuid::Uuid::now_v7().to_string()),
+            )
+            .await
+            .expect("publish");
+        stats.wait_for(|s| s.processed == 8).await;
+        let _ = stop.send(());
+        running.await.expect("join").expect("consumer");
+
+        let monitor = SagaMonitor::new(pool.clone()).with_meter(recorder.meter());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let reading = tokio::spawn(monitor.run_until(async move {
+            let _ = stopped.await;
+        }));
+        // The monitor reads at once when it starts; the gauges observe it.
+        let points = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let points = recorder.collect();
+                if points.iter().any(|p| p.name == "consumer.saga.active") {
+                    return points;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the monitor read the store within 60 s");
+        let _ = stop.send(());
+        reading.await.expect("join").expect("monitor");
+
+        check_against_catalogue(&points).expect("what is emitted is documented");
+        let of = [("consumer.saga.type", "counted")];
+        let with = |extra: (&'static str, &'static str)| [of[0], extra];
+        assert_eq!(emitted(&points, "consumer.saga.started", &of), 3.0);
+        assert_eq!(
+            emitted(
+                &points,
+                "consumer.saga.finished",
+                &with(("consumer.saga.status", "completed"))
+            ),
+            1.0
+        );
+        assert_eq!(
+            emitted(
+                &points,
+                "consumer.saga.finished",
+                &with(("consumer.saga.status", "failed"))
+            ),
+            1.0
+        );
+        assert_eq!(emitted(&points, "consumer.saga.timed_out", &of), 1.0);
+        for reason in ["finished", "not_found", "stale_timeout"] {
+            let n = emitted(
+                &points,
+                "consumer.saga.ignored",
+                &with(("consumer.saga.ignored.reason", reason)),
+            );
+            assert_eq!(n, 1.0, "{reason}");
+        }
+        assert_eq!(
+            emitted(&points, "consumer.saga.active", &of),
+            1.0,
+            "d is still open"
+        );
+        assert_eq!(
+            emitted(&points, "consumer.saga.compensation_failed", &of),
+            0.0
+        );
+        assert!(emitted(&points, "consumer.saga.oldest_active.age", &of) >= 0.0);
+    }
+}

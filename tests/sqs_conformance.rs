@@ -10,6 +10,13 @@
 //! in flight, so a consumer never holds a whole group at once (the two
 //! shutdown cases wait for that). Those four run on standard queues, with
 //! the cases that promise nothing about order.
+//!
+//! The saga cases run on FIFO queues but two: replaying a saga's whole
+//! input publishes the same ids again (FIFO deduplication would drop them
+//! before the consumer's dedup is reached), and an event that overtook its
+//! saga's start is retried by visibility, which holds its FIFO group, so a
+//! start behind it in that group cannot pass it (on FIFO the start must
+//! come through another group or queue). Both run on standard queues.
 
 mod conformance;
 mod suite;
@@ -45,6 +52,12 @@ crate::declare!(@cases crate::conformance::sqs::SqsBroker;
     keys_stay_in_order_within_and_across_batches,
     a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
 );
+crate::declare!(@sagas crate::conformance::sqs::SqsBroker;
+    the_saga_shop_completes_times_out_compensates_and_dead_letters_a_failed_compensation,
+    a_saga_crash_between_commit_and_ack_leaves_one_transition_per_message,
+    two_instances_on_one_saga_one_wins_and_the_other_applies_on_top,
+    a_timeout_after_completion_or_replaced_does_nothing,
+);
 
 mod standard {
     //! The cases that apply on standard queues: no order is promised, so
@@ -57,6 +70,10 @@ mod standard {
         exhaustion_dead_letters_after_exactly_max_attempts,
         crash_between_commit_and_ack_redelivers_without_a_second_effect,
         retries_through_the_broker_carry_the_attempt_in_a_header,
+    );
+    crate::declare!(@sagas crate::conformance::sqs::SqsStandardBroker;
+        replaying_a_sagas_whole_input_leaves_the_same_state_and_outbox,
+        an_event_before_its_saga_starts_follows_its_not_found_policy,
     );
 }
 

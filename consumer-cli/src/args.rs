@@ -69,6 +69,9 @@ pub enum Command {
     /// The dedup store: counts per handler, purge old rows.
     #[command(subcommand)]
     Dedup(Dedup),
+    /// Sagas: list, show one, resume a compensation, abandon.
+    #[command(subcommand)]
+    Sagas(Sagas),
     /// Payload schemas: check the current ones against committed snapshots,
     /// record a new version.
     #[command(subcommand)]
@@ -278,6 +281,112 @@ pub enum Outbox {
         #[arg(long, default_value = "outbox_events")]
         outbox_table: String,
     },
+}
+
+/// Saga subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Sagas {
+    /// One row per saga, oldest first: type, id, status, version, age,
+    /// pending timeouts, reason.
+    List {
+        /// Which sagas.
+        #[command(flatten)]
+        filter: SagaFilterArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One saga: its status, version, state, pending timeouts, compensation
+    /// log and history.
+    Show {
+        /// The saga type (`Saga::name`).
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resumes a compensation (`compensation_failed`, or stuck
+    /// `compensating`): the failed undo steps, and the one whose outcome
+    /// never came, are sent again, last first. With `--compensate`,
+    /// compensates a running or failed saga instead.
+    Resume {
+        /// The saga type.
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// Start compensating a running (or failed) saga, for this reason.
+        #[arg(long, value_name = "REASON")]
+        compensate: Option<String>,
+    },
+    /// Stops an active saga, or one whose compensation failed and was
+    /// settled by hand: `abandoned`, its timeouts cancelled, nothing undone.
+    Abandon {
+        /// The saga type.
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// Why, kept on the saga.
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// Which sagas `sagas list` shows.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SagaFilterArgs {
+    /// Only sagas of this type.
+    #[arg(long = "type", value_name = "SAGA_TYPE")]
+    pub saga_type: Option<String>,
+    /// Only sagas with this status (repeat it for several).
+    #[arg(long, value_enum)]
+    pub status: Vec<SagaStatusArg>,
+    /// Only active sagas (running or compensating).
+    #[arg(long, conflicts_with = "status")]
+    pub active: bool,
+    /// Only sagas started longer ago than this (e.g. `1h`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+}
+
+/// A saga status on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum SagaStatusArg {
+    /// Going forward.
+    Running,
+    /// Undoing its steps.
+    Compensating,
+    /// Finished.
+    Completed,
+    /// Finished: undone.
+    Compensated,
+    /// Finished without compensating.
+    Failed,
+    /// An undo step failed for good: waits for an operator.
+    CompensationFailed,
+    /// Stopped by an operator.
+    Abandoned,
+}
+
+impl SagaStatusArg {
+    /// The status it names.
+    pub fn status(self) -> consumer_core::saga::SagaStatus {
+        use consumer_core::saga::SagaStatus as S;
+        match self {
+            Self::Running => S::Running,
+            Self::Compensating => S::Compensating,
+            Self::Completed => S::Completed,
+            Self::Compensated => S::Compensated,
+            Self::Failed => S::Failed,
+            Self::CompensationFailed => S::CompensationFailed,
+            Self::Abandoned => S::Abandoned,
+        }
+    }
 }
 
 /// Dedup subcommands.

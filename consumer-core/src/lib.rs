@@ -7,7 +7,8 @@
 //!
 //! * **the root**, for applications: [`Consumer`], [`Router`], [`Service`],
 //!   [`Outbox`] and [`OutboxRelay`], the stores, [`RetryPolicy`],
-//!   [`DeadLetter`], [`MemoryBroker`], and the modules they open onto;
+//!   [`DeadLetter`], [`MemoryBroker`], [`Saga`], and the modules they
+//!   open onto;
 //! * **[`backend`]**, for broker backends (`consumer-kafka`,
 //!   `consumer-amqp`, and any other): the [`Source`](backend::Source) and
 //!   [`Acker`](backend::Acker) to implement, the envelope, the retry copy,
@@ -34,6 +35,7 @@ pub mod retry;
 mod retry_copy;
 pub mod router;
 pub mod runtime;
+pub mod saga;
 pub mod service;
 pub mod source;
 pub mod stats;
@@ -53,6 +55,7 @@ pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use router::Router;
 pub use runtime::Consumer;
+pub use saga::Saga;
 pub use service::{Service, shutdown_signal};
 pub use stats::Stats;
 pub use store::{DedupStore, MemoryStore, MemoryTx, Store};

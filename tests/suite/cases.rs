@@ -18,7 +18,7 @@ use crate::conformance::support::{self, Harness, Job};
 pub type SuiteStore = Store<<SuiteHarness as Harness>::Db>;
 
 /// Runs `handler` on `topic` until the broker has nothing left to settle.
-async fn run_until_drained<B, H>(
+pub(crate) async fn run_until_drained<B, H>(
     h: &SuiteHarness,
     broker: &B,
     topic: &str,
@@ -33,7 +33,7 @@ where
 
 /// Runs `routes` (one handler, or a router) on `topic` until the broker
 /// has nothing left to settle.
-async fn run_routes_until_drained<B, R>(
+pub(crate) async fn run_routes_until_drained<B, R>(
     h: &SuiteHarness,
     broker: &B,
     topic: &str,

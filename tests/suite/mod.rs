@@ -20,6 +20,7 @@
 
 pub mod cases;
 pub mod handlers;
+pub mod sagas;
 
 /// Declares one `#[tokio::test]` per case of [`cases`] on `$broker`.
 #[macro_export]
@@ -57,6 +58,24 @@ macro_rules! declare {
             keys_stay_in_order_within_and_across_batches,
             a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
         );
+        $crate::declare!(@sagas $broker;
+            the_saga_shop_completes_times_out_compensates_and_dead_letters_a_failed_compensation,
+            a_saga_crash_between_commit_and_ack_leaves_one_transition_per_message,
+            two_instances_on_one_saga_one_wins_and_the_other_applies_on_top,
+            a_timeout_after_completion_or_replaced_does_nothing,
+            replaying_a_sagas_whole_input_leaves_the_same_state_and_outbox,
+            an_event_before_its_saga_starts_follows_its_not_found_policy,
+        );
+    };
+    (@sagas $broker:ty; $($case:ident),* $(,)?) => {
+        mod sagas {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    $crate::suite::sagas::$case::<$broker>().await;
+                }
+            )*
+        }
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {
         $(

@@ -290,6 +290,23 @@ impl Plan {
     }
 }
 
+/// Every channel the service's parts describe: the relays' destinations
+/// and the consumers' inputs.
+fn known_channels(parts: &[PartDescription]) -> Vec<ChannelDescription> {
+    let mut known = Vec::new();
+    for part in parts {
+        match part {
+            PartDescription::Relay { events, .. } => {
+                known.extend(events.iter().filter_map(|(_, _, c)| c.clone()));
+            }
+            PartDescription::Consumer { channels, .. } => {
+                known.extend(channels.iter().map(|c| c.input.clone()));
+            }
+        }
+    }
+    known
+}
+
 fn summary(event_type: Option<&str>, type_name: &str) -> String {
     match event_type {
         Some(t) => format!("The `{t}` event (Rust type `{}`).", short_name(type_name)),
@@ -380,7 +397,67 @@ impl Plan {
                 } => plan.relay(schemas, name, system, events),
             }
         }
+        let known = known_channels(parts);
+        for part in parts {
+            if let PartDescription::Consumer { name, handlers, .. } = part {
+                for h in handlers {
+                    plan.handler_sends(schemas, &known, name, h);
+                }
+            }
+        }
         plan
+    }
+
+    /// The send operations of what a handler (a saga) writes through the
+    /// outbox: each on the channel of its destination, as a relay's
+    /// publisher or a consumer's source of the service describes it.
+    fn handler_sends(
+        &mut self,
+        schemas: &mut Schemas,
+        known: &[ChannelDescription],
+        consumer: &str,
+        handler: &HandlerDescription,
+    ) {
+        for event in &handler.sends {
+            let destination = event.destination.as_deref().unwrap_or_default();
+            let Some(channel) = known.iter().find(|c| c.address == destination) else {
+                self.problems.push(format!(
+                    "consumer `{consumer}`: `{}` sends `{}` to `{destination}`, a destination no part of the service describes: declare it on the relay's outbox (`Outbox::with_event_to`)",
+                    handler.name, event.event_type
+                ));
+                continue;
+            };
+            let Some(schema) = schemas.payload(Side::Send, &event.payload) else {
+                self.problems.push(format!(
+                    "consumer `{consumer}`: `{}` sends `{}` as a `{}`, which has no JSON schema: derive `schemars::JsonSchema` for it",
+                    handler.name,
+                    event.event_type,
+                    event.payload.type_name()
+                ));
+                continue;
+            };
+            let id = self.channel(channel, "");
+            let m = self.message(
+                &id,
+                PendingMessage {
+                    name: event.event_type.clone(),
+                    summary: summary(Some(&event.event_type), event.payload.type_name()),
+                    event_type: Some(event.event_type.clone()),
+                    prefix: channel.attribute_prefix,
+                    payload: Payload::Schema(schema),
+                },
+            );
+            self.operation(
+                format!("{consumer}.{}.sends.{}", handler.name, event.event_type),
+                Action::Send,
+                &id,
+                format!(
+                    "`{}` of consumer `{consumer}` sends `{}` through the outbox.",
+                    handler.name, event.event_type
+                ),
+                vec![m],
+            );
+        }
     }
 }
 

@@ -161,6 +161,18 @@ pub fn payload_schemas(service: &ServiceDescription) -> Result<Vec<PayloadSchema
         match part {
             PartDescription::Consumer { name, handlers, .. } => {
                 for h in handlers {
+                    for event in &h.sends {
+                        let whose = format!(
+                            "consumer `{name}`: `{}` sends `{}`",
+                            h.name, event.event_type
+                        );
+                        add(
+                            event.event_type.clone(),
+                            Contract::Serialize,
+                            &event.payload,
+                            whose,
+                        );
+                    }
                     let Some(payload) = &h.payload else {
                         continue;
                     };
@@ -169,7 +181,7 @@ pub fn payload_schemas(service: &ServiceDescription) -> Result<Vec<PayloadSchema
                         let subject = short_name(payload.type_name());
                         add(subject, Contract::Deserialize, payload, whose);
                     } else {
-                        for t in h.event_types {
+                        for t in &h.event_types {
                             add(
                                 (*t).to_owned(),
                                 Contract::Deserialize,

@@ -176,24 +176,35 @@ pub struct HandlerDescription {
     /// The handler's name (its dedup scope).
     pub name: &'static str,
     /// The CloudEvents types it takes.
-    pub event_types: &'static [&'static str],
+    pub event_types: Vec<&'static str>,
     /// What its payload decodes into; `None` for a handler that does not
     /// say (a hand-written [`Handler`](crate::Handler)).
     pub payload: Option<PayloadType>,
+    /// What it writes through the outbox, each with its destination: a
+    /// saga's commands and timeouts ([`SagaBuilder::with_command`](crate::saga::SagaBuilder)).
+    pub sends: Vec<DeclaredEvent>,
 }
 
 impl HandlerDescription {
     /// A handler's description.
     pub fn new(
         name: &'static str,
-        event_types: &'static [&'static str],
+        event_types: Vec<&'static str>,
         payload: Option<PayloadType>,
     ) -> Self {
         Self {
             name,
             event_types,
             payload,
+            sends: Vec::new(),
         }
+    }
+
+    /// The same description, writing `sends` through the outbox.
+    #[must_use]
+    pub fn with_sends(mut self, sends: Vec<DeclaredEvent>) -> Self {
+        self.sends = sends;
+        self
     }
 }
 

@@ -16,6 +16,7 @@ pub struct NewEvent {
     pub(crate) payload: String,
     pub(crate) destination: Option<String>,
     pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) id: Option<uuid::Uuid>,
 }
 
 impl NewEvent {
@@ -39,6 +40,7 @@ impl NewEvent {
             payload,
             destination: None,
             headers: BTreeMap::new(),
+            id: None,
         })
     }
 
@@ -46,6 +48,37 @@ impl NewEvent {
     pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
         self.destination = Some(destination.into());
         self
+    }
+
+    /// Gives the event this id (its CloudEvents `id`, and the token of a
+    /// scheduled event) instead of a fresh UUIDv7: a deterministic id, so
+    /// the receiver's dedup recognises the same command written again. An
+    /// id already in the outbox table makes the write fail (its primary
+    /// key), so derive it from something written once (a saga derives its
+    /// commands' ids from its id and version).
+    pub fn with_id(mut self, id: uuid::Uuid) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// The id set with [`NewEvent::with_id`], if any.
+    pub fn id(&self) -> Option<uuid::Uuid> {
+        self.id
+    }
+
+    /// The CloudEvents type.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The destination set with [`NewEvent::with_destination`], if any.
+    pub fn destination(&self) -> Option<&str> {
+        self.destination.as_deref()
+    }
+
+    /// The payload, serialised.
+    pub fn payload_json(&self) -> &str {
+        &self.payload
     }
 
     /// Adds a header to the published message.

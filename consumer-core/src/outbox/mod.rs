@@ -204,7 +204,7 @@ impl Outbox {
     where
         C: InTransaction + ?Sized,
     {
-        let id = uuid::Uuid::now_v7();
+        let id = event.id.unwrap_or_else(uuid::Uuid::now_v7);
         let destination = self.destination_for(&event);
         let headers = event.headers_json()?;
         let trace = crate::trace::metadata::encode_current();
@@ -244,7 +244,7 @@ impl Outbox {
     where
         C: InTransaction + ?Sized,
     {
-        let id = uuid::Uuid::now_v7();
+        let id = event.id.unwrap_or_else(uuid::Uuid::now_v7);
         let destination = self.destination_for(&event);
         let headers = event.headers_json()?;
         let trace = crate::trace::metadata::encode_current();

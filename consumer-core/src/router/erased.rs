@@ -16,7 +16,11 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     /// [`Handler::retry_policy`].
     fn retry_policy(&self) -> RetryPolicy;
     /// [`Handler::event_types`].
-    fn event_types(&self) -> &'static [&'static str];
+    fn event_types(&self) -> &[&'static str];
+    /// [`Handler::retry_policies`].
+    fn retry_policies(&self) -> Vec<RetryPolicy>;
+    /// [`Handler::describe`].
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription>;
     /// [`Handler::payload_type`].
     fn payload_type(&self) -> Option<crate::describe::PayloadType>;
     /// [`Handler::handle`], boxed.
@@ -35,8 +39,16 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
         Handler::retry_policy(self)
     }
 
-    fn event_types(&self) -> &'static [&'static str] {
+    fn event_types(&self) -> &[&'static str] {
         Handler::event_types(self)
+    }
+
+    fn retry_policies(&self) -> Vec<RetryPolicy> {
+        Handler::retry_policies(self)
+    }
+
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
+        Handler::describe(self)
     }
 
     fn payload_type(&self) -> Option<crate::describe::PayloadType> {
@@ -60,8 +72,16 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
         ErasedHandler::retry_policy(self)
     }
 
-    fn event_types(&self) -> &'static [&'static str] {
+    fn event_types(&self) -> &[&'static str] {
         ErasedHandler::event_types(self)
+    }
+
+    fn retry_policies(&self) -> Vec<RetryPolicy> {
+        ErasedHandler::retry_policies(self)
+    }
+
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
+        ErasedHandler::describe(self)
     }
 
     fn payload_type(&self) -> Option<crate::describe::PayloadType> {

@@ -176,6 +176,9 @@ where
             );
             return Next::Settled(within(cx, letter).await);
         }
+        // A failure may carry its own policy (a saga event that overtook its
+        // start retries under its not-found policy, not the saga's).
+        let policy = &failure.retry.unwrap_or(*policy);
         let record = self.record_failure(name, &envelope, &failure.error).await;
         if !policy.should_retry(record.attempts) {
             let letter = self.settler.dead_letter(

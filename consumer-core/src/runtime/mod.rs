@@ -176,11 +176,7 @@ where
                 .routes
                 .handlers()
                 .into_iter()
-                .map(|h| crate::describe::HandlerDescription {
-                    name: h.name(),
-                    event_types: h.event_types(),
-                    payload: h.payload_type(),
-                })
+                .flat_map(|h| h.describe())
                 .collect(),
         }
     }
@@ -189,21 +185,22 @@ where
     /// time; tells the source every handler's retry policy.
     fn check(&mut self) -> Result<(), Error> {
         for handler in self.routes.handlers() {
-            let policy = handler.retry_policy();
-            if self.store.retention() <= policy.max_window() {
-                return Err(Error::RetentionTooShort {
-                    handler: handler.name().to_owned(),
-                    retention: self.store.retention(),
-                    window: policy.max_window(),
-                });
-            }
-            self.source
-                .accept_retry_policy(&policy)
-                .map_err(|reason| Error::RetryUnsupported {
-                    handler: handler.name().to_owned(),
-                    system: self.source.system(),
-                    reason,
+            for policy in handler.retry_policies() {
+                if self.store.retention() <= policy.max_window() {
+                    return Err(Error::RetentionTooShort {
+                        handler: handler.name().to_owned(),
+                        retention: self.store.retention(),
+                        window: policy.max_window(),
+                    });
+                }
+                self.source.accept_retry_policy(&policy).map_err(|reason| {
+                    Error::RetryUnsupported {
+                        handler: handler.name().to_owned(),
+                        system: self.source.system(),
+                        reason,
+                    }
                 })?;
+            }
         }
         Ok(())
     }

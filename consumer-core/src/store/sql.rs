@@ -71,7 +71,8 @@ impl<DB: StoreDatabase> Store<DB> {
     }
 
     /// Creates or upgrades the tables (`consumer_processed`,
-    /// `consumer_attempts`, `consumer_dead_letters` and the outbox's),
+    /// `consumer_attempts`, `consumer_dead_letters`, `consumer_sagas` and
+    /// the outbox's),
     /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE).
     pub async fn migrate(&self) -> Result<(), Error> {
         DB::migrate(&self.pool).await
@@ -165,8 +166,10 @@ impl<DB: StoreDatabase> Store<DB> {
         Ok(true)
     }
 
-    /// Deletes dedup and attempt rows older than the retention, in batches
-    /// of [`Store::with_purge_batch`] rows; returns how many went.
+    /// Deletes dedup and attempt rows older than the retention, and the
+    /// tombstones of sagas that finished before it (not those whose
+    /// compensation failed: an operator settles them), in batches of
+    /// [`Store::with_purge_batch`] rows; returns how many went.
     pub async fn purge(&self) -> Result<u64, Error> {
         // A retention longer than the calendar reaches back (`Duration::MAX`:
         // keep every row) leaves nothing old enough to go.
