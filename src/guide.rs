@@ -56,6 +56,14 @@ pub mod memory_broker {}
 #[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
 pub mod rabbitmq {}
 
+#[cfg_attr(feature = "amqp", doc = include_str!("../docs/guide/rabbitmq_partitions.md"))]
+#[cfg_attr(
+    not(feature = "amqp"),
+    doc = "This page is built with the `amqp` feature (`cargo doc --all-features`)."
+)]
+#[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
+pub mod rabbitmq_partitions {}
+
 #[cfg_attr(feature = "kafka", doc = include_str!("../docs/guide/kafka.md"))]
 #[cfg_attr(
     not(feature = "kafka"),

@@ -70,6 +70,121 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     consumer::source::Source::close(first).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_with_the_way_to_migrate()
+ {
+    drop(connect().await);
+    // Partitions declared classic earlier (the default before quorum).
+    let queue = unique_prefix("ptype");
+    let classic = partitioned(&queue, 2).with_queue_type(consumer::amqp::QueueType::Classic);
+    let first = PartitionedSource::new(amqp_url(), classic)
+        .connect()
+        .await
+        .expect("classic partitions, as asked");
+    consumer::backend::Source::close(first).await;
+    let topology = partitioned(&queue, 2);
+    assert_eq!(
+        topology.partition(0).queue_type(),
+        consumer::amqp::QueueType::Quorum,
+        "quorum unless told otherwise"
+    );
+    let err = PartitionedSource::new(amqp_url(), topology.clone())
+        .connect()
+        .await
+        .expect_err("classic queues on the broker, quorum configured: refused at start");
+    assert!(
+        matches!(err, consumer::amqp::Error::QueueTypeMismatch { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    for needle in [
+        "exists on the broker as a classic queue",
+        "declares it as a quorum queue",
+        &format!("`{queue}.p0` .. `{queue}.p1`"),
+        &format!("`{queue}.dlq`"),
+        "rabbitmqctl delete_queue",
+        "drain",
+    ] {
+        assert!(text.contains(needle), "the refusal says {needle:?}: {text}");
+    }
+    let core: consumer::Error = err.into();
+    assert!(
+        !core.is_retriable(),
+        "a type mismatch does not heal: {core}"
+    );
+    // Publishers refuse it the same way.
+    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology);
+    let refused = publisher
+        .publish(&[Outgoing {
+            destination: format!("/{queue}"),
+            message: Job::new("k", 0).message(),
+        }])
+        .await
+        .into_iter()
+        .next()
+        .expect("one result")
+        .expect_err("a publisher declaring quorum partitions is refused too");
+    assert!(
+        refused
+            .to_string()
+            .contains("exists on the broker as a classic queue"),
+        "{refused}"
+    );
+}
+
+/// Deliveries without a key, published straight to a partition queue by an
+/// outside producer (no `ce-partitionkey`), run in queue order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("punkeyed");
+    let topology = partitioned(&queue, 2);
+    let p0 = topology.partition_queue(0);
+    // Declared, and a backlog waiting before any consumer runs, so that the
+    // consumer holds many at once.
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    for p in 0..2 {
+        topology
+            .partition(p)
+            .declare(&channel)
+            .await
+            .expect("declare");
+    }
+    let n = 300;
+    for seq in 0..n {
+        let job = Job {
+            id: format!("unkeyed-{seq}"),
+            ..Job::new("one-business-key", seq)
+        };
+        channel
+            .basic_publish(
+                "".into(),
+                p0.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                &serde_json::to_vec(&job).expect("json"),
+                lapin::BasicProperties::default().with_content_type("application/json".into()),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("sent");
+    }
+    let _ = conn.close(200, "published".into()).await;
+    let source =
+        PartitionedSource::new(amqp_url(), topology).with_heartbeat(Duration::from_millis(100));
+    let consumer = Consumer::new(source, h.store(), record_in_order);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    wait_effects(&h, n).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+    assert_in_order_exactly_once(&h, 1, n).await;
+}
+
 /// Waits until `rx` shows an assignment `f` accepts.
 async fn wait_assignment(
     rx: &mut tokio::sync::watch::Receiver<Option<Vec<u32>>>,

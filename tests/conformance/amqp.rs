@@ -148,6 +148,25 @@ pub async fn ready_messages(queues: &[String]) -> u64 {
     ready
 }
 
+/// Whether RabbitMQ answers for `queue` that it has crashed (a passive
+/// declare).
+pub async fn is_crashed(queue: &str) -> bool {
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    let answer = channel
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await;
+    let _ = conn.close(200, "state read".into()).await;
+    answer.is_err_and(|e| e.to_string().contains("has crashed"))
+}
+
 /// Deletes `names`, so what is published to them routes nowhere.
 pub async fn delete_queues(names: &[String]) {
     let conn = connect().await;

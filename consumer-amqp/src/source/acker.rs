@@ -15,7 +15,11 @@ use crate::topology::Topology;
 /// Settles one delivery of an [`AmqpSource`](super::AmqpSource).
 ///
 /// * `ack`: `basic.ack`.
-/// * `release`: `basic.nack` with `requeue = true`.
+/// * `release`: `basic.nack` with `requeue = true`; on a
+///   [`PartitionedSource`](super::PartitionedSource), no nack: the delivery
+///   stays unacked and its partition's channel is closed and opened again,
+///   so that RabbitMQ requeues it ahead of the deliveries prefetched after it
+///   (a nack would put it behind them).
 /// * `publish_retry`: publishes the retry copy the runtime built (same id,
 ///   `x-consumer-attempt` and `x-consumer-first-failure` set, the key as
 ///   `ce_partitionkey`) to the delay queue of its delay with a per-message
@@ -28,9 +32,9 @@ use crate::topology::Topology;
 ///   one over the publisher's size limit as too large: the runtime takes
 ///   its fallback. It never `nack(requeue = false)`s into the queue's own
 ///   dead-letter exchange instead: that would drop the context.
-/// * Dropped unsettled: `basic.nack` with `requeue = true` is sent from a
-///   spawned task (when a Tokio runtime is there); whatever happens,
-///   RabbitMQ requeues every delivery still unacked when its channel closes.
+/// * Dropped unsettled: as `release`, the nack sent from a spawned task (when
+///   a Tokio runtime is there); whatever happens, RabbitMQ requeues every
+///   delivery still unacked when its channel closes.
 ///
 /// Publishes go through a connection of their own, which reconnects by
 /// itself, so a settle step can succeed even while the consuming channel is
@@ -103,6 +107,10 @@ impl Acker for AmqpAcker {
 
     async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
         self.done();
+        if let Some(partition) = self._in_flight.take() {
+            partition.requeue_by_channel_close();
+            return Ok(());
+        }
         let requeue = BasicNackOptions {
             requeue: true,
             ..BasicNackOptions::default()
@@ -151,6 +159,10 @@ impl Drop for AmqpAcker {
             return;
         }
         self.done();
+        if let Some(partition) = self._in_flight.take() {
+            partition.requeue_by_channel_close();
+            return;
+        }
         if !self.delivery.usable() {
             return;
         }

@@ -1,6 +1,7 @@
 //! What an [`AmqpSource`](super::AmqpSource) reports at each metrics
-//! collection: the depths of its work, delay and dead-letter queues, and
-//! how often its channel was opened again.
+//! collection: the depths of its work, delay and dead-letter queues, which
+//! of the queues it consumes RabbitMQ reports crashed, and how often its
+//! channel was opened again.
 //!
 //! Depths come from passive declares, which need the broker: a task reads
 //! them every [`AmqpSource::with_depth_interval`](super::AmqpSource::with_depth_interval)
@@ -96,6 +97,15 @@ impl SourceGauges for AmqpGauges {
             .iter()
         {
             readings.queue(Arc::clone(name), *role, *n);
+        }
+        for (queue, crashed) in self
+            .metrics
+            .crashed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            readings.queue_crashed(Arc::clone(queue), *crashed);
         }
         readings.reconnects(
             Arc::clone(&self.work_queue),

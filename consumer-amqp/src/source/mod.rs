@@ -2,6 +2,7 @@
 //! ([`AmqpAcker`]), and the counters of both ([`AmqpStats`]).
 
 mod acker;
+mod crashed;
 mod gauges;
 mod partitioned;
 mod stats;
@@ -21,7 +22,9 @@ pub use acker::AmqpAcker;
 pub use partitioned::PartitionedSource;
 pub use stats::AmqpStats;
 
-use crate::error::{Error, Result};
+use crashed::Crashed;
+
+use crate::error::{Error, Result, crashed_reply};
 use crate::headers;
 use crate::names::short;
 use crate::publisher::AmqpPublisher;
@@ -46,6 +49,11 @@ use crate::topology::Topology;
 ///   call reconnects, declares the topology again and resumes consuming.
 ///   RabbitMQ redelivers every delivery that was not acked on the lost
 ///   channel; dedup makes that harmless.
+/// * **A crashed queue** (RabbitMQ: `NOT_FOUND … has crashed and failed to
+///   restart`) is reported once, in an ERROR line and the
+///   `consumer.queue.crashed` gauge, and tried again with backoff (1 s up to
+///   30 s) inside `recv`, until an operator restarted its node or deleted it
+///   (the source then declares it anew).
 pub struct AmqpSource {
     uri: String,
     topology: Arc<Topology>,
@@ -54,6 +62,8 @@ pub struct AmqpSource {
     publisher: AmqpPublisher,
     metrics: AmqpStats,
     depth_interval: Duration,
+    /// Set while RabbitMQ reports a queue of the topology crashed.
+    crashed: Option<Crashed>,
 }
 
 struct Session {
@@ -90,6 +100,7 @@ impl AmqpSource {
             session: None,
             publisher,
             depth_interval: Duration::from_secs(15),
+            crashed: None,
         })
     }
 
@@ -120,12 +131,37 @@ impl AmqpSource {
 
     /// Connects, declares the topology and starts consuming now, so that
     /// a broker that cannot be reached or a topology conflict shows at
-    /// start rather than in the consumer's retry loop.
+    /// start rather than in the consumer's retry loop. A queue RabbitMQ
+    /// reports crashed is not an error here: it is reported, and `recv`
+    /// tries it again (see the type's docs).
     pub async fn connect(mut self) -> Result<Self> {
         if self.session.is_none() {
-            self.session = Some(self.open().await?);
+            self.start().await?;
         }
         Ok(self)
+    }
+
+    /// Opens a session; a crashed queue is noted, not returned.
+    async fn start(&mut self) -> Result<()> {
+        match self.open().await {
+            Ok(session) => {
+                self.session = Some(session);
+                if let Some(c) = self.crashed.take() {
+                    self.metrics.inner.recovered(&c, self.topology.queue());
+                }
+                self.metrics.inner.report_consuming(self.topology.queue());
+                Ok(())
+            }
+            Err(Error::QueueCrashed { queue, reply }) => {
+                let wait = self
+                    .crashed
+                    .get_or_insert_with(Crashed::try_now)
+                    .failed(&queue);
+                self.metrics.inner.report_crashed(&queue, &reply, wait);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The topology this source consumes.
@@ -162,7 +198,16 @@ impl AmqpSource {
                 FieldTable::default(),
             )
             .await
-            .map_err(Error::amqp("basic.consume"))?;
+            .map_err(|source| match crashed_reply(&source) {
+                Some(reply) => Error::QueueCrashed {
+                    queue: self.topology.queue().to_owned(),
+                    reply,
+                },
+                None => Error::Amqp {
+                    context: "basic.consume",
+                    source,
+                },
+            })?;
         tracing::info!(target: "consumer::amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
         Ok(Session {
             connection,
@@ -215,8 +260,11 @@ impl Source for AmqpSource {
     async fn recv(
         &mut self,
     ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
-        if self.session.is_none() {
-            self.session = Some(self.open().await?);
+        while self.session.is_none() {
+            if let Some(c) = &self.crashed {
+                tokio::time::sleep_until(c.retry_at()).await;
+            }
+            self.start().await?;
         }
         let Some(session) = self.session.as_mut() else {
             return Err(Error::ChannelClosed.into());

@@ -1,7 +1,8 @@
 //! [`AmqpStats`]: counters of a source and the depths of its queues.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::publisher::AmqpPublisher;
@@ -21,6 +22,9 @@ pub(super) struct StatsInner {
     pub(super) redelivered: AtomicU64,
     pub(super) settled: AtomicU64,
     pub(super) reconnects: AtomicU64,
+    /// The queues the source consumes (or tries to), each with whether
+    /// RabbitMQ reports it crashed: the `consumer.queue.crashed` gauge.
+    pub(super) crashed: Mutex<BTreeMap<Arc<str>, bool>>,
 }
 
 impl AmqpStats {
@@ -33,6 +37,7 @@ impl AmqpStats {
                 redelivered: AtomicU64::new(0),
                 settled: AtomicU64::new(0),
                 reconnects: AtomicU64::new(0),
+                crashed: Mutex::default(),
             }),
         }
     }

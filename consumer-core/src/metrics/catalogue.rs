@@ -250,6 +250,18 @@ pub const DEAD_LETTER_QUEUE_DEPTH: MetricSpec = MetricSpec::new(
     &[MESSAGING_SYSTEM, DESTINATION_NAME],
 );
 
+/// `consumer.queue.crashed`: 1 for a queue the source consumes that the
+/// broker reports crashed (RabbitMQ: `NOT_FOUND … has crashed and failed to
+/// restart`), 0 once it consumes it again. Nothing in such a queue can be
+/// consumed until an operator acts; the source keeps trying with backoff.
+pub const QUEUE_CRASHED: MetricSpec = MetricSpec::new(
+    "consumer.queue.crashed",
+    Instrument::Gauge,
+    "{queue}",
+    "1 while the broker reports a queue this consumer reads as crashed, else 0.",
+    &[MESSAGING_SYSTEM, DESTINATION_NAME],
+);
+
 /// `consumer.delivery.duration`: from the runtime taking a delivery to
 /// its settlement (ack, dead letter), retries in place and the wait in its
 /// key's lane included: the standard's "dequeue to acknowledgment", whose
@@ -483,6 +495,7 @@ pub const CATALOGUE: &[MetricSpec] = &[
     LAG_AGE,
     QUEUE_DEPTH,
     DEAD_LETTER_QUEUE_DEPTH,
+    QUEUE_CRASHED,
     DELIVERY_DURATION,
     IN_FLIGHT,
     DEAD_LETTERS,

@@ -19,6 +19,7 @@
 //! | `consumer.lag.age` | gauge | s | per assigned partition: age of the oldest record held unsettled |
 //! | `consumer.queue.depth` | gauge | {message} | RabbitMQ work and delay queues |
 //! | `consumer.dead_letter_queue.depth` | gauge | {message} | RabbitMQ dead-letter queue |
+//! | `consumer.queue.crashed` | gauge | {queue} | 1 while RabbitMQ reports a consumed queue crashed, else 0 |
 //! | `consumer.delivery.duration` | histogram | s | received to settled, retries in place included (the p99 alert) |
 //! | `consumer.in_flight` | updowncounter | {message} | deliveries held |
 //! | `consumer.dead_letters` | counter | {message} | by `consumer.dead_letter.reason` |
