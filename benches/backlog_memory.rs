@@ -275,37 +275,8 @@ async fn measure(backend: &str, s: &Settings) {
     );
 
     match backend {
-        "rabbitmq" => {
-            if let Ok(conn) =
-                lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
-                    .await
-                && let Ok(channel) = conn.create_channel().await
-            {
-                let topology = amqp_topology(&name);
-                let mut queues = vec![
-                    topology.queue().to_owned(),
-                    topology.dead_letter_queue().to_owned(),
-                ];
-                queues.extend(topology.delay_queues().into_iter().map(|(_, q)| q));
-                for q in queues {
-                    let _ = channel
-                        .queue_delete(q.as_str().into(), Default::default())
-                        .await;
-                }
-            }
-        }
-        "kafka" => {
-            use rdkafka::admin::{AdminClient, AdminOptions};
-            if let Ok(admin) = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", kafka_brokers())
-                .create::<AdminClient<rdkafka::client::DefaultClientContext>>()
-            {
-                let dlq = format!("{destination}.dlq");
-                let _ = admin
-                    .delete_topics(&[destination.as_str(), dlq.as_str()], &AdminOptions::new())
-                    .await;
-            }
-        }
+        "rabbitmq" => endurance::delete_queues(&amqp_url(), &amqp_topology(&name)).await,
+        "kafka" => endurance::delete_topics(&kafka_brokers(), &destination).await,
         _ => {}
     }
     let _ = schema.drop_schema().await;

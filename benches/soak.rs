@@ -271,6 +271,10 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
         .await
         .unwrap_or(-1);
     println!("  dedup rows: {dedup} (one per message: none applied twice, none lost)");
+    match backend {
+        "rabbitmq" => endurance::delete_queues(&amqp_url(), &amqp_topology(&destination)).await,
+        _ => endurance::delete_topics(&kafka_brokers(), &destination).await,
+    }
     let _ = schema.drop_schema().await;
 }
 

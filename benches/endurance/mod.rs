@@ -155,3 +155,39 @@ pub fn args() -> Vec<String> {
         .filter(|a| !a.starts_with("--"))
         .collect()
 }
+
+/// Deletes a benchmark's queues (work, dead-letter, delay), so a million
+/// messages do not outlive the run on a shared RabbitMQ.
+pub async fn delete_queues(url: &str, topology: &consumer::amqp::Topology) {
+    let Ok(conn) = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await
+    else {
+        return;
+    };
+    if let Ok(channel) = conn.create_channel().await {
+        let mut queues = vec![
+            topology.queue().to_owned(),
+            topology.dead_letter_queue().to_owned(),
+        ];
+        queues.extend(topology.delay_queues().into_iter().map(|(_, q)| q));
+        for q in queues {
+            let _ = channel
+                .queue_delete(q.as_str().into(), Default::default())
+                .await;
+        }
+    }
+    let _ = conn.close(200, "benchmark done".into()).await;
+}
+
+/// Deletes a benchmark's topic and its dead-letter topic.
+pub async fn delete_topics(brokers: &str, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    if let Ok(admin) = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create::<AdminClient<rdkafka::client::DefaultClientContext>>()
+    {
+        let dlq = format!("{topic}.dlq");
+        let _ = admin
+            .delete_topics(&[topic, dlq.as_str()], &AdminOptions::new())
+            .await;
+    }
+}
