@@ -228,11 +228,10 @@ async fn child_saga_process() {
             child_with_store(source, &spec).await;
         }
         _ => {
-            let source = AmqpSource::new(
+            let source = AmqpSource::builder(
                 conformance::amqp::amqp_url(),
                 amqp_topology(&spec.broker[1]),
             )
-            .expect("topology")
             .connect()
             .await
             .expect("the child's RabbitMQ source");

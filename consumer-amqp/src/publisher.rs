@@ -199,7 +199,7 @@ impl AmqpPublisher {
             return Ok(channel.clone());
         }
         if let Some((conn, _)) = state.take() {
-            let _ = conn.close(200, "reconnecting".into()).await;
+            self.let_go(conn, "found closed").await;
         }
         let props =
             ConnectionProperties::default().with_connection_name(self.inner.name.clone().into());
@@ -240,9 +240,18 @@ impl AmqpPublisher {
     }
 
     async fn forget_channel(&self) {
-        if let Some((conn, _)) = self.inner.state.lock().await.take() {
-            let _ = conn.close(200, "publish failed".into()).await;
+        let lost = self.inner.state.lock().await.take();
+        if let Some((conn, _)) = lost {
+            self.let_go(conn, "a publish or its confirm failed on it")
+                .await;
         }
+    }
+
+    /// Closes a connection that broke, and says so: the operator's record
+    /// of a lost link (the next publish opens another).
+    async fn let_go(&self, conn: Connection, why: &'static str) {
+        tracing::warn!(target: "consumer::amqp", connection = %self.inner.name, why, "lost the RabbitMQ publishing connection; reconnecting on the next publish");
+        let _ = conn.close(200, "reconnecting".into()).await;
     }
 
     /// Publishes one message to `exchange` with `routing_key` and waits for

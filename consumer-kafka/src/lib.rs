@@ -36,6 +36,7 @@ pub mod publisher;
 mod raw_headers;
 pub mod source;
 pub mod topics;
+mod tracing_context;
 
 pub use error::{Error, Result};
 pub use publisher::{KafkaPublisher, KafkaPublisherBuilder, PUBLISHER_DEFAULTS};
@@ -44,3 +45,4 @@ pub use source::{
     KafkaStatsSnapshot, PartitionStats, SETTLE_PRODUCER_DEFAULTS,
 };
 pub use topics::{Topics, validate_topic};
+pub use tracing_context::TracingContext;

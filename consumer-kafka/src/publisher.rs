@@ -9,6 +9,8 @@ use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
+use crate::tracing_context::TracingContext;
+
 use crate::error::Error;
 use crate::headers::to_kafka_headers;
 
@@ -49,7 +51,7 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 /// ```
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    producer: FutureProducer,
+    producer: FutureProducer<TracingContext>,
     source: std::sync::Arc<str>,
 }
 
@@ -90,17 +92,20 @@ impl KafkaPublisherBuilder {
     #[allow(clippy::unused_async)]
     pub async fn connect(self) -> Result<KafkaPublisher, Error> {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers);
+        c.set("bootstrap.servers", &self.brokers)
+            .set_log_level(crate::tracing_context::log_level());
         for (k, v) in PUBLISHER_DEFAULTS {
             c.set(*k, *v);
         }
         for (k, v) in &self.properties {
             c.set(k, v);
         }
-        let producer = c.create().map_err(|source| Error::Config {
-            context: "creating the producer",
-            source,
-        })?;
+        let producer = c
+            .create_with_context(TracingContext::new("publisher"))
+            .map_err(|source| Error::Config {
+                context: "creating the producer",
+                source,
+            })?;
         Ok(KafkaPublisher {
             producer,
             source: self.source.into(),
@@ -119,7 +124,7 @@ impl KafkaPublisher {
     }
 
     /// The underlying producer (to flush, or read its metrics).
-    pub fn producer(&self) -> &FutureProducer {
+    pub fn producer(&self) -> &FutureProducer<TracingContext> {
         &self.producer
     }
 

@@ -40,6 +40,14 @@ pub trait BrokerHarness: Clone + Send + Sync + 'static {
     /// The backend's own publisher.
     type Publisher: Publisher;
 
+    /// Whether this broker's cases run one at a time within their test
+    /// binary (see [`crate::suite::one_at_a_time`]).
+    const ONE_AT_A_TIME: bool = false;
+
+    /// Run before and after each case, outside its runtime: housekeeping on
+    /// the broker (nothing by default).
+    fn between_cases() {}
+
     /// A fresh broker; `partitions` is a hint for brokers that have them.
     fn new(partitions: usize) -> impl Future<Output = Self> + Send;
     /// The faults armed on this harness's wrappers.

@@ -150,6 +150,11 @@ impl Child {
         Self(child)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(&mut self) {
         let _ = self.0.kill(); // SIGKILL on Unix

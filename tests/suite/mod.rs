@@ -9,7 +9,7 @@
 //! mod suite;
 //! type SuiteHarness = conformance::support::PgHarness;   // the store
 //! type SuiteTx = consumer::PgTx;                          // its handler transaction
-//! crate::declare!(conformance::broker::MemoryHarness);    // one #[tokio::test] per case
+//! crate::declare!(conformance::broker::MemoryHarness);    // one #[test] per case
 //! ```
 //!
 //! Business effects are rows in an `effects` table written through the
@@ -21,6 +21,34 @@
 pub mod cases;
 pub mod handlers;
 pub mod sagas;
+
+/// Runs one case of `B` on a runtime of its own (a multi-threaded one with
+/// two workers, as `#[tokio::test(flavor = "multi_thread")]` would), with
+/// [`BrokerHarness::between_cases`](crate::conformance::broker::BrokerHarness::between_cases)
+/// before and after it; when `B` asks for it, holding [`ONE_AT_A_TIME`]
+/// around all of that, the runtime's shutdown included.
+pub fn run<B: crate::conformance::broker::BrokerHarness>(
+    case: impl std::future::Future<Output = ()>,
+) {
+    let _turn = B::ONE_AT_A_TIME.then(|| {
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
+    B::between_cases();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(case);
+    drop(runtime);
+    B::between_cases();
+}
+
+/// Held by each case of a broker whose cases run one at a time (RabbitMQ
+/// quorum queues: see `AmqpBroker::between_cases`).
+pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Declares one `#[tokio::test]` per case of [`cases`] on `$broker`.
 #[macro_export]
@@ -70,18 +98,18 @@ macro_rules! declare {
     (@sagas $broker:ty; $($case:ident),* $(,)?) => {
         mod sagas {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    $crate::suite::sagas::$case::<$broker>().await;
+                #[test]
+                fn $case() {
+                    $crate::suite::run::<$broker>($crate::suite::sagas::$case::<$broker>());
                 }
             )*
         }
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                $crate::suite::cases::$case::<$broker>().await;
+            #[test]
+            fn $case() {
+                $crate::suite::run::<$broker>($crate::suite::cases::$case::<$broker>());
             }
         )*
     };

@@ -274,11 +274,14 @@ impl Source for AmqpSource {
                 Ok(Some((envelope, acker)))
             }
             Some(Err(e)) => {
+                // The client's own words (a reset, a missed heartbeat) are
+                // what the operator needs in the log line.
+                let reason = format!("consuming failed: {e}");
                 let err = Error::Amqp {
                     context: "consume",
                     source: e,
                 };
-                self.drop_session(&err.to_string()).await;
+                self.drop_session(&reason).await;
                 Err(err.into())
             }
             None => {

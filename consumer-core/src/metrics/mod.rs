@@ -31,7 +31,7 @@
 //! | `consumer.critical_time` | histogram | s | produced (CloudEvents `time`) to settled |
 //! | `consumer.rebalances` | counter | {rebalance} | Kafka: by `consumer.rebalance.event` |
 //! | `consumer.commit.failures` | counter | {commit} | Kafka offset commits that failed |
-//! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened |
+//! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened; Kafka broker connections lost (librdkafka reopens them) |
 //! | `consumer.outbox.pending` | gauge | {event} | committed (scheduled: and due), not yet published |
 //! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age (scheduled: since due) |
 //! | `consumer.outbox.blocked_aggregates` | gauge | {aggregate} | stopped at a failed event |

@@ -78,6 +78,9 @@ pub(super) struct Ledger {
     pub(super) lost: AtomicU64,
     pub(super) commit_failures: AtomicU64,
     pub(super) close_timeouts: AtomicU64,
+    /// Broker connections librdkafka lost (it reconnects by itself), from
+    /// its statistics: the consumer's `consumer.reconnects`.
+    pub(super) broker_disconnects: AtomicU64,
     /// The longest delay a handler of this source gives a retry copy, in
     /// milliseconds (the runtime says so before the first delivery): a
     /// retry record is never due later than that after it was written.

@@ -189,7 +189,10 @@ impl Source for KafkaSource {
     }
 
     fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
-        Some(Arc::new(gauges::KafkaGauges(Arc::clone(&self.link.shared))))
+        Some(Arc::new(gauges::KafkaGauges {
+            shared: Arc::clone(&self.link.shared),
+            topic: Arc::from(self.link.topics.topic()),
+        }))
     }
 
     fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
@@ -259,7 +262,7 @@ impl Drop for KafkaSource {
 /// What the source, its ackers and the poll thread share.
 struct Link {
     shared: Arc<Ledger>,
-    producer: FutureProducer,
+    producer: FutureProducer<crate::tracing_context::TracingContext>,
     topics: Arc<Topics>,
 }
 

@@ -11,7 +11,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use std::sync::PoisonError;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use super::ledger::{Ledger, Partition, State, Tp};
 
@@ -20,27 +21,17 @@ use super::ledger::{Ledger, Partition, State, Tp};
 pub(super) struct Ctx {
     shared: Arc<Ledger>,
     revoke_timeout: Duration,
+    /// The group, named in the log line of a lost broker connection.
+    group: String,
+    /// Each broker handle's disconnect count at the last statistics: the
+    /// counts are per handle, and handles come and go (bootstrap ones), so
+    /// only increases are added up.
+    disconnects: Mutex<HashMap<String, i64>>,
 }
 
 impl ClientContext for Ctx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "consumer::kafka::librdkafka", facility = fac, "{message}");
-            }
-        }
+        crate::tracing_context::log("consumer", level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -48,6 +39,7 @@ impl ClientContext for Ctx {
     }
 
     fn stats(&self, statistics: Statistics) {
+        self.count_disconnects(&statistics);
         let mut state = self.shared.lock();
         for (tp, p) in &mut state.partitions {
             if let Some(s) = statistics
@@ -110,10 +102,52 @@ impl ConsumerContext for Ctx {
 }
 
 impl Ctx {
-    pub(super) fn new(shared: Arc<Ledger>, revoke_timeout: Duration) -> Self {
+    pub(super) fn new(shared: Arc<Ledger>, revoke_timeout: Duration, group: String) -> Self {
         Self {
             shared,
             revoke_timeout,
+            group,
+            disconnects: Mutex::default(),
+        }
+    }
+
+    /// Adds the broker connections lost since the last statistics to the
+    /// source's count, with a log line naming the brokers. librdkafka
+    /// reconnects by itself; this is how the application hears of it.
+    fn count_disconnects(&self, statistics: &Statistics) {
+        let mut seen = self
+            .disconnects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut lost = 0u64;
+        let mut brokers = Vec::new();
+        for (name, broker) in &statistics.brokers {
+            // Logical handles (the group coordinator) share a real
+            // broker's connection: counting them would count it twice.
+            if broker.source == "logical" || broker.source == "internal" {
+                continue;
+            }
+            let now = broker.disconnects.unwrap_or(0);
+            let before = seen.insert(name.clone(), now).unwrap_or(0);
+            if now > before {
+                lost += u64::try_from(now - before).unwrap_or(0);
+                brokers.push(name.as_str());
+            }
+        }
+        if lost > 0 {
+            let total = self
+                .shared
+                .broker_disconnects
+                .fetch_add(lost, Ordering::Relaxed)
+                + lost;
+            tracing::warn!(
+                target: "consumer::kafka",
+                group = %self.group,
+                brokers = ?brokers,
+                lost,
+                total,
+                "lost connections to Kafka brokers; librdkafka reconnects by itself"
+            );
         }
     }
 

@@ -79,6 +79,10 @@ pub struct KafkaStatsSnapshot {
     pub commit_failures: u64,
     /// Closes that returned before the consumer had left its group.
     pub close_timeouts: u64,
+    /// Connections to brokers that were lost (a broker down, a link cut,
+    /// requests timing out on a stalled link); librdkafka opens them again
+    /// by itself. Read from its statistics, once a second.
+    pub broker_disconnects: u64,
     /// The consumer has closed and left its group (after a close timeout,
     /// this turns true later, once librdkafka gives up or gets through).
     pub closed: bool,
@@ -127,6 +131,7 @@ impl KafkaStats {
             lost_assignments: s.lost.load(Ordering::Relaxed),
             commit_failures: s.commit_failures.load(Ordering::Relaxed),
             close_timeouts: s.close_timeouts.load(Ordering::Relaxed),
+            broker_disconnects: s.broker_disconnects.load(Ordering::Relaxed),
             closed: s.closed.load(Ordering::SeqCst),
             in_flight: state.partitions.values().map(|p| p.taken).sum(),
             parked: state
