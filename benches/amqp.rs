@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use consumer::amqp::{AmqpPublisher, AmqpSource, Topology};
-use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher, handler};
+use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher};
+use cpu_time::ProcessTime;
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -18,57 +19,13 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
+use throughput::{Figure, messages, noop};
+
+#[path = "throughput/mod.rs"]
+mod throughput;
 
 const PREFETCH: u16 = 256;
 const UNCONFIRMED: usize = 1024;
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Pad {
-    pad: String,
-}
-
-#[handler(retry = none)]
-async fn noop(_m: Pad) -> Result<(), std::io::Error> {
-    Ok(())
-}
-
-/// Process CPU time (user + system) from /proc, in clock ticks of 10 ms.
-fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
-struct Figure {
-    rate: f64,
-    cpu_us: f64,
-}
-
-fn measure(n: usize, wall: Duration, cpu: Duration) -> Figure {
-    Figure {
-        rate: n as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
-    }
-}
-
-fn messages(n: usize) -> Vec<Message> {
-    let pad = "x".repeat(1024 - 10);
-    (0..n)
-        .map(|i| {
-            Message::json("Pad", &Pad { pad: pad.clone() })
-                .expect("json")
-                .with_key(format!("k{}", i % 64))
-        })
-        .collect()
-}
 
 async fn raw_publish(conn: &Connection, queue: &str, msgs: &[Message]) -> Figure {
     let channel = conn.create_channel().await.expect("channel");
@@ -91,7 +48,7 @@ async fn raw_publish(conn: &Connection, queue: &str, msgs: &[Message]) -> Figure
                 .with_headers(t)
         })
         .collect();
-    let (t0, c0) = (Instant::now(), cpu());
+    let (t0, c0) = (Instant::now(), ProcessTime::now());
     for (chunk, pchunk) in msgs.chunks(UNCONFIRMED).zip(props.chunks(UNCONFIRMED)) {
         let mut confirms = Vec::with_capacity(chunk.len());
         for (m, p) in chunk.iter().zip(pchunk) {
@@ -115,7 +72,7 @@ async fn raw_publish(conn: &Connection, queue: &str, msgs: &[Message]) -> Figure
             assert!(c.await.expect("confirm").is_ack());
         }
     }
-    measure(msgs.len(), t0.elapsed(), cpu() - c0)
+    Figure::measure(msgs.len(), t0.elapsed(), c0.elapsed())
 }
 
 async fn raw_consume(conn: &Connection, queue: &str, n: usize) -> Figure {
@@ -124,7 +81,7 @@ async fn raw_consume(conn: &Connection, queue: &str, n: usize) -> Figure {
         .basic_qos(PREFETCH, BasicQosOptions::default())
         .await
         .expect("qos");
-    let (t0, c0) = (Instant::now(), cpu());
+    let (t0, c0) = (Instant::now(), ProcessTime::now());
     let mut consumer = channel
         .basic_consume(
             queue.into(),
@@ -140,13 +97,17 @@ async fn raw_consume(conn: &Connection, queue: &str, n: usize) -> Figure {
         d.ack(BasicAckOptions::default()).await.expect("ack");
         got += 1;
     }
-    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let f = Figure::measure(n, t0.elapsed(), c0.elapsed());
     let _ = channel.close(200, "done".into()).await;
     f
 }
 
 async fn framework_publish(url: &str, queue: &str, msgs: &[Message]) -> Figure {
-    let publisher = AmqpPublisher::new(url).with_max_unconfirmed(UNCONFIRMED);
+    let publisher = AmqpPublisher::builder(url)
+        .with_max_unconfirmed(UNCONFIRMED)
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let batch: Vec<Outgoing> = msgs
         .iter()
         .map(|m| Outgoing {
@@ -159,23 +120,24 @@ async fn framework_publish(url: &str, queue: &str, msgs: &[Message]) -> Figure {
         .await
         .into_iter()
         .for_each(|r| r.expect("warm-up"));
-    let (t0, c0) = (Instant::now(), cpu());
+    let (t0, c0) = (Instant::now(), ProcessTime::now());
     // The relay's shape: batches of outbox rows, each confirmed as a whole.
     for chunk in batch[1..].chunks(UNCONFIRMED) {
         for r in publisher.publish(chunk).await {
             r.expect("publish");
         }
     }
-    let f = measure(msgs.len() - 1, t0.elapsed(), cpu() - c0);
+    let f = Figure::measure(msgs.len() - 1, t0.elapsed(), c0.elapsed());
     publisher.close().await;
     f
 }
 
 async fn framework_consume(url: &str, topology: Topology, n: usize) -> Figure {
-    let source = AmqpSource::new(url, topology)
-        .expect("topology")
-        .with_prefetch(PREFETCH);
-    let (t0, c0) = (Instant::now(), cpu());
+    let source = AmqpSource::builder(url, topology)
+        .with_prefetch(PREFETCH)
+        .build()
+        .expect("topology");
+    let (t0, c0) = (Instant::now(), ProcessTime::now());
     let consumer =
         Consumer::new(source, MemoryStore::new(), noop).with_max_in_flight(usize::from(PREFETCH));
     let stats = consumer.stats();
@@ -184,7 +146,7 @@ async fn framework_consume(url: &str, topology: Topology, n: usize) -> Figure {
         let _ = stopped.await;
     }));
     stats.wait_for(|s| s.processed as usize >= n).await;
-    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let f = Figure::measure(n, t0.elapsed(), c0.elapsed());
     let _ = stop.send(());
     run.await.expect("join").expect("consumer");
     f

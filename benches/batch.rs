@@ -18,42 +18,17 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use consumer::batch::{Batch, BatchHandler, Batched};
-use consumer::testing::FreshSchema;
-use consumer::{BoxError, Consumer, MemoryBroker, Message, PgStore, PgTx, RetryPolicy, handler};
+use consumer::{BoxError, Consumer, MemoryBroker, Message, PgStore, PgTx, RetryPolicy};
 use cpu_time::ProcessTime;
-use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
+use payments::{Measurement, Payment, Schema, TOPIC, insert, record};
 
-const TOPIC: &str = "payments";
+#[path = "payments/mod.rs"]
+mod payments;
+
 const KEYS: usize = 256;
 const CONNECTIONS: u32 = 8;
-const BUSINESS_SQL: &str = "INSERT INTO payments (id, account, seq, cents) VALUES ($1, $2, $3, $4)";
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Payment {
-    id: String,
-    account: String,
-    seq: i64,
-    cents: i64,
-}
-
-async fn insert(payment: &Payment, tx: &mut PgTx) -> Result<(), sqlx::Error> {
-    sqlx::query(BUSINESS_SQL)
-        .bind(&payment.id)
-        .bind(&payment.account)
-        .bind(payment.seq)
-        .bind(payment.cents)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-#[handler(idempotency_key = payment.id, retry = none)]
-async fn record(payment: Payment, tx: &mut PgTx) -> Result<(), sqlx::Error> {
-    insert(&payment, tx).await
-}
 
 struct RecordBatch;
 
@@ -99,30 +74,8 @@ impl Side {
     }
 }
 
-struct Measurement {
-    wall: Duration,
-    cpu: Duration,
-}
-
-async fn schema() -> anyhow::Result<(FreshSchema, PgPool)> {
-    let fresh = FreshSchema::create("bench", CONNECTIONS).await?;
-    let pool = fresh.pool.clone();
-    sqlx::query(
-        "CREATE TABLE payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, \
-         seq BIGINT NOT NULL, cents BIGINT NOT NULL)",
-    )
-    .execute(&pool)
-    .await?;
-    let mut held = Vec::new();
-    for _ in 0..CONNECTIONS {
-        held.push(pool.acquire().await?);
-    }
-    drop(held);
-    Ok((fresh, pool))
-}
-
 async fn run(side: Side, n: usize) -> anyhow::Result<Measurement> {
-    let (fresh, pool) = schema().await?;
+    let schema = Schema::create(CONNECTIONS).await?;
     let broker = MemoryBroker::new(8);
     for i in 0..n {
         let account = format!("acct-{:03}", i % KEYS);
@@ -140,7 +93,7 @@ async fn run(side: Side, n: usize) -> anyhow::Result<Measurement> {
             .await?;
     }
     let drained = broker.clone();
-    let store = PgStore::new(pool.clone());
+    let store = PgStore::new(schema.pool.clone());
     let cpu = ProcessTime::try_now()?;
     let wall = Instant::now();
     let stats = match side {
@@ -167,13 +120,11 @@ async fn run(side: Side, n: usize) -> anyhow::Result<Measurement> {
         cpu: cpu.try_elapsed()?,
     };
     let s = stats.snapshot();
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM payments")
-        .fetch_one(&pool)
-        .await?;
-    if s.dead_letters() != 0 || rows != i64::try_from(n)? {
-        bail!("{}: {rows} rows for {n} messages, {s:?}", side.label());
+    if s.dead_letters() != 0 {
+        bail!("{}: {s:?}", side.label());
     }
-    fresh.drop_schema().await?;
+    schema.check(n).await.with_context(|| side.label())?;
+    schema.drop_schema().await?;
     Ok(measured)
 }
 

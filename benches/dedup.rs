@@ -25,17 +25,18 @@
 //! ```
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use consumer::testing::FreshSchema;
-use consumer::{Consumer, MemoryBroker, Message, PgStore, PgTx, handler};
+use consumer::{Consumer, MemoryBroker, Message, PgStore};
 use cpu_time::ProcessTime;
-use serde::{Deserialize, Serialize};
+use payments::{BUSINESS_SQL, Measurement, Payment, Schema, TOPIC, record};
 use sqlx::PgPool;
 use tokio::task::JoinSet;
 
-const TOPIC: &str = "payments";
+#[path = "payments/mod.rs"]
+mod payments;
+
 const DEFAULT_N: usize = 5_000;
 /// (keys, broker partitions). `MemoryBroker::default()` has 4 partitions;
 /// the 8 keys hash onto them 4/0/1/3, and the source takes from partitions
@@ -46,79 +47,11 @@ const CONFIGS: [(usize, usize); 3] = [(1, 4), (8, 4), (8, 1)];
 /// The framework's claim, verbatim (`consumer-core/src/store/postgres.rs`).
 const CLAIM_SQL: &str = "INSERT INTO consumer_processed (handler, key, message_id) VALUES ($1, $2, $3) \
      ON CONFLICT (handler, key) DO NOTHING";
-const BUSINESS_SQL: &str = "INSERT INTO payments (id, account, seq, cents) VALUES ($1, $2, $3, $4)";
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Payment {
-    id: String,
-    account: String,
-    seq: i64,
-    cents: i64,
-}
-
-#[handler(idempotency_key = payment.id, retry = none)]
-async fn record(payment: Payment, tx: &mut PgTx) -> Result<(), sqlx::Error> {
-    sqlx::query(BUSINESS_SQL)
-        .bind(&payment.id)
-        .bind(&payment.account)
-        .bind(payment.seq)
-        .bind(payment.cents)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Framework,
     Raw,
-}
-
-struct Measurement {
-    wall: Duration,
-    cpu: Duration,
-}
-
-/// A fresh schema with the store's tables and the business table.
-struct Schema {
-    fresh: FreshSchema,
-    pool: PgPool,
-}
-
-impl Schema {
-    async fn create(connections: u32) -> anyhow::Result<Self> {
-        let fresh = FreshSchema::create("bench", connections).await?;
-        let pool = fresh.pool.clone();
-        sqlx::query(
-            "CREATE TABLE payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, \
-             seq BIGINT NOT NULL, cents BIGINT NOT NULL)",
-        )
-        .execute(&pool)
-        .await?;
-        // Open every connection now, so neither side pays for connecting.
-        let mut held = Vec::new();
-        for _ in 0..connections {
-            held.push(pool.acquire().await?);
-        }
-        drop(held);
-        Ok(Self { fresh, pool })
-    }
-
-    async fn check(&self, n: usize) -> anyhow::Result<()> {
-        let (claims, rows): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM consumer_processed), (SELECT count(*) FROM payments)",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        if claims != i64::try_from(n)? || rows != claims {
-            bail!("expected {n} dedup rows and {n} payments, found {claims} and {rows}");
-        }
-        Ok(())
-    }
-
-    async fn drop_schema(self) -> anyhow::Result<()> {
-        Ok(self.fresh.drop_schema().await?)
-    }
 }
 
 fn messages(n: usize, keys: usize) -> anyhow::Result<Vec<Message>> {

@@ -98,10 +98,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use consumer::kafka::{
-    CONSUMER_DEFAULTS, KafkaMetrics, KafkaPublisher, KafkaSource, PUBLISHER_DEFAULTS, Topics,
+    CONSUMER_DEFAULTS, KafkaPublisher, KafkaSource, KafkaStats, PUBLISHER_DEFAULTS, Topics,
 };
 use consumer::store::Claim;
-use consumer::{Consumer, DedupStore, MemoryStore, Message, Outgoing, Publisher, Stats, handler};
+use consumer::{Consumer, DedupStore, MemoryStore, Message, Outgoing, Publisher, Stats};
 use cpu_time::ProcessTime;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -111,58 +111,18 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers as _, Message as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use throughput::{Figure, KEYS, Pad, messages, noop};
+
+#[path = "throughput/mod.rs"]
+mod throughput;
 
 const PARTITIONS: i32 = 6;
-const KEYS: usize = 64;
 const PUBLISH_BATCH: usize = 1000;
 const ROUNDS: usize = 2;
 /// `KafkaSource`'s default pause threshold (records pending per partition).
 const DEFAULT_WINDOW: usize = 256;
 /// A run with no progress for this long is reported as stalled.
 const STALL: Duration = Duration::from_secs(30);
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Pad {
-    pad: String,
-}
-
-#[handler(retry = none)]
-async fn noop(_m: Pad) -> Result<(), std::io::Error> {
-    Ok(())
-}
-
-#[derive(Clone, Copy)]
-struct Figure {
-    rate: f64,
-    cpu_us: f64,
-}
-
-fn measure(n: usize, wall: Duration, cpu: Duration) -> Figure {
-    Figure {
-        rate: n as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
-    }
-}
-
-/// The highest rate and the lowest CPU time of a side's runs, each on its
-/// own: on a shared machine, noise only ever makes a figure worse.
-fn best(runs: &[Figure]) -> Figure {
-    Figure {
-        rate: runs.iter().map(|f| f.rate).fold(0.0, f64::max),
-        cpu_us: runs.iter().map(|f| f.cpu_us).fold(f64::INFINITY, f64::min),
-    }
-}
-
-fn messages(n: usize) -> Vec<Message> {
-    let pad = "x".repeat(1024 - 10);
-    (0..n)
-        .map(|i| {
-            Message::json("Pad", &Pad { pad: pad.clone() })
-                .expect("json")
-                .with_key(format!("k{}", i % KEYS))
-        })
-        .collect()
-}
 
 #[derive(Clone)]
 struct Settings {
@@ -204,10 +164,11 @@ impl Settings {
         c.create().expect("raw producer")
     }
 
-    fn publisher(&self) -> KafkaPublisher {
+    async fn publisher(&self) -> KafkaPublisher {
         KafkaPublisher::builder(&self.brokers)
             .with_property("batch.num.messages", &self.batch_messages)
-            .build()
+            .connect()
+            .await
             .expect("publisher")
     }
 
@@ -342,11 +303,11 @@ async fn raw_publish(s: &Settings, topic: &str, msgs: &[Message]) -> Figure {
     for chunk in msgs[1..].chunks(PUBLISH_BATCH) {
         raw_send(&producer, topic, chunk).await;
     }
-    measure(msgs.len() - 1, t0.elapsed(), c0.elapsed())
+    Figure::measure(msgs.len() - 1, t0.elapsed(), c0.elapsed())
 }
 
 async fn framework_publish(s: &Settings, topic: &str, msgs: &[Message]) -> Figure {
-    let publisher = s.publisher();
+    let publisher = s.publisher().await;
     // The relay's shape: rows already read, published batch by batch.
     let batch: Vec<Outgoing> = msgs
         .iter()
@@ -364,7 +325,7 @@ async fn framework_publish(s: &Settings, topic: &str, msgs: &[Message]) -> Figur
             r.expect("publish");
         }
     }
-    measure(msgs.len() - 1, t0.elapsed(), c0.elapsed())
+    Figure::measure(msgs.len() - 1, t0.elapsed(), c0.elapsed())
 }
 
 /// Prints librdkafka's log lines (with `debug=...` in
@@ -446,7 +407,7 @@ fn raw_consume(
         }
     }
     let (t0, c0) = start.expect("at least one record");
-    let f = measure(n - 1, t0.elapsed(), c0.elapsed());
+    let f = Figure::measure(n - 1, t0.elapsed(), c0.elapsed());
     consumer
         .commit_consumer_state(CommitMode::Sync)
         .expect("final commit");
@@ -487,10 +448,10 @@ fn equal_work(record: &rdkafka::message::BorrowedMessage<'_>, store: &MemoryStor
 /// change, a cost the framework would be charged for.
 async fn poll_until(
     stats: &Stats,
-    metrics: &KafkaMetrics,
+    metrics: &KafkaStats,
     every: Duration,
-    done: impl Fn(&consumer::StatsSnapshot) -> bool,
-) -> consumer::StatsSnapshot {
+    done: impl Fn(&consumer::stats::StatsSnapshot) -> bool,
+) -> consumer::stats::StatsSnapshot {
     let mut last = (stats.snapshot().received, Instant::now());
     loop {
         let s = stats.snapshot();
@@ -526,8 +487,8 @@ async fn framework_consume(
     if let Some(w) = window {
         builder = builder.with_max_per_partition(w);
     }
-    let source = builder.connect().expect("source");
-    let metrics = source.metrics();
+    let source = builder.connect().await.expect("source");
+    let metrics = source.stats();
     let consumer = Consumer::new(source, MemoryStore::new(), noop);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -543,7 +504,7 @@ async fn framework_consume(
         s.processed as usize >= n
     })
     .await;
-    let f = measure(n - first.processed as usize, t0.elapsed(), c0.elapsed());
+    let f = Figure::measure(n - first.processed as usize, t0.elapsed(), c0.elapsed());
     let _ = stop.send(());
     run.await.expect("join").expect("consumer");
     if last.duplicates + last.dead_letters() + last.retries > 0 || last.processed as usize != n {
@@ -697,7 +658,7 @@ async fn full(s: &Settings, n: usize) {
         fw_pub.push(f);
         s.delete_topics(&[&topic]).await;
     }
-    let (raw_pub, fw_pub) = (best(&raw_pub), best(&fw_pub));
+    let (raw_pub, fw_pub) = (Figure::best(&raw_pub), Figure::best(&fw_pub));
 
     println!(
         "\nconsuming from the beginning, offsets stored after each record, auto-commit every 1 s:"
@@ -721,7 +682,7 @@ async fn full(s: &Settings, n: usize) {
             con[i].push(f);
         }
     }
-    let con: Vec<Figure> = con.iter().map(|runs| best(runs)).collect();
+    let con: Vec<Figure> = con.iter().map(|runs| Figure::best(runs)).collect();
     let (raw_con, fw_con) = (con[0], con[1]);
 
     println!("\nbest of {ROUNDS} (highest rate, lowest CPU/msg):");

@@ -58,9 +58,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use consumer::Acker as _;
-use consumer::Source as _;
 use consumer::kafka::{KafkaSource, Topics};
+use consumer::source::Acker as _;
+use consumer::source::Source as _;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -71,7 +71,7 @@ fn session_timeout_ms() -> String {
     std::env::var("BENCH_SESSION_TIMEOUT_MS").unwrap_or_else(|_| "10000".to_owned())
 }
 
-fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> KafkaSource {
+async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> KafkaSource {
     let mut b = KafkaSource::builder(
         bootstrap,
         group,
@@ -92,7 +92,7 @@ fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> 
     if let Some(id) = instance {
         b = b.with_static_membership(id);
     }
-    b.connect().expect("connect the source")
+    b.connect().await.expect("connect the source")
 }
 
 /// The child: consumes and acks, printing `got` per record, until killed;
@@ -102,7 +102,7 @@ async fn child(args: &[String]) {
         panic!("{CHILD} bootstrap topic group instance|-");
     };
     let instance = (instance != "-").then_some(instance.as_str());
-    let mut s = source(bootstrap, topic, group, instance);
+    let mut s = source(bootstrap, topic, group, instance).await;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     loop {
@@ -230,7 +230,7 @@ async fn run(
     produce(bootstrap, &topic, 2).await;
 
     let started = Instant::now();
-    let mut s = source(bootstrap, &topic, &group, instance);
+    let mut s = source(bootstrap, &topic, &group, instance).await;
     let Ok(first) = tokio::time::timeout(restart_timeout(), s.recv()).await else {
         s.close().await;
         return None;

@@ -52,7 +52,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use consumer::envelope::{Headers, Message, format_time, names};
 use consumer::testing::FreshSchema;
-use consumer::{Acker, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, Source};
+use consumer::{
+    MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher,
+    source::{Acker, Source},
+};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row as _};

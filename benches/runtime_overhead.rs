@@ -63,8 +63,13 @@ use consumer::memory::MemoryAcker;
 use consumer::metrics::SourceGauges;
 use consumer::store::Claim;
 use consumer::{
-    Consumer, DedupStore, Envelope, Handler, Invocation, MemoryBroker, MemorySource, MemoryStore,
-    Message, Origin, Outcome, Placement, RetryPolicy, Source, SqliteStore, Stats, handler,
+    Consumer, DedupStore, Envelope, Handler, MemoryBroker, MemoryStore, Message, RetryPolicy,
+    SqliteStore, Stats,
+    envelope::{Origin, Placement},
+    handler,
+    handler::{Invocation, Outcome},
+    memory::MemorySource,
+    source::Source,
 };
 use cpu_time::ProcessTime;
 use opentelemetry::trace::TracerProvider as _;
@@ -623,8 +628,8 @@ fn read_envelope((offset, m): (u64, Message)) -> Envelope {
     static TOPIC_NAME: std::sync::OnceLock<std::sync::Arc<str>> = std::sync::OnceLock::new();
     let position = i64::try_from(offset).unwrap_or(i64::MAX);
     let origin = Origin {
-        destination: std::sync::Arc::clone(TOPIC_NAME.get_or_init(|| TOPIC.into())).into(),
-        position: consumer::Position::log(0, position),
+        channel: std::sync::Arc::clone(TOPIC_NAME.get_or_init(|| TOPIC.into())).into(),
+        position: consumer::envelope::Position::log(0, position),
         placement: Placement::Log {
             partition: 0,
             offset: position,

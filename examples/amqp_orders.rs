@@ -110,7 +110,7 @@ pub fn outbox(destination: &str) -> Outbox {
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
 /// outbox relay publishing through `publisher`, and the router over
 /// `source`.
-pub fn shop_service<P: Publisher, S: consumer::Source>(
+pub fn shop_service<P: Publisher, S: consumer::source::Source>(
     pool: sqlx::PgPool,
     store: PgStore,
     source: S,
@@ -155,13 +155,13 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
 
     // The source declares the topology before anything is published to it.
-    let source = AmqpSource::new(amqp_url.clone(), topology.clone())?
+    let source = AmqpSource::builder(amqp_url.clone(), topology.clone())
         .connect()
         .await?;
     let destination = format!("/{queue}");
     let outbox = outbox(&destination);
     shop::place_orders(&pool, &outbox, &run).await?;
-    let publisher = AmqpPublisher::new(amqp_url.clone());
+    let publisher = AmqpPublisher::builder(amqp_url.clone()).connect().await?;
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
         .into_iter()
         .map(|message| Outgoing {
@@ -204,14 +204,17 @@ async fn main() -> anyhow::Result<()> {
         "not every delivery was settled within 120 s ({s:?}); is RabbitMQ at {amqp_url} serving {queue}?"
     );
 
-    shop::print_report(
-        &format!(
-            "amqp_orders: the `shop` service on RabbitMQ at {amqp_url} and PostgreSQL\n\ntopology:\n{topology}"
-        ),
-        relay_stats.snapshot().published,
-        &s,
-        &shop::history(&pool, &run).await?,
-        &read_dead_letters(&amqp_url, &topology, &run).await?,
+    print!(
+        "{}",
+        shop::report(
+            &format!(
+                "amqp_orders: the `shop` service on RabbitMQ at {amqp_url} and PostgreSQL\n\ntopology:\n{topology}"
+            ),
+            relay_stats.snapshot().published,
+            &s,
+            &shop::history(&pool, &run).await?,
+            &read_dead_letters(&amqp_url, &topology, &run).await?,
+        )
     );
     Ok(())
 }

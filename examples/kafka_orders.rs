@@ -139,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
 
     let outbox = outbox(topics.topic());
     shop::place_orders(&pool, &outbox, &run).await?;
-    let publisher = KafkaPublisher::builder(&brokers).build()?;
+    let publisher = KafkaPublisher::builder(&brokers).connect().await?;
     let legacy: Vec<Outgoing> = shop::legacy_messages(&run)?
         .into_iter()
         .map(|message| Outgoing {
@@ -154,7 +154,9 @@ async fn main() -> anyhow::Result<()> {
     // confirm: the consumer must not run it twice.
     let faults = Faults::new();
     faults.duplicate_next_publishes(1);
-    let source = KafkaSource::builder(&brokers, &group, topics.clone()).connect()?;
+    let source = KafkaSource::builder(&brokers, &group, topics.clone())
+        .connect()
+        .await?;
     let Shop {
         service,
         relay_stats,
@@ -186,14 +188,17 @@ async fn main() -> anyhow::Result<()> {
         "not every delivery was settled within 120 s ({s:?}); is the broker at {brokers} serving group {group}?"
     );
 
-    shop::print_report(
-        &format!(
-            "kafka_orders: the `shop` service on Kafka at {brokers} and PostgreSQL\n\n{topics}"
-        ),
-        relay_stats.snapshot().published,
-        &s,
-        &shop::history(&pool, &run).await?,
-        &read_dead_letters(&brokers, topics.dead_letter_topic(), &run)?,
+    print!(
+        "{}",
+        shop::report(
+            &format!(
+                "kafka_orders: the `shop` service on Kafka at {brokers} and PostgreSQL\n\n{topics}"
+            ),
+            relay_stats.snapshot().published,
+            &s,
+            &shop::history(&pool, &run).await?,
+            &read_dead_letters(&brokers, topics.dead_letter_topic(), &run)?,
+        )
     );
     Ok(())
 }

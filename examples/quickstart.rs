@@ -81,6 +81,18 @@ pub fn shop_service<P: Publisher>(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
+    let report = run().await?;
+    // `tests/quickstart_readme.rs` compares this with the README's copy,
+    // all but the timing.
+    println!(
+        "{report}\nfinished in {:.2?}",
+        started.elapsed().max(Duration::from_millis(1))
+    );
+    Ok(())
+}
+
+/// Runs the shop once, start to finish, and returns its report.
+pub async fn run() -> anyhow::Result<String> {
     let run = "quickstart";
     // One connection: an in-memory SQLite database lives in its connection.
     let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -122,17 +134,12 @@ async fn main() -> anyhow::Result<()> {
     };
     service.run_until(done).await?;
 
-    shop::print_report(
+    Ok(shop::report(
         "quickstart: the `shop` service: outbox relay -> topic `order-events` -> router `orders`\n\
          (reserve_stock, capture_payment, notify_customer), in-memory broker, SQLite",
         relay_stats.snapshot().published,
         &stats.snapshot(),
         &shop::history(&pool, run).await?,
         &broker.dead_letter_records("order-events"),
-    );
-    println!(
-        "\nfinished in {:.2?}",
-        started.elapsed().max(Duration::from_millis(1))
-    );
-    Ok(())
+    ))
 }

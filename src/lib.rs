@@ -1,13 +1,13 @@
 //! Consumers that never lose a message and never process one twice.
 //!
-//! Annotate a plain `async fn` with [`#[handler]`](handler); run it on a
+//! Annotate a plain `async fn` with [`#[handler]`](macro@handler); run it on a
 //! broker with a store; the framework does the rest: decoding (a payload
 //! that does not decode is a poison pill), the dedup row inserted in the
 //! handler's own transaction, W3C trace context extraction into a child
 //! span, classification of errors (poison / terminal / transient), retries
 //! with exponential backoff and full jitter, dead letters with structured
-//! context, per-key ordering with parallelism across keys, and graceful
-//! shutdown.
+//! context, per-key ordering with parallelism across keys, a transactional
+//! outbox, and graceful shutdown.
 //!
 //! ```
 //! use consumer::{handler, Consumer, MemoryBroker, Message, MessageContext, SqliteStore, SqliteTx};
@@ -63,18 +63,57 @@
 //! # }
 //! ```
 //!
-//! Backends are chosen with cargo features; see the README for the table.
+//! # The guide
+//!
+//! The [`guide`] explains the framework topic by topic, every example
+//! compiled: [getting started](guide::getting_started) (dependencies,
+//! features, the stores), [handlers](guide::handlers),
+//! [delivery semantics](guide::semantics),
+//! [router and service](guide::router_and_service), the
+//! [transactional outbox](guide::outbox), [batches](guide::batches),
+//! [scale-out](guide::scale_out), [contracts](guide::contracts),
+//! [observability](guide::observability), [operations](guide::operations)
+//! (the `consumer` command-line tool), and one page per backend:
+//! [memory broker](guide::memory_broker), [RabbitMQ](guide::rabbitmq),
+//! [Kafka](guide::kafka).
+//!
+//! # Where things are
+//!
+//! The crate's root holds what an application uses: [`Consumer`],
+//! [`#[handler]`](macro@handler), [`Router`], [`Service`], [`Outbox`] and
+//! [`OutboxRelay`], the stores ([`PgStore`], [`SqliteStore`],
+//! [`MemoryStore`]), [`RetryPolicy`], [`DeadLetter`], [`MemoryBroker`],
+//! [`Message`] and [`Error`]. Its modules hold the rest of each part
+//! ([`router`], [`service`], [`outbox`], [`batch`], [`store`], [`stats`],
+//! ...); [`backend`] is the door for broker backends; the backends and the
+//! contract tooling are behind features:
+//!
+//! | feature | default | what it enables |
+//! |---|---|---|
+//! | `macros` | yes | [`#[handler]`](macro@handler) |
+//! | `postgres` | yes | [`PgStore`], [`PgTx`] |
+//! | `sqlite` | yes | [`SqliteStore`], [`SqliteTx`] (the embedded default) |
+//! | `prometheus` | yes | `GET /metrics` on the service host ([`service::PrometheusMetrics`]) |
+//! | `asyncapi` | yes | [`contracts`]: the AsyncAPI 3.1 document, payload schemas, compatibility checks |
+//! | `amqp` | – | [`amqp`]: the RabbitMQ backend |
+//! | `kafka` | – | [`kafka`]: the Kafka backend (librdkafka bundled) |
+//! | `testing` | – | `testing`: fault injection over any backend, a fresh PostgreSQL schema, in-memory spans |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use consumer_core::*;
 
-/// Turns an `async fn` into a message handler.
+pub mod guide;
+
+/// Turns an `async fn` into a message handler. The guide's
+/// [handlers page](guide::handlers) has every argument with examples that
+/// run.
 ///
 /// ```text
 /// #[handler(
 ///     idempotency_key = <expr>,           // default: the message id
 ///     retry = exponential(base = "100ms", max_delay = "30s", attempts = 5, mode = in_place),
 ///     terminal = <pattern> | <pattern>,   // default: nothing is terminal
+///     event_type = "OrderPlaced",         // or ["A", "B"]; default: the message type's name
 ///     name = "charge",                    // default: the function's name
 ///     crate = ::consumer,                 // for renamed dependencies
 /// )]
@@ -85,9 +124,9 @@ pub use consumer_core::*;
 ///   does not decode is dead-lettered at once as poison.
 /// * `tx` (optional) is the transaction that already holds the dedup row
 ///   for the idempotency key: writes made through it commit together with
-///   that row or not at all. Its type picks the store: `&mut PgTx` or
-///   `&mut SqliteTx`. Without it the handler runs on either store, and the
-///   key is still recorded before the side effect.
+///   that row or not at all. Its type picks the store: `&mut PgTx`,
+///   `&mut SqliteTx` or `&mut MemoryTx`. Without it the handler runs on any
+///   store, and the key is still recorded before the side effect.
 /// * `ctx` (optional) is the [`MessageContext`].
 /// * `idempotency_key` is an expression over the message argument (by
 ///   reference) whose value implements `Display`.
@@ -97,6 +136,8 @@ pub use consumer_core::*;
 ///   type [`RetryPolicy`].
 /// * `terminal` patterns are matched against `&E`: a match is dead-lettered
 ///   without retry; any other error is transient and retried.
+/// * `event_type` is the CloudEvents type (`ce_type`) a [`Router`] sends
+///   the handler; a consumer that runs the handler alone ignores it.
 ///
 /// The function becomes a unit struct of the same name that implements
 /// [`Handler`]; the original function is `name::call`.
@@ -105,7 +146,8 @@ pub use consumer_core::*;
 ///
 /// With `batch`, the function handles a [`batch::Batch`] of fresh messages
 /// in one transaction, and becomes a [`batch::BatchHandler`]: run it as
-/// [`batch::Batched::new(name)`](batch::Batched::new).
+/// [`batch::Batched::new(name)`](batch::Batched::new). See the guide's
+/// [batches page](guide::batches).
 ///
 /// ```text
 /// #[handler(
@@ -137,6 +179,23 @@ pub use consumer_amqp as amqp;
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use consumer_kafka as kafka;
+
+/// The AWS SQS backend: `SqsSource`, `SqsPublisher`, `Topology` (FIFO
+/// group = key, retries by visibility, dead letters with context).
+#[cfg(feature = "sqs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
+pub use consumer_sqs as sqs;
+
+// The SQS guide's Rust blocks, compiled as doctests.
+#[cfg(all(doctest, feature = "sqs"))]
+#[doc = include_str!("../docs/guide/sqs.md")]
+mod sqs_guide {}
+
+/// Contracts made from the service itself: its AsyncAPI 3.1 document, its
+/// payload schemas and their compatibility checks (`ServiceContracts`).
+#[cfg(feature = "asyncapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "asyncapi")))]
+pub use consumer_contracts as contracts;
 
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!(

@@ -56,12 +56,11 @@ async fn wait_effects(h: &PgHarness, at_least: i64) {
 async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lettered() {
     let h = PgHarness::new().await;
     let queue = unique_prefix("plain");
-    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
-        .expect("topology")
+    let source = AmqpSource::builder(amqp_url(), test_topology(&queue))
         .connect()
         .await
         .expect("RabbitMQ source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
 
     // A plain lapin client: default properties, no headers, no message id.
     let conn = connect().await;
@@ -103,7 +102,7 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
     assert_eq!(got.len(), 2);
     for dl in &got {
         assert_eq!((dl.kind, dl.attempts), (DeadLetterKind::Poison, 1));
-        assert_eq!(dl.origin.destination, queue);
+        assert_eq!(dl.origin.channel, queue);
         assert!(
             dl.message_id.starts_with("amqp-"),
             "content-hash id: {}",
@@ -155,7 +154,11 @@ async fn an_unroutable_publish_is_a_non_retriable_error_not_a_silent_drop() {
         .declare(&channel)
         .await
         .expect("declare");
-    let publisher = AmqpPublisher::new(amqp_url()).with_max_unconfirmed(2);
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_max_unconfirmed(2)
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let ok = |n: i64| Outgoing {
         destination: format!("/{queue}"),
         message: Job::new("k", n).message(),
@@ -196,9 +199,10 @@ async fn child_consumer_process() {
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
-    let source = AmqpSource::new(amqp_url(), test_topology(queue))
-        .expect("topology")
-        .with_prefetch(50);
+    let source = AmqpSource::builder(amqp_url(), test_topology(queue))
+        .with_prefetch(50)
+        .build()
+        .expect("topology");
     let store = consumer::Store::new(pool);
     let forever = std::future::pending();
     if batched {
@@ -266,9 +270,9 @@ async fn run_until_effects<R>(
     h: &PgHarness,
     consumer: Consumer<AmqpSource, consumer::PgStore, R>,
     n: i64,
-) -> consumer::StatsSnapshot
+) -> consumer::stats::StatsSnapshot
 where
-    R: consumer::Routes<consumer::PgStore>,
+    R: consumer::router::Routes<consumer::PgStore>,
 {
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -285,7 +289,10 @@ async fn killed_mid_batch(batched: bool) {
     let h = PgHarness::new().await;
     let queue = unique_prefix("kill");
     let n = 400;
-    let publisher = AmqpPublisher::new(amqp_url());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let conn = connect().await;
     test_topology(&queue)
         .declare(&conn.create_channel().await.expect("channel"))
@@ -330,12 +337,11 @@ async fn killed_mid_batch(batched: bool) {
     let after_kill = effects(&h).await;
     assert!(after_kill < n, "the kill came too late to be mid-batch");
 
-    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
-        .expect("topology")
+    let source = AmqpSource::builder(amqp_url(), test_topology(&queue))
         .connect()
         .await
         .expect("source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let s = if batched {
         let handler = consumer::batch::Batched::new(RecordBatch).with_max_batch(16);
         run_until_effects(&h, Consumer::new(source, h.store(), handler), n).await
@@ -422,7 +428,9 @@ async fn slow_retries(job: Job, tx: &mut PgTx) -> Result<(), JobError> {
 async fn retries_longer_than_the_longest_delay_queue_are_refused_at_start() {
     let h = PgHarness::new().await;
     let queue = unique_prefix("delays");
-    let source = AmqpSource::new(amqp_url(), test_topology(&queue)).expect("topology");
+    let source = AmqpSource::builder(amqp_url(), test_topology(&queue))
+        .build()
+        .expect("topology");
     let err = Consumer::new(source, h.store(), slow_retries)
         .run_until(std::future::pending())
         .await

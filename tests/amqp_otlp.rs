@@ -22,8 +22,7 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
     let queue = format!("{}.orders", unique_prefix("otlp"));
     // Declared before the relay publishes to it: the source declares its
     // topology on connect.
-    let source = AmqpSource::new(amqp_url(), test_topology(&queue))
-        .expect("topology")
+    let source = AmqpSource::builder(amqp_url(), test_topology(&queue))
         .connect()
         .await
         .unwrap_or_else(|e| {
@@ -43,7 +42,7 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
     };
     let run = otlp::run(
         &telemetry,
-        AmqpPublisher::new(amqp_url()),
+        AmqpPublisher::builder(amqp_url()).build(),
         async { source },
         &expected,
     )

@@ -31,12 +31,12 @@ fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
 async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     drop(connect().await);
     let queue = unique_prefix("pcount");
-    let first = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+    let first = PartitionedSource::builder(amqp_url(), partitioned(&queue, 4))
         .connect()
         .await
         .expect("the first start declares 4 partitions");
     for n in [3, 5, 1] {
-        let err = PartitionedSource::new(amqp_url(), partitioned(&queue, n))
+        let err = PartitionedSource::builder(amqp_url(), partitioned(&queue, n))
             .connect()
             .await
             .expect_err("another count is refused");
@@ -47,7 +47,11 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
             "the refusal says what differs: {text}"
         );
     }
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, 8));
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(partitioned(&queue, 8))
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let results = publisher
         .publish(&[Outgoing {
             destination: format!("/{queue}"),
@@ -62,12 +66,133 @@ async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     assert!(!err.is_retriable(), "a mismatch does not heal: {err}");
     assert!(err.to_string().contains("has 4 partition queues"), "{err}");
     // The same count is accepted by a second instance and a publisher.
-    let second = PartitionedSource::new(amqp_url(), partitioned(&queue, 4))
+    let second = PartitionedSource::builder(amqp_url(), partitioned(&queue, 4))
         .connect()
         .await
         .expect("the same count starts");
-    consumer::Source::close(second).await;
-    consumer::Source::close(first).await;
+    consumer::source::Source::close(second).await;
+    consumer::source::Source::close(first).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_with_the_way_to_migrate()
+ {
+    drop(connect().await);
+    // Partitions declared classic earlier (the default before quorum).
+    let queue = unique_prefix("ptype");
+    let classic = partitioned(&queue, 2).with_queue_type(consumer::amqp::QueueType::Classic);
+    let first = PartitionedSource::builder(amqp_url(), classic)
+        .connect()
+        .await
+        .expect("classic partitions, as asked");
+    consumer::backend::Source::close(first).await;
+    let topology = partitioned(&queue, 2);
+    assert_eq!(
+        topology.partition(0).queue_type(),
+        consumer::amqp::QueueType::Quorum,
+        "quorum unless told otherwise"
+    );
+    let err = PartitionedSource::builder(amqp_url(), topology.clone())
+        .connect()
+        .await
+        .expect_err("classic queues on the broker, quorum configured: refused at start");
+    assert!(
+        matches!(err, consumer::amqp::Error::QueueTypeMismatch { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    for needle in [
+        "exists on the broker as a classic queue",
+        "declares it as a quorum queue",
+        &format!("`{queue}.p0` .. `{queue}.p1`"),
+        &format!("`{queue}.dlq`"),
+        "rabbitmqctl delete_queue",
+        "drain",
+    ] {
+        assert!(text.contains(needle), "the refusal says {needle:?}: {text}");
+    }
+    let core: consumer::Error = err.into();
+    assert!(
+        !core.is_retriable(),
+        "a type mismatch does not heal: {core}"
+    );
+    // Publishers refuse it the same way.
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology)
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
+    let refused = publisher
+        .publish(&[Outgoing {
+            destination: format!("/{queue}"),
+            message: Job::new("k", 0).message(),
+        }])
+        .await
+        .into_iter()
+        .next()
+        .expect("one result")
+        .expect_err("a publisher declaring quorum partitions is refused too");
+    assert!(
+        refused
+            .to_string()
+            .contains("exists on the broker as a classic queue"),
+        "{refused}"
+    );
+}
+
+/// Deliveries without a key, published straight to a partition queue by an
+/// outside producer (no `ce-partitionkey`), run in queue order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("punkeyed");
+    let topology = partitioned(&queue, 2);
+    let p0 = topology.partition_queue(0);
+    // Declared, and a backlog waiting before any consumer runs, so that the
+    // consumer holds many at once.
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    for p in 0..2 {
+        topology
+            .partition(p)
+            .declare(&channel)
+            .await
+            .expect("declare");
+    }
+    let n = 300;
+    for seq in 0..n {
+        let job = Job {
+            id: format!("unkeyed-{seq}"),
+            ..Job::new("one-business-key", seq)
+        };
+        channel
+            .basic_publish(
+                "".into(),
+                p0.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                &serde_json::to_vec(&job).expect("json"),
+                lapin::BasicProperties::default().with_content_type("application/json".into()),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("sent");
+    }
+    let _ = conn.close(200, "published".into()).await;
+    let source = PartitionedSource::builder(amqp_url(), topology)
+        .with_heartbeat(Duration::from_millis(100))
+        .build()
+        .expect("a partitioned source");
+    let consumer = Consumer::new(source, h.store(), record_in_order);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    wait_effects(&h, n).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+    assert_in_order_exactly_once(&h, 1, n).await;
 }
 
 /// Waits until `rx` shows an assignment `f` accepts.
@@ -86,14 +211,20 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
     effects_table(&h).await;
     let queue = unique_prefix("pshare");
     let topology = partitioned(&queue, 4);
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
 
     let start = |id: &'static str| {
-        let source = PartitionedSource::new(amqp_url(), topology.clone())
+        let source = PartitionedSource::builder(amqp_url(), topology.clone())
             .with_instance_id(id)
-            .with_heartbeat(Duration::from_millis(100));
+            .with_heartbeat(Duration::from_millis(100))
+            .build()
+            .expect("a partitioned source");
         let assignment = source.assignment();
-        let metrics = source.metrics();
+        let metrics = source.stats();
         let consumer = Consumer::new(source, h.store(), record_in_order);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let run = tokio::spawn(consumer.run_until(async move {
@@ -167,9 +298,11 @@ async fn child_partition_consumer_process() {
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
-    let source = PartitionedSource::new(amqp_url(), partitioned(queue, PARTITIONS))
+    let source = PartitionedSource::builder(amqp_url(), partitioned(queue, PARTITIONS))
         .with_instance_id(instance())
-        .with_prefetch(32);
+        .with_prefetch(32)
+        .build()
+        .expect("a partitioned source");
     let mut assignment = source.assignment();
     let log = pool.clone();
     tokio::spawn(async move {
@@ -231,7 +364,11 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("pproc");
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(partitioned(&queue, PARTITIONS));
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(partitioned(&queue, PARTITIONS))
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let (keys, per_key) = (100, 100);
     let all = jobs(keys, 0..per_key);
     let (first, rest) = all.split_at(4_000);
@@ -317,7 +454,11 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
     effects_table(&h).await;
     let queue = unique_prefix("pgauge");
     let topology = partitioned(&queue, 2);
-    let publisher = AmqpPublisher::new(amqp_url()).with_partitions(topology.clone());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     // Three poison pills: three dead letters in the shared queue.
     let poison: Vec<Outgoing> = (0..3)
         .map(|i| Outgoing {
@@ -331,9 +472,11 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
         r.expect("publish");
     }
     let recorder = MetricsRecorder::new();
-    let source = PartitionedSource::new(amqp_url(), topology.clone())
+    let source = PartitionedSource::builder(amqp_url(), topology.clone())
         .with_heartbeat(Duration::from_millis(100))
-        .with_depth_interval(Duration::from_millis(20));
+        .with_depth_interval(Duration::from_millis(20))
+        .build()
+        .expect("a partitioned source");
     let consumer = Consumer::new(source, h.store(), record_in_order).with_meter(recorder.meter());
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -146,7 +146,10 @@ async fn restart_mid_run<H>(
         .await
         .expect("declare");
     let _ = conn.close(200, "declared".into()).await;
-    let publisher = AmqpPublisher::new(amqp_url());
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
     let batch: Vec<Outgoing> = (0..n)
         .map(|i| Outgoing {
             destination: format!("/{queue}"),
@@ -162,13 +165,12 @@ async fn restart_mid_run<H>(
     }
     publisher.close().await;
 
-    let source = AmqpSource::new(amqp_url(), topology())
-        .expect("topology")
+    let source = AmqpSource::builder(amqp_url(), topology())
         .with_prefetch(32)
         .connect()
         .await
         .expect("source");
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let consumer = Consumer::new(source, h.store(), handler).with_max_in_flight(32);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

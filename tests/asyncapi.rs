@@ -25,12 +25,16 @@ mod outbox_orders;
 #[path = "../examples/quickstart.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod quickstart;
+#[path = "../examples/saga.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod saga;
 mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use consumer::MemoryBroker;
+use consumer::contracts::ServiceContracts;
 use serde_json::Value;
 
 /// Every diagnostic the parser reports on `document`.
@@ -185,9 +189,11 @@ async fn the_kafka_example_document_has_no_diagnostics_and_matches_its_golden_fi
     let topics = Topics::new("shop.order-events").expect("valid topics");
     let source = KafkaSource::builder(brokers, "shop-example", topics.clone())
         .connect()
+        .await
         .expect("a Kafka consumer client");
     let publisher = KafkaPublisher::builder(brokers)
-        .build()
+        .connect()
+        .await
         .expect("a Kafka producer client");
     let pool = lazy_postgres();
     let shop = kafka_orders::shop_service(
@@ -217,14 +223,16 @@ async fn the_amqp_example_document_has_no_diagnostics_and_matches_its_golden_fil
     let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let topology =
         amqp_orders::topology("shop.order-events", QueueType::Classic).expect("a valid topology");
-    let source = AmqpSource::new(url, topology).expect("an AMQP source");
+    let source = AmqpSource::builder(url, topology)
+        .build()
+        .expect("an AMQP source");
     let pool = lazy_postgres();
     let shop = amqp_orders::shop_service(
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
         amqp_orders::outbox("/shop.order-events"),
-        AmqpPublisher::new(url),
+        AmqpPublisher::builder(url).build(),
     )
     .expect("the RabbitMQ example's service");
     let document = shop
@@ -245,14 +253,18 @@ async fn a_partitioned_amqp_document_has_no_diagnostics_and_matches_its_golden_f
     use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
     let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let topology = PartitionedTopology::new("shop.order-events", 8).expect("a valid topology");
-    let source = PartitionedSource::new(url, topology.clone());
+    let source = PartitionedSource::builder(url, topology.clone())
+        .build()
+        .expect("a partitioned source");
     let pool = lazy_postgres();
     let shop = amqp_orders::shop_service(
         pool.clone(),
         consumer::PgStore::new(pool),
         source,
         amqp_orders::outbox("/shop.order-events"),
-        AmqpPublisher::new(url).with_partitions(topology),
+        AmqpPublisher::builder(url)
+            .with_partitions(topology)
+            .build(),
     )
     .expect("the partitioned service");
     let document = shop
@@ -323,4 +335,45 @@ async fn a_message_type_without_a_schema_refuses_the_document_naming_it() {
         .with_asyncapi_endpoint()
         .expect_err("the endpoint refuses to start without the document");
     assert!(err.to_string().contains("Unschematic"), "{err}");
+}
+
+/// The saga example's document lists what the saga consumes (a receive
+/// operation for each event type it registered, its timeout included) and
+/// what it sends (a send operation for each command it declared), and the
+/// parser finds nothing wrong with it.
+#[tokio::test]
+async fn the_saga_example_document_lists_what_the_saga_consumes_and_sends() {
+    let document = saga::shop_service(lazy_sqlite(), &MemoryBroker::new(4))
+        .expect("the saga example's service")
+        .asyncapi()
+        .expect("the saga example's document");
+    assert_references_resolve(&document);
+    let found = diagnostics("saga", &document);
+    assert!(found.is_empty(), "the parser reports: {found:#?}");
+    let Some(operations) = document["operations"].as_object() else {
+        panic!("no operations: {document:#}");
+    };
+    let with = |action: &str, message: &str| {
+        operations.values().any(|op| {
+            op["action"] == action
+                && op["messages"].as_array().is_some_and(|ms| {
+                    ms.iter().any(|m| {
+                        m["$ref"]
+                            .as_str()
+                            .is_some_and(|r| r.ends_with(&format!("/{message}")))
+                    })
+                })
+        })
+    };
+    for consumed in ["OrderPlaced", "PaymentCaptured", "PaymentTimedOut"] {
+        assert!(with("receive", consumed), "the saga consumes {consumed}");
+    }
+    for sent in [
+        "ChargePayment",
+        "RefundPayment",
+        "ReserveStock",
+        "ShipOrder",
+    ] {
+        assert!(with("send", sent), "the saga sends {sent}");
+    }
 }

@@ -147,7 +147,8 @@ mod kafka {
         let topic = topic(&brokers).await;
         let publisher = KafkaPublisher::builder(&brokers)
             .with_source("/tests/cloudevents")
-            .build()
+            .connect()
+            .await
             .expect("publisher");
         let (batch, id) = ours(&topic);
         for r in publisher.publish(&batch).await {
@@ -236,7 +237,11 @@ mod rabbitmq {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn what_our_amqp_publisher_sends_the_sdk_reads_as_cloudevents() {
         let (_channel, queue) = queue().await;
-        let publisher = AmqpPublisher::new(url()).with_source("/tests/cloudevents");
+        let publisher = AmqpPublisher::builder(url())
+            .with_source("/tests/cloudevents")
+            .connect()
+            .await
+            .expect("a RabbitMQ publisher");
         let (batch, id) = ours(&format!("/{queue}"));
         for r in publisher.publish(&batch).await {
             r.expect("published");

@@ -1,6 +1,6 @@
 //! The compatibility corpus (tests/compat/corpus.json): schema changes,
 //! each with the verdict expected in every mode, checked with
-//! `consumer::compat`, and cross-checked with npm `json-schema-diff` 1.0.0
+//! `consumer::contracts::compat`, and cross-checked with npm `json-schema-diff` 1.0.0
 //! (run by scripts/json_schema_diff.js from the directory `scripts/tools
 //! json-schema-diff` prints; `JSON_SCHEMA_DIFF` overrides it).
 
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use consumer::compat::{Mode, compare};
+use consumer::contracts::compat::{Mode, compare};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -26,8 +26,10 @@ mod quickstart;
 use std::path::Path;
 
 use consumer::MemoryBroker;
-use consumer::asyncapi::{Contract, PayloadSchema, PayloadType};
-use consumer::compat::{Contracts, Mode, SnapshotDir};
+use consumer::contracts::ServiceContracts;
+use consumer::contracts::asyncapi::{Contract, PayloadSchema};
+use consumer::contracts::compat::{Contracts, Mode, SnapshotDir};
+use consumer::describe::PayloadType;
 
 /// Checks a service's schemas against its committed snapshots.
 fn assert_contracts_hold(dir: &str, schemas: &[PayloadSchema]) {
@@ -124,8 +126,8 @@ fn read_schema(payload: PayloadType) -> PayloadSchema {
         subject: "OrderPlaced".to_owned(),
         contract: Contract::Deserialize,
         type_name: payload.type_name(),
-        schema: payload
-            .schema(Contract::Deserialize)
+        schema: Contract::Deserialize
+            .schema_of(&payload)
             .expect("the type derives JsonSchema"),
     }
 }

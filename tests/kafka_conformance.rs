@@ -35,7 +35,8 @@ mod kafka_settle {
         broker.create("t").await;
         let outside = KafkaPublisher::builder(broker.cluster.bootstrap())
             .with_property("message.max.bytes", "2000000")
-            .build()
+            .connect()
+            .await
             .expect("an outside producer");
         let payload = vec![b'x'; 1_500_000];
         let big = Message::raw(payload.clone()).with_key("k").with_id("huge");
@@ -55,6 +56,7 @@ mod kafka_settle {
             broker.topics("t"),
         )
         .connect()
+        .await
         .expect("source");
         let consumer = Consumer::new(source, h.store(), handlers::work);
         let stats = consumer.stats();
@@ -100,8 +102,9 @@ mod kafka_settle {
             broker.topics("t").without_retry_topic(),
         )
         .connect()
+        .await
         .expect("source");
-        let metrics = source.metrics();
+        let metrics = source.stats();
         let err = Consumer::new(source, h.store(), handlers::work_redeliver)
             .run_until(std::future::pending())
             .await

@@ -276,8 +276,9 @@ async fn an_event_enqueued_in_the_outbox_reaches_kafka_through_debezium_keyed_ro
     }
 
     // This framework's own consumer reads what Debezium wrote.
-    let source = KafkaSource::builder(&brokers, &format!("g-{topic}"), topics)
+    let source = KafkaSource::builder(&brokers, format!("g-{topic}"), topics)
         .connect()
+        .await
         .expect("source");
     let consumer = Consumer::new(source, MemoryStore::new(), record);
     let stats = consumer.stats();

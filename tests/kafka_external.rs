@@ -53,7 +53,8 @@ mod static_membership {
         let topics = || Topics::new(&topic).expect("topic").without_retry_topic();
         topics().create(&brokers, 2, 1).await.expect("create topic");
         let publisher = KafkaPublisher::builder(&brokers)
-            .build()
+            .connect()
+            .await
             .expect("publisher");
         let publish = |from: i64| {
             let batch: Vec<Outgoing> = (from..from + 10)
@@ -70,17 +71,18 @@ mod static_membership {
                 }
             }
         };
-        let member = || {
+        let member = || async {
             KafkaSource::builder(&brokers, &group, topics())
                 .with_property("session.timeout.ms", "240000")
                 .with_static_membership("static-instance-0")
                 .connect()
+                .await
                 .expect("static source")
         };
         let run = |n: i64| {
             let h = &h;
             async move {
-                let consumer = Consumer::new(member(), h.store(), record);
+                let consumer = Consumer::new(member().await, h.store(), record);
                 let stats = consumer.stats();
                 let done = async {
                     while count(h).await < n {

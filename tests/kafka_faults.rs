@@ -33,12 +33,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use consumer::kafka::{KafkaMetrics, KafkaPublisher, KafkaSource, KafkaSourceBuilder, Topics};
+use consumer::kafka::{KafkaPublisher, KafkaSource, KafkaSourceBuilder, KafkaStats, Topics};
 use consumer::testing::MetricsRecorder;
 use consumer::testing::metrics::total;
 use consumer::{
-    Consumer, Handler, Message, MessageContext, Outgoing, PgTx, Publisher, Stats, StatsSnapshot,
-    Store, handler,
+    Consumer, Handler, Message, MessageContext, Outgoing, PgTx, Publisher, Stats, Store, handler,
+    stats::StatsSnapshot,
 };
 use rand::RngExt;
 use rdkafka::ClientConfig;
@@ -101,10 +101,8 @@ async fn record_landed(job: Job, tx: &mut PgTx, ctx: &MessageContext) -> Result<
 /// assignments) in the output of a failing test; `KAFKA_FAULTS_LOG` takes
 /// an `EnvFilter` directive for more.
 fn show_warnings() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("KAFKA_FAULTS_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("consumer_kafka=warn,consumer=warn")
-        });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KAFKA_FAULTS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("consumer=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()
@@ -139,7 +137,7 @@ struct Fixture {
 
 async fn fixture(brokers: i32, partitions: i32) -> Fixture {
     let host = cluster(brokers);
-    let broker = MockKafka::on_mock(host.clone(), partitions);
+    let broker = MockKafka::on_mock(host.clone(), partitions).await;
     broker.create("t").await;
     Fixture {
         topic: broker.topic_name("t"),
@@ -166,7 +164,7 @@ fn source_builder(bootstrap: &str, group: &str, topics: Topics) -> KafkaSourceBu
 /// A consumer running on its own task.
 struct Running {
     stats: Arc<Stats>,
-    metrics: KafkaMetrics,
+    metrics: KafkaStats,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), consumer::Error>>,
 }
@@ -189,7 +187,7 @@ impl Running {
     where
         H: Handler<Store<sqlx::Postgres>>,
     {
-        let metrics = source.metrics();
+        let metrics = source.stats();
         let mut consumer = Consumer::new(source, store, handler).with_max_in_flight(64);
         if let Some(meter) = meter {
             consumer = consumer.with_meter(meter);
@@ -369,7 +367,8 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
 /// Publishes through the outbox publisher, one pipelined batch.
 async fn publish(bootstrap: &str, topic: &str, jobs: &[Job]) {
     let publisher = KafkaPublisher::builder(bootstrap)
-        .build()
+        .connect()
+        .await
         .expect("publisher");
     let batch: Vec<Outgoing> = jobs
         .iter()
@@ -487,7 +486,7 @@ async fn assert_all_committed(bootstrap: &str, group: &str, topic: &str, partiti
 
 /// Whether the members together hold all `partitions` of `topic`, each
 /// received up to the end (or committed there) with nothing held.
-fn caught_up(members: &[&KafkaMetrics], topic: &str, partitions: usize) -> bool {
+fn caught_up(members: &[&KafkaStats], topic: &str, partitions: usize) -> bool {
     let snaps: Vec<_> = members.iter().map(|m| m.snapshot()).collect();
     let parts: Vec<_> = snaps
         .iter()
@@ -499,7 +498,7 @@ fn caught_up(members: &[&KafkaMetrics], topic: &str, partitions: usize) -> bool 
         && snaps.iter().all(|s| s.in_flight == 0)
 }
 
-async fn wait_caught_up(members: &[&KafkaMetrics], topic: &str, partitions: usize) {
+async fn wait_caught_up(members: &[&KafkaStats], topic: &str, partitions: usize) {
     until(
         &format!("the group to consume {topic} to its end"),
         || async { caught_up(members, topic, partitions) },
@@ -544,6 +543,7 @@ async fn leader_and_coordinator_down_mid_run_then_back_nothing_lost_nothing_twic
         Topics::new(&topic).expect("topic").without_retry_topic(),
     )
     .connect()
+    .await
     .expect("source");
     let run = Running::start(source, h.store(), record);
     support::within(gate.wait_entered(1)).await;
@@ -640,6 +640,7 @@ async fn produce_errors_on_retry_copies_and_dead_letters_are_retried_and_each_la
 
     let source = source_builder(&bootstrap, &group, topics.clone())
         .connect()
+        .await
         .expect("source");
     let run = Running::start(source, h.store(), settle);
     let expected_processed = goods.len() as u64 + 1;
@@ -717,6 +718,55 @@ async fn produce_errors_on_retry_copies_and_dead_letters_are_retried_and_each_la
     );
 }
 
+/// A retry-topic record whose due header says year 9999 (hand-edited, or
+/// from a producer whose clock was far off) is taken as due at the
+/// handler's longest retry delay (`settle`: 100 ms) after it was written,
+/// instead of pausing its partition for 8 000 years.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_record_due_in_year_9999_is_due_at_the_longest_retry_delay() {
+    let h = PgHarness::new().await;
+    let Fixture {
+        broker,
+        bootstrap,
+        group,
+        ..
+    } = fixture(1, 1).await;
+    let topics = broker.topics("t");
+    let far = Job::new("k", 1);
+    let copy = far
+        .message()
+        .with_header("x-consumer-attempt", "2")
+        .with_header("x-consumer-due", "9999-12-31T23:59:59Z");
+    let publisher = KafkaPublisher::builder(&bootstrap)
+        .connect()
+        .await
+        .expect("publisher");
+    let sent = publisher
+        .publish(&[Outgoing {
+            destination: topics.retry_topic().expect("retry topic").to_owned(),
+            message: copy,
+        }])
+        .await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+
+    let source = source_builder(&bootstrap, &group, topics)
+        .connect()
+        .await
+        .expect("source");
+    let run = Running::start(source, h.store(), settle);
+    support::within(run.stats.wait_for(|s| s.processed == 1)).await;
+    run.stop().await;
+    assert_eq!(effects(&h, "settle").await, 1);
+    assert_eq!(
+        support::call_log(&far.id)
+            .iter()
+            .map(|c| c.attempt)
+            .collect::<Vec<_>>(),
+        [2],
+        "the copy ran once, as the attempt it carries"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_fails_a_message_on_a_final_error_and_stores_retried_ones_once() {
     use RDKafkaRespErr::*;
@@ -725,7 +775,8 @@ async fn publisher_fails_a_message_on_a_final_error_and_stores_retried_ones_once
     let bootstrap = host.bootstrap().to_owned();
     let publisher = KafkaPublisher::builder(&bootstrap)
         .with_property("message.max.bytes", "10000")
-        .build()
+        .connect()
+        .await
         .expect("publisher");
     let batch = |n: usize, big: Option<usize>| -> Vec<Outgoing> {
         (0..n)
@@ -828,6 +879,7 @@ async fn commits_failing_for_a_whole_run_lose_nothing_and_the_restart_is_absorbe
     let first = Running::start(
         source_builder(&bootstrap, &group, topics())
             .connect()
+            .await
             .expect("source"),
         h.store(),
         record,
@@ -861,6 +913,7 @@ async fn commits_failing_for_a_whole_run_lose_nothing_and_the_restart_is_absorbe
     let second = Running::start(
         source_builder(&bootstrap, &group, topics())
             .connect()
+            .await
             .expect("source"),
         h.store(),
         record,
@@ -917,6 +970,7 @@ async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_
             .with_property("auto.commit.interval.ms", "3600000")
             .with_close_timeout(Duration::from_secs(2))
             .connect()
+            .await
             .expect("source"),
         h.store(),
         record,
@@ -955,6 +1009,7 @@ async fn closing_while_the_coordinator_is_down_returns_within_the_close_timeout_
         source_builder(&bootstrap, &group, topics())
             .with_property("session.timeout.ms", SESSION.as_millis().to_string())
             .connect()
+            .await
             .expect("source"),
         h.store(),
         record,
@@ -1008,7 +1063,7 @@ async fn a_revoked_partitions_series_go_away_and_the_rebalance_is_counted() {
         || source_builder(&bootstrap, &group, topics()).with_property("session.timeout.ms", "6000");
     let (meter_a, meter_b) = (MetricsRecorder::new(), MetricsRecorder::new());
     let a = Running::start_with_meter(
-        member().connect().expect("source A"),
+        member().connect().await.expect("source A"),
         h.store(),
         record,
         Some(meter_a.meter()),
@@ -1018,7 +1073,7 @@ async fn a_revoked_partitions_series_go_away_and_the_rebalance_is_counted() {
     })
     .await;
     let b = Running::start_with_meter(
-        member().connect().expect("source B"),
+        member().connect().await.expect("source B"),
         h.store(),
         record,
         Some(meter_b.meter()),
@@ -1092,10 +1147,18 @@ async fn a_member_joining_then_leaving_while_handlers_hold_records_loses_and_rep
     let first = Gate::new();
     let batch1 = jobs(&ks, 0, 10, Some(&first));
     produce_to(&bootstrap, &topic, &place(batch1.clone())).await;
-    let a = Running::start(member().connect().expect("source A"), h.store(), record);
+    let a = Running::start(
+        member().connect().await.expect("source A"),
+        h.store(),
+        record,
+    );
     support::within(first.wait_entered(1)).await;
     support::within(a.stats.wait_for(|s| s.in_flight >= 16)).await;
-    let b = Running::start(member().connect().expect("source B"), h.store(), record);
+    let b = Running::start(
+        member().connect().await.expect("source B"),
+        h.store(),
+        record,
+    );
     // A's revoke callback has started and waits for the records its
     // handlers hold; they finish now, during the rebalance.
     until("A to be asked to give partitions up", || async {
@@ -1253,6 +1316,7 @@ async fn child_consumer_process() {
     )
     .with_property("auto.commit.interval.ms", "200")
     .connect()
+    .await
     .expect("child source");
     let consumer = Consumer::new(source, Store::new(pool), record_landed).with_max_in_flight(8);
     let stats = consumer.stats();
@@ -1431,6 +1495,7 @@ async fn consumers_killed_at_random_points_process_every_message_exactly_once_in
             Topics::new(&topic).expect("topic").without_retry_topic(),
         )
         .connect()
+        .await
         .expect("source"),
         h.store(),
         record_landed,
@@ -1506,6 +1571,7 @@ async fn a_blocked_key_pauses_only_its_partition_at_the_bound_and_the_rest_flows
         )
         .with_max_per_partition(BOUND)
         .connect()
+        .await
         .expect("source"),
         h.store(),
         record,
@@ -1618,7 +1684,7 @@ async fn a_static_member_stopped_and_restarted_with_its_id_loses_and_repeats_not
         bootstrap,
         ..
     } = fixture(1, 1).await;
-    let member = || {
+    let member = || async {
         source_builder(
             &bootstrap,
             &group,
@@ -1626,12 +1692,13 @@ async fn a_static_member_stopped_and_restarted_with_its_id_loses_and_repeats_not
         )
         .with_static_membership("t-instance-0")
         .connect()
+        .await
         .expect("static source")
     };
     let ks = keys("s", 4);
     let first = jobs(&ks, 0, 10, None);
     publish(&bootstrap, &topic, &first).await;
-    let a = Running::start(member(), h.store(), record);
+    let a = Running::start(member().await, h.store(), record);
     wait_effects(&h, "record", first.len()).await;
     wait_caught_up(&[&a.metrics], &topic, 1).await;
     let s = a.stop().await;
@@ -1641,7 +1708,7 @@ async fn a_static_member_stopped_and_restarted_with_its_id_loses_and_repeats_not
 
     let second = jobs(&ks, 10, 10, None);
     publish(&bootstrap, &topic, &second).await;
-    let b = Running::start(member(), h.store(), record);
+    let b = Running::start(member().await, h.store(), record);
     let all: Vec<Job> = first.iter().chain(&second).cloned().collect();
     wait_effects(&h, "record", all.len()).await;
     wait_caught_up(&[&b.metrics], &topic, 1).await;
@@ -1670,6 +1737,7 @@ async fn a_fenced_static_member_stops_with_an_error_that_says_so_instead_of_rejo
     )
     .with_static_membership("t-instance-0")
     .connect()
+    .await
     .expect("static source");
     let ks = keys("f", 2);
     let batch = jobs(&ks, 0, 5, None);

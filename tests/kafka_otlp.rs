@@ -27,7 +27,8 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
     topics.create(&brokers, 1, 1).await.expect("create topics");
     let group = format!("ct-otlp-group-{run_id}");
     let publisher = KafkaPublisher::builder(&brokers)
-        .build()
+        .connect()
+        .await
         .expect("publisher");
     let expected = otlp::Expected {
         system: "kafka",
@@ -41,6 +42,7 @@ async fn one_trace_and_the_messaging_metrics_reach_an_otlp_receiver_from_the_out
             .with_property("session.timeout.ms", "6000")
             .with_property("heartbeat.interval.ms", "500")
             .connect()
+            .await
             .expect("Kafka source")
     };
     let run = otlp::run(&telemetry, publisher, connect, &expected).await;

@@ -86,7 +86,7 @@ async fn relay_to_kafka(brokers: &str, topic: &str, producer_props: &[(&str, &st
     let relay = OutboxRelay::new(
         pool.clone(),
         outbox.clone(),
-        publisher.build().expect("publisher"),
+        publisher.connect().await.expect("publisher"),
     )
     .with_source("/tests/kafka-outbox");
     conformance::support::within(async {
@@ -166,7 +166,8 @@ async fn a_record_the_broker_refuses_is_reported_as_not_retriable_and_the_rest_o
     mock.create_topic("orders", 1);
     let publisher = KafkaPublisher::builder(mock.bootstrap())
         .with_property("message.max.bytes", "10000")
-        .build()
+        .connect()
+        .await
         .expect("publisher");
     let ok = Outgoing {
         destination: "orders".into(),

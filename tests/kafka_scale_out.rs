@@ -55,10 +55,11 @@ async fn child_kafka_consumer_process() {
         .with_property("session.timeout.ms", "6000")
         .with_property("heartbeat.interval.ms", "1000")
         .connect()
+        .await
         .expect("child source");
     // The source has no assignment event: its metrics are read every
     // 50 ms and each new assignment is logged for the test to wait on.
-    let metrics = source.metrics();
+    let metrics = source.stats();
     let log = pool.clone();
     tokio::spawn(async move {
         let mut last: Option<Vec<i32>> = None;
@@ -119,10 +120,11 @@ async fn all_partitions_held_by(h: &PgHarness, instances: &[&str]) -> i64 {
                 holders += usize::from(held.len() > before);
                 last = last.max(Some(at));
             }
-            if held.len() == PARTITIONS as usize && holders == instances.len() {
-                if let Some(at) = last {
-                    return at;
-                }
+            if held.len() == PARTITIONS as usize
+                && holders == instances.len()
+                && let Some(at) = last
+            {
+                return at;
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
@@ -143,7 +145,8 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
         .await
         .expect("create topic");
     let publisher = KafkaPublisher::builder(&brokers)
-        .build()
+        .connect()
+        .await
         .expect("publisher");
     let spawn = |id: &str| {
         Child::spawn(

@@ -145,7 +145,7 @@ mod nul {
     //! coming back for ever.
 
     use consumer::testing::{Faults, FaultySource};
-    use consumer::{BrokerErrorKind, Consumer, MemoryBroker, Message, PgTx, handler};
+    use consumer::{Consumer, MemoryBroker, Message, PgTx, error::BrokerErrorKind, handler};
 
     use crate::conformance::support::{self, Harness, PgHarness};
 

@@ -68,6 +68,21 @@ fn order(id: &str, key: &str) -> Message {
     .with_key(key)
 }
 
+/// [`total`] of the points of `name` with attributes `with`, failing the
+/// test when there is none: a value of zero must not pass for a series that
+/// is not emitted at all.
+fn emitted(points: &[Point], name: &str, with: &[(&str, &str)]) -> f64 {
+    assert!(
+        points.iter().any(|p| p.name == name
+            && with
+                .iter()
+                .all(|(k, v)| p.attributes.get(*k).is_some_and(|a| a == v))),
+        "no {name} series with {with:?} was emitted: {:?}",
+        series(points)
+    );
+    total(points, name, with)
+}
+
 fn series(points: &[Point]) -> BTreeSet<String> {
     points
         .iter()
@@ -82,7 +97,7 @@ async fn run(
     recorder: &MetricsRecorder,
     topic: &str,
     expected_settled: u64,
-) -> (Vec<Point>, consumer::StatsSnapshot) {
+) -> (Vec<Point>, consumer::stats::StatsSnapshot) {
     let router = Router::builder("orders")
         .route(placed)
         .ignore_unknown_types()
@@ -160,7 +175,7 @@ async fn every_metric_emitted_is_in_the_catalogue_and_says_what_happened() {
     let at = |name, extra: &[(&str, &str)]| {
         let mut with = memory.to_vec();
         with.extend_from_slice(extra);
-        total(&points, name, &with)
+        emitted(&points, name, &with)
     };
     assert_eq!(at("messaging.client.consumed.messages", &[]), 11.0);
     assert_eq!(
@@ -377,8 +392,101 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
         total(&points, "consumer.outbox.blocked_aggregates", &table),
         1.0
     );
-    assert!(total(&points, "consumer.outbox.oldest.age", &table) >= 0.0);
+    // One event waits (the failed one): its age is a reading, not a
+    // missing series.
+    assert!(emitted(&points, "consumer.outbox.oldest.age", &table) >= 0.0);
     assert_eq!(broker.depth("events"), 2);
+}
+
+/// Scheduled events: counted while not yet due, counted as pending once
+/// due, and how late each went out after its due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_counts_scheduled_events_and_how_late_they_went_out() {
+    use consumer::outbox::Due;
+    use consumer::{NewEvent, Outbox, OutboxRelay, SqliteStore};
+    use time::OffsetDateTime;
+
+    let recorder = MetricsRecorder::new();
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await
+        .expect("in-memory SQLite");
+    SqliteStore::new(pool.clone())
+        .migrate()
+        .await
+        .expect("migrations");
+    let outbox = Outbox::new().with_default_destination("events");
+    let ten_s_ago = OffsetDateTime::now_utc() - time::Duration::seconds(10);
+    let mut tx = pool.begin().await.expect("begin");
+    for (i, due) in [
+        Due::at(ten_s_ago),
+        Due::after(Duration::from_secs(3600)),
+        Due::after(Duration::from_secs(7200)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let event = NewEvent::new(
+            "Order",
+            format!("o{i}"),
+            "Reminder",
+            &serde_json::json!({ "i": i }),
+        )
+        .expect("event");
+        outbox
+            .schedule(&mut tx, event, due)
+            .await
+            .expect("schedule");
+    }
+    tx.commit().await.expect("commit");
+
+    let broker = MemoryBroker::new(1);
+    let relay = OutboxRelay::new(pool, outbox, broker.clone()).with_meter(recorder.meter());
+    let before = relay.read_backlog().await.expect("backlog");
+    assert_eq!((before.pending, before.scheduled), (1, 2), "{before:?}");
+    let now_ms = i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+        .expect("ms since 1970");
+    let waited = before.oldest_ms.map(|ms| now_ms - ms);
+    assert!(
+        waited.is_some_and(|ms| ms >= 10_000),
+        "the overdue event has waited since it fell due: {waited:?}"
+    );
+    relay.run_once().await.expect("a round");
+    let after = relay.read_backlog().await.expect("backlog");
+    assert_eq!((after.pending, after.scheduled), (0, 2), "{after:?}");
+
+    let points = recorder.collect();
+    check_against_catalogue(&points).expect("what is emitted is documented");
+    let events = [
+        ("messaging.destination.name", "events"),
+        ("messaging.system", "memory"),
+    ];
+    assert_eq!(
+        total(&points, "consumer.outbox.scheduled.lateness", &events),
+        1.0
+    );
+    let late: f64 = points
+        .iter()
+        .filter(|p| p.name == "consumer.outbox.scheduled.lateness")
+        .map(|p| p.sum)
+        .sum();
+    assert!(
+        late >= 10.0,
+        "published at least 10 s after it fell due: {late}"
+    );
+    assert_eq!(
+        total(&points, "consumer.outbox.publish.latency", &events),
+        0.0,
+        "a scheduled event is not counted as an enqueued one"
+    );
+    let table = [
+        ("consumer.outbox.table", "outbox_events"),
+        ("db.system.name", "sqlite"),
+    ];
+    assert_eq!(total(&points, "consumer.outbox.scheduled", &table), 2.0);
+    assert_eq!(total(&points, "consumer.outbox.pending", &table), 0.0);
+    assert_eq!(broker.depth("events"), 1);
 }
 
 #[test]
@@ -393,4 +501,181 @@ fn the_catalogue_matches_the_committed_snapshot() {
         committed, now,
         "the metrics changed: review the difference, then run with UPDATE_SNAPSHOTS=1"
     );
+}
+
+mod sagas {
+    //! A saga's counters (recorded once its transitions committed) and the
+    //! gauges its monitor reads from the store, on SQLite in memory.
+
+    use std::time::Duration;
+
+    use consumer::saga::{NotFound, SagaBuilder, SagaMonitor, SagaStore, Step};
+    use consumer::testing::MetricsRecorder;
+    use consumer::testing::metrics::check_against_catalogue;
+    use consumer::{Consumer, MemoryBroker, Message, Outbox, Saga, SqliteStore};
+
+    use super::emitted;
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Ev {
+        id: String,
+    }
+
+    #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+    struct Nothing {}
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    struct Counted;
+
+    impl Saga for Counted {
+        type State = Nothing;
+        type Error = Never;
+        fn name(&self) -> &'static str {
+            "counted"
+        }
+    }
+
+    fn open(_: &Counted, _: &mut Nothing, e: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.schedule_timeout("Expire", &e, Duration::from_secs(3600));
+        Ok(())
+    }
+
+    fn close(_: &Counted, _: &mut Nothing, _: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.complete();
+        Ok(())
+    }
+
+    fn expire(_: &Counted, _: &mut Nothing, _: Ev, step: &mut Step<'_>) -> Result<(), Never> {
+        step.fail("expired");
+        Ok(())
+    }
+
+    fn ev(kind: &str, id: &str) -> Message {
+        Message::json(kind, &Ev { id: id.into() })
+            .expect("json")
+            .with_key(id)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sagas_counters_and_gauges_say_what_its_transitions_did() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("SQLite");
+        let store = SqliteStore::new(pool.clone());
+        store.migrate().await.expect("migrations");
+        let recorder = MetricsRecorder::new();
+        let id = |e: &Ev| e.id.clone();
+        let saga = SagaBuilder::new(Counted, Outbox::new())
+            .on("Open", id, NotFound::Start, open)
+            .on("Close", id, NotFound::Ignore, close)
+            .on_timeout("Expire", expire)
+            .with_meter(recorder.meter())
+            .build()
+            .expect("saga");
+        let broker = MemoryBroker::new(2);
+        // a: opened, closed, then a late close; b: never opened;
+        // c: opened, then its timeout fires; d: opened, still active, a
+        // timeout it does not wait for arrives.
+        for m in [
+            ev("Open", "a"),
+            ev("Close", "a"),
+            ev("Close", "a"),
+            ev("Close", "b"),
+            ev("Open", "c"),
+            ev("Open", "d"),
+        ] {
+            broker.publish("t", m).await.expect("publish");
+        }
+        let consumer = Consumer::new(broker.source("t"), store.clone(), saga);
+        let stats = consumer.stats();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(consumer.run_until(async move {
+            let _ = stopped.await;
+        }));
+        stats.wait_for(|s| s.processed == 6).await;
+        // c's timeout, as the relay would publish it: its token is its id.
+        let sagas = SagaStore::new(pool.clone());
+        let c = sagas.get("counted", "c").await.expect("read").expect("c");
+        let token = c.timeouts[0].token().to_string();
+        broker
+            .publish("t", ev("Expire", "c").with_id(token.clone()))
+            .await
+            .expect("publish");
+        // One d never scheduled (or cancelled): stale.
+        broker
+            .publish(
+                "t",
+                ev("Expire", "d").with_id(uuid::Uuid::now_v7().to_string()),
+            )
+            .await
+            .expect("publish");
+        stats.wait_for(|s| s.processed == 8).await;
+        let _ = stop.send(());
+        running.await.expect("join").expect("consumer");
+
+        let monitor = SagaMonitor::new(pool.clone()).with_meter(recorder.meter());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let reading = tokio::spawn(monitor.run_until(async move {
+            let _ = stopped.await;
+        }));
+        // The monitor reads at once when it starts; the gauges observe it.
+        let points = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let points = recorder.collect();
+                if points.iter().any(|p| p.name == "consumer.saga.active") {
+                    return points;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the monitor read the store within 60 s");
+        let _ = stop.send(());
+        reading.await.expect("join").expect("monitor");
+
+        check_against_catalogue(&points).expect("what is emitted is documented");
+        let of = [("consumer.saga.type", "counted")];
+        let with = |extra: (&'static str, &'static str)| [of[0], extra];
+        assert_eq!(emitted(&points, "consumer.saga.started", &of), 3.0);
+        assert_eq!(
+            emitted(
+                &points,
+                "consumer.saga.finished",
+                &with(("consumer.saga.status", "completed"))
+            ),
+            1.0
+        );
+        assert_eq!(
+            emitted(
+                &points,
+                "consumer.saga.finished",
+                &with(("consumer.saga.status", "failed"))
+            ),
+            1.0
+        );
+        assert_eq!(emitted(&points, "consumer.saga.timed_out", &of), 1.0);
+        for reason in ["finished", "not_found", "stale_timeout"] {
+            let n = emitted(
+                &points,
+                "consumer.saga.ignored",
+                &with(("consumer.saga.ignored.reason", reason)),
+            );
+            assert_eq!(n, 1.0, "{reason}");
+        }
+        assert_eq!(
+            emitted(&points, "consumer.saga.active", &of),
+            1.0,
+            "d is still open"
+        );
+        assert_eq!(
+            emitted(&points, "consumer.saga.compensation_failed", &of),
+            0.0
+        );
+        assert!(emitted(&points, "consumer.saga.oldest_active.age", &of) >= 0.0);
+    }
 }

@@ -836,7 +836,8 @@ fn the_naming_rules_are_the_exporters() {
     use consumer::metrics::Instrument;
     use opentelemetry::KeyValue;
 
-    let metrics = consumer::PrometheusMetrics::new("ops-files").expect("the exporter starts");
+    let metrics =
+        consumer::service::PrometheusMetrics::new("ops-files").expect("the exporter starts");
     let meter = metrics.meter();
     for spec in consumer::metrics::CATALOGUE {
         let attrs: Vec<KeyValue> = spec

@@ -1,19 +1,23 @@
 //! The transactional outbox on PostgreSQL and SQLite: atomicity, relay
 //! order, CloudEvents headers, trace continuity, refused events, several
-//! relays at once, retention. (The process-kill crash test is
-//! tests/outbox_crash.rs.)
+//! relays at once, retention, scheduled events (published once due and not
+//! before, cancelled, outside their aggregate's order until due, waking an
+//! idle relay). (The process-kill crash tests are tests/outbox_crash.rs.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use consumer::outbox::WakeUp;
+use consumer::outbox::{Due, ScheduleToken, WakeUp};
 use consumer::{
-    Acker, Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxDatabase, OutboxRelay, Outgoing,
-    Publisher, RetryPolicy, Source, Store,
+    Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
+    Store,
+    outbox::OutboxDatabase,
+    source::{Acker, Source},
 };
 use opentelemetry::trace::TraceContextExt;
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct OrderEvent {
@@ -121,8 +125,78 @@ async fn run_until_empty<DB: OutboxDatabase, P: Publisher>(
     .await;
 }
 
+fn order_event(agg: &str, n: u32) -> NewEvent {
+    NewEvent::new(
+        "Order",
+        agg,
+        "OrderPlaced",
+        &OrderEvent {
+            order: agg.into(),
+            n,
+        },
+    )
+    .expect("json")
+    .with_destination("orders")
+}
+
+/// Enqueues (`due` None) or schedules one event in its own transaction.
+async fn write<DB: OutboxDatabase>(
+    pool: &sqlx::Pool<DB>,
+    agg: &str,
+    n: u32,
+    due: Option<Due>,
+) -> String
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let outbox = Outbox::new();
+    let mut tx = pool.begin().await.expect("begin");
+    let id = match due {
+        None => outbox
+            .enqueue(&mut tx, order_event(agg, n))
+            .await
+            .expect("enqueue")
+            .to_string(),
+        Some(due) => outbox
+            .schedule(&mut tx, order_event(agg, n), due)
+            .await
+            .expect("schedule")
+            .to_string(),
+    };
+    tx.commit().await.expect("commit");
+    id
+}
+
+/// Cancels in its own transaction, committed.
+async fn cancel<DB: OutboxDatabase>(pool: &sqlx::Pool<DB>, token: ScheduleToken) -> bool
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut tx = pool.begin().await.expect("begin");
+    let was_pending = Outbox::new().cancel(&mut tx, token).await.expect("cancel");
+    tx.commit().await.expect("commit");
+    was_pending
+}
+
+/// The next delivery on `source`, with the instant it arrived.
+async fn next_arrival(source: &mut consumer::memory::MemorySource) -> (Envelope, OffsetDateTime) {
+    let (env, acker) = within(source.recv())
+        .await
+        .expect("recv")
+        .expect("a delivery");
+    let at = OffsetDateTime::now_utc();
+    acker.ack().await.expect("ack");
+    (env, at)
+}
+
+fn n_of(env: &Envelope) -> u32 {
+    serde_json::from_slice::<OrderEvent>(&env.payload)
+        .expect("payload")
+        .n
+}
+
 macro_rules! outbox_suite {
-    ($db:ident, $pool:expr, $versions:expr) => {
+    ($db:ident, $pool:expr, $versions:expr, $id_literal:expr) => {
         mod $db {
             use super::*;
 
@@ -416,6 +490,173 @@ macro_rules! outbox_suite {
                     "unpublished events stay"
                 );
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_scheduled_event_holds_back_none_of_its_aggregates_events() {
+                let pool = $pool.await;
+                let outbox = Outbox::new();
+                let hour = Duration::from_secs(3600);
+                let mut tx = pool.begin().await.expect("begin");
+                let token = outbox
+                    .schedule(&mut tx, order_event("s", 0), Due::after(hour))
+                    .await
+                    .expect("schedule");
+                tx.commit().await.expect("commit");
+                for n in 1..=3 {
+                    write(&pool, "s", n, None).await;
+                }
+                let broker = MemoryBroker::new(1);
+                let r = relay(pool.clone(), broker.clone());
+                run_until_empty(&pool, &r).await;
+                let got: Vec<u32> = drain(&broker, "orders").await.iter().map(n_of).collect();
+                assert_eq!(got, [1, 2, 3], "the aggregate's events went out past the scheduled one, in order");
+                let versions = $versions(&pool).await;
+                assert_eq!(versions.len(), 3, "the scheduled event took no version");
+                let mut tx = pool.begin().await.expect("begin");
+                let listed = outbox.scheduled_for(&mut tx, "Order", "s").await.expect("list");
+                tx.commit().await.expect("commit");
+                assert_eq!(listed.len(), 1);
+                assert_eq!(listed[0].token, token);
+                assert_eq!(listed[0].event_type, "OrderPlaced");
+                assert!(
+                    listed[0].due_at >= OffsetDateTime::now_utc() + time::Duration::minutes(59),
+                    "due an hour after scheduling: {}",
+                    listed[0].due_at
+                );
+                assert_eq!(outbox.scheduled(&pool, 10).await.expect("list"), listed);
+                let backlog = r.read_backlog().await.expect("backlog");
+                assert_eq!((backlog.pending, backlog.scheduled), (0, 1), "{backlog:?}");
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_scheduled_event_goes_out_once_due_and_not_before_in_its_aggregates_order() {
+                let pool = $pool.await;
+                let outbox = Outbox::new();
+                write(&pool, "d", 1, None).await;
+                // Due times are kept to the millisecond.
+                let at = OffsetDateTime::now_utc() + time::Duration::milliseconds(1500);
+                let at = at.replace_nanosecond(at.millisecond() as u32 * 1_000_000).expect("ms");
+                let by_instant = write(&pool, "d", 2, Some(Due::at(at))).await;
+                let by_delay = write(&pool, "e", 1, Some(Due::after(Duration::from_secs(1)))).await;
+                let mut tx = pool.begin().await.expect("begin");
+                let delayed = outbox.scheduled_for(&mut tx, "Order", "e").await.expect("list");
+                tx.commit().await.expect("commit");
+                let delayed_due = delayed[0].due_at;
+
+                let broker = MemoryBroker::new(1);
+                let mut source = broker.source("orders");
+                let r = relay(pool.clone(), broker.clone());
+                let stop = Arc::new(tokio::sync::Notify::new());
+                let stopped = Arc::clone(&stop);
+                let run = tokio::spawn(r.run_until(async move { stopped.notified().await }));
+                let mut seen = HashMap::new();
+                while seen.len() < 3 {
+                    let (env, arrived) = next_arrival(&mut source).await;
+                    seen.insert(env.id.clone(), (env, arrived));
+                }
+                let (env, arrived) = &seen[&by_instant];
+                assert!(*arrived >= at, "published at {arrived}, before its due time {at}");
+                assert_eq!(env.time, Some(at), "CloudEvents time: when it fell due");
+                let (_, arrived) = &seen[&by_delay];
+                assert!(*arrived >= delayed_due, "published at {arrived}, before its due time {delayed_due}");
+
+                // Once due, the event took the aggregate's next version: an
+                // event enqueued now comes after it.
+                write(&pool, "d", 3, None).await;
+                let (env, _) = next_arrival(&mut source).await;
+                assert_eq!(n_of(&env), 3);
+                stop.notify_one();
+                within(run).await.expect("join").expect("relay");
+                let versions = $versions(&pool).await;
+                assert_eq!(versions[&by_instant], 2, "the version after every event committed before it fell due");
+                assert_eq!(versions[&env.id], 3);
+                assert_eq!(outbox.scheduled(&pool, 10).await.expect("list"), []);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_cancelled_event_is_never_published_and_a_published_one_cannot_be_cancelled() {
+                let pool = $pool.await;
+                let soon = OffsetDateTime::now_utc() + time::Duration::milliseconds(300);
+                let cancelled: ScheduleToken = write(&pool, "c", 1, Some(Due::at(soon))).await.parse().expect("token");
+                // A cancel that rolls back cancels nothing.
+                let kept: ScheduleToken = write(&pool, "c", 2, Some(Due::at(soon))).await.parse().expect("token");
+                let mut tx = pool.begin().await.expect("begin");
+                assert!(Outbox::new().cancel(&mut tx, kept).await.expect("cancel"));
+                tx.rollback().await.expect("rollback");
+                // No relay runs yet: the event has not been taken.
+                assert!(cancel(&pool, cancelled).await, "cancelled while pending");
+                assert!(!cancel(&pool, cancelled).await, "a second cancel finds nothing");
+                // Due after both: released after them, in due order.
+                let marker = write(&pool, "c", 3, Some(Due::at(soon + time::Duration::milliseconds(200)))).await;
+
+                let broker = MemoryBroker::new(1);
+                let mut source = broker.source("orders");
+                let r = relay(pool.clone(), broker.clone());
+                let stop = Arc::new(tokio::sync::Notify::new());
+                let stopped = Arc::clone(&stop);
+                let run = tokio::spawn(r.run_until(async move { stopped.notified().await }));
+                let (first, _) = next_arrival(&mut source).await;
+                let (second, _) = next_arrival(&mut source).await;
+                stop.notify_one();
+                within(run).await.expect("join").expect("relay");
+                assert_eq!(first.id, kept.to_string());
+                assert_eq!(second.id, marker, "the cancelled event, due before, never went out");
+                assert_eq!(broker.depth("orders"), 0);
+                assert!(!cancel(&pool, kept).await, "published: too late to cancel");
+                assert_eq!($versions(&pool).await.len(), 2);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_idle_relay_wakes_when_the_next_scheduled_event_falls_due() {
+                let pool = $pool.await;
+                let id = write(&pool, "w", 1, Some(Due::after(Duration::from_millis(500)))).await;
+                let broker = MemoryBroker::new(1);
+                let mut source = broker.source("orders");
+                // Polling so slow that only the due-time timer can explain a publish.
+                let r = relay(pool.clone(), broker.clone()).with_wake_up(WakeUp::Poll {
+                    min: Duration::from_secs(3600),
+                    max: Duration::from_secs(3600),
+                });
+                let run = tokio::spawn(r.run_until(std::future::pending()));
+                let (env, _) = next_arrival(&mut source).await;
+                run.abort();
+                assert_eq!(env.id, id);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_event_whose_headers_cannot_be_read_fails_at_once_and_blocks_only_its_aggregate() {
+                let pool = $pool.await;
+                let broken = write(&pool, "broken", 1, None).await;
+                write(&pool, "broken", 2, None).await;
+                write(&pool, "fine", 1, None).await;
+                // Numbers are not header values: a writer in another language
+                // got the column's format wrong.
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE outbox_events SET headers = '{{\"x-retry\": 3}}' WHERE id = {}",
+                    $id_literal(&broken)
+                )))
+                .execute(&pool)
+                .await
+                .expect("corrupt the row");
+                let broker = MemoryBroker::new(1);
+                let r = relay(pool.clone(), broker.clone());
+                let stats = r.stats();
+                r.run_once().await.expect("round");
+                let got: Vec<_> = drain(&broker, "orders").await.iter().map(|e| e.key.clone()).collect();
+                assert_eq!(got, [Some("fine".to_owned())]);
+                let s = stats.snapshot();
+                assert_eq!((s.failed, s.retried), (1, 0), "failed at once, not retried: {s:?}");
+                let last_error: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT last_error FROM outbox_events WHERE id = {}",
+                    $id_literal(&broken)
+                )))
+                .fetch_one(&pool)
+                .await
+                .expect("row");
+                let last_error = last_error.unwrap_or_default();
+                assert!(last_error.contains(&broken), "the error names the event: {last_error}");
+                assert_eq!(Outbox::new().pending(&pool).await.expect("pending"), 2, "both events of the aggregate wait");
+            }
         }
     };
 }
@@ -438,8 +679,17 @@ async fn sqlite_versions(pool: &sqlx::SqlitePool) -> HashMap<String, i64> {
         .collect()
 }
 
-outbox_suite!(postgres, pg_pool(), pg_versions);
-outbox_suite!(sqlite, sqlite_pool(), sqlite_versions);
+/// An event id as a literal in each database's SQL.
+fn pg_id(id: &str) -> String {
+    format!("'{id}'::uuid")
+}
+
+fn sqlite_id(id: &str) -> String {
+    format!("'{id}'")
+}
+
+outbox_suite!(postgres, pg_pool(), pg_versions, pg_id);
+outbox_suite!(sqlite, sqlite_pool(), sqlite_versions, sqlite_id);
 
 /// A broker that refuses every message of some aggregates (as a broker
 /// refuses a message too large or without a route).
@@ -460,7 +710,7 @@ impl Publisher for Refusing {
         for o in batch {
             if o.message.key.as_ref().is_some_and(|k| refused.contains(k)) {
                 out.push(Err(Error::broker(
-                    consumer::BrokerErrorKind::TooLarge,
+                    consumer::error::BrokerErrorKind::TooLarge,
                     "message too large",
                     None,
                 )));

@@ -1,6 +1,9 @@
-//! Relays killed at random points (SIGKILL on real processes) while four
+//! Relays killed at random points (SIGKILL on real processes) while
 //! writers enqueue: every event reaches the broker at least once, each
-//! aggregate's events arrive in commit order, nothing is lost.
+//! aggregate's events arrive in commit order, nothing is lost. A second
+//! test mixes scheduled events (and cancels of some) in: none is lost or
+//! published before its due time, and none whose cancel succeeded is
+//! published.
 //!
 //! The relays are child processes (this test binary re-run with
 //! `--ignored --exact child_relay`). Their "broker" is a `sink` table
@@ -13,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use consumer::outbox::WakeUp;
-use consumer::{BrokerErrorKind, Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher};
+use consumer::{Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, error::BrokerErrorKind};
 use rand::RngExt;
 
 const SCHEMA_ENV: &str = "OUTBOX_CRASH_SCHEMA";
@@ -199,5 +202,212 @@ async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() 
         "{kills} relays killed; {} deliveries for 600 events ({} republished)",
         sink.len(),
         sink.len() - 600
+    );
+}
+
+/// What one writer of the scheduled-events crash test wrote.
+#[derive(Default)]
+struct Written {
+    /// Event id and the instant it falls due (scheduled ones only).
+    due: Vec<(String, time::OffsetDateTime)>,
+    /// Scheduled events whose cancel returned true: never published.
+    cancelled: Vec<String>,
+    /// Scheduled events whose cancel came too late: published.
+    too_late: Vec<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels() {
+    use consumer::outbox::Due;
+
+    let FreshSchema { pool, schema } = FreshSchema::create("ct", 8)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The broker's clock: when each delivery reached it.
+    sqlx::query(
+        "CREATE TABLE sink (seq BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, \
+         at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
+    )
+    .execute(&pool)
+    .await
+    .expect("sink");
+
+    let mut relays: Vec<Child> = (0..3).map(|_| spawn_relay(&schema)).collect();
+    let writers: Vec<_> = (0..3u32)
+        .map(|w| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let outbox = Outbox::new().with_default_destination("orders");
+                let mut written = Written::default();
+                let mut later = Vec::new();
+                for i in 0..120u32 {
+                    let agg = format!("agg-{}", (i * 7 + w * 5) % 20);
+                    let ev = NewEvent::new(
+                        "Order",
+                        &agg,
+                        "OrderChanged",
+                        &serde_json::json!({"writer": w, "i": i}),
+                    )
+                    .expect("json");
+                    let mut tx = pool.begin().await.expect("begin");
+                    if i % 3 == 0 {
+                        let ms = rand::rng().random_range(0..3_000);
+                        let due =
+                            time::OffsetDateTime::now_utc() + time::Duration::milliseconds(ms);
+                        let token = outbox
+                            .schedule(&mut tx, ev, Due::at(due))
+                            .await
+                            .expect("schedule");
+                        tx.commit().await.expect("commit");
+                        if i % 4 == 0 {
+                            later.push((token, due));
+                            continue;
+                        }
+                        written.due.push((token.to_string(), due));
+                    } else {
+                        outbox.enqueue(&mut tx, ev).await.expect("enqueue");
+                        tx.commit().await.expect("commit");
+                    }
+                }
+                // Cancelled in later transactions: some have fallen due and
+                // been taken by a relay by now, some not.
+                for (token, due) in later {
+                    let mut tx = pool.begin().await.expect("begin");
+                    let was_pending = outbox.cancel(&mut tx, token).await.expect("cancel");
+                    tx.commit().await.expect("commit");
+                    if was_pending {
+                        written.cancelled.push(token.to_string());
+                    } else {
+                        written.too_late.push(token.to_string());
+                        written.due.push((token.to_string(), due));
+                    }
+                }
+                written
+            })
+        })
+        .collect();
+
+    let outbox = Outbox::new();
+    let mut kills = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let writing = writers.iter().any(|w| !w.is_finished());
+        let pending = outbox.pending(&pool).await.expect("pending");
+        let scheduled = outbox.scheduled(&pool, 1).await.expect("scheduled").len();
+        if !writing && pending == 0 && scheduled == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "relays never drained the outbox ({pending} pending, {scheduled} scheduled)"
+        );
+        let (victim, pause) = {
+            let mut rng = rand::rng();
+            (
+                rng.random_range(0..relays.len()),
+                rng.random_range(5..40u64),
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        if kills < 60 {
+            relays[victim].kill().expect("SIGKILL");
+            let _ = relays[victim].wait();
+            relays[victim] = spawn_relay(&schema);
+            kills += 1;
+        }
+    }
+    for mut r in relays {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    let mut written = Written::default();
+    for w in writers {
+        let w = w.await.expect("writer");
+        written.due.extend(w.due);
+        written.cancelled.extend(w.cancelled);
+        written.too_late.extend(w.too_late);
+    }
+
+    let events: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT id::text, aggregate_id, version FROM outbox_events")
+            .fetch_all(&pool)
+            .await
+            .expect("events");
+    let version: std::collections::HashMap<&str, i64> =
+        events.iter().map(|(id, _, v)| (id.as_str(), *v)).collect();
+    let sink: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT event_id, aggregate_id, (extract(epoch FROM at) * 1000000)::bigint FROM sink ORDER BY seq",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("sink");
+    let mut first_arrival = std::collections::HashMap::new();
+    let mut arrivals: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (id, agg, at) in &sink {
+        if first_arrival.insert(id.as_str(), *at).is_none() {
+            arrivals
+                .entry(agg.as_str())
+                .or_default()
+                .push(version[id.as_str()]);
+        }
+    }
+    let expected = 360 - written.cancelled.len();
+    assert_eq!(
+        events.len(),
+        expected,
+        "every event not cancelled reached the outbox table"
+    );
+    assert_eq!(
+        first_arrival.len(),
+        expected,
+        "every event not cancelled published at least once ({kills} relays killed)"
+    );
+    for id in &written.cancelled {
+        assert!(
+            !first_arrival.contains_key(id.as_str()),
+            "cancelled event {id} was published"
+        );
+    }
+    for id in &written.too_late {
+        assert!(
+            first_arrival.contains_key(id.as_str()),
+            "event {id} too late to cancel was lost"
+        );
+    }
+    // Due times are kept to the millisecond.
+    for (id, due) in &written.due {
+        let at_us = first_arrival[id.as_str()];
+        let due_us = due.unix_timestamp_nanos() / 1_000_000 * 1_000;
+        assert!(
+            i128::from(at_us) >= due_us,
+            "event {id} published at {at_us} us, before its due time {due_us} us"
+        );
+    }
+    for (agg, vs) in arrivals {
+        let expected: Vec<i64> = (1..=vs.len() as i64).collect();
+        assert_eq!(vs, expected, "order of {agg}");
+    }
+    // The claim reads an aggregate's events in `seq` order: released events
+    // must get theirs in version order too.
+    let inverted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events a JOIN outbox_events b \
+           ON a.aggregate_type = b.aggregate_type AND a.aggregate_id = b.aggregate_id \
+          AND a.version < b.version AND a.seq > b.seq",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("query");
+    assert_eq!(inverted, 0, "a later version got a smaller seq");
+    assert!(kills > 0, "no relay was killed: the test proved nothing");
+    assert!(
+        !written.cancelled.is_empty() && !written.too_late.is_empty(),
+        "cancels never succeeded or never came too late: the test proved nothing of them"
+    );
+    eprintln!(
+        "{kills} relays killed; {} scheduled published, {} cancelled, {} too late to cancel; {} deliveries",
+        written.due.len(),
+        written.cancelled.len(),
+        written.too_late.len(),
+        sink.len()
     );
 }

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
 use consumer::{
-    Consumer, MemoryBroker, MemoryStore, MemoryTx, Message, NewEvent, Outbox, OutboxRelay,
-    PrometheusMetrics, Router, Service, SqliteStore, handler,
+    Consumer, MemoryBroker, MemoryStore, MemoryTx, Message, NewEvent, Outbox, OutboxRelay, Router,
+    Service, SqliteStore, handler, service::PrometheusMetrics,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 

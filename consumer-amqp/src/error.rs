@@ -1,7 +1,7 @@
 //! The crate's error type, and the kinds of broker failure the
 //! framework's settle loop reads from it.
 
-use consumer_core::BrokerErrorKind;
+use consumer_core::backend::BrokerErrorKind;
 use lapin::ErrorKind;
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 
@@ -107,6 +107,41 @@ pub enum Error {
     /// delivers it again.
     #[error("the channel of this delivery is closed; RabbitMQ redelivers it")]
     ChannelClosed,
+    /// RabbitMQ holds the queue with another type (`x-queue-type`) than this
+    /// process declares, and answered the declare with `PRECONDITION_FAILED`.
+    /// RabbitMQ cannot change a queue's type, and the framework converts
+    /// nothing silently: the process refuses to start.
+    #[error(
+        "queue `{queue}` exists on the broker as a {found} queue, but this process declares it as a {declared} queue, \
+         and RabbitMQ cannot change a queue's type. Either configure {found} queues again (`with_queue_type`), \
+         or migrate: (1) stop the publishers (the outbox keeps what is written meanwhile); (2) let the consumers \
+         drain {queues} (`consumer.queue.depth` at 0); (3) stop the consumers; (4) read or replay the dead letters, \
+         then delete those queues (`rabbitmqctl delete_queue NAME`); (5) start consumers and publishers with \
+         {declared} queues (https://docs.rs/consumer/latest/consumer/guide/rabbitmq_partitions/, \"Moving partition queues to quorum\")"
+    )]
+    QueueTypeMismatch {
+        /// The queue RabbitMQ refused to declare again.
+        queue: String,
+        /// The type this process declares (`classic`, `quorum`).
+        declared: &'static str,
+        /// The type the broker holds, as its refusal says.
+        found: String,
+        /// The queues the migration must drain and delete, in words.
+        queues: String,
+    },
+    /// RabbitMQ reports the queue's process gone and not restarted
+    /// (`NOT_FOUND - queue '…' has crashed and failed to restart`, or
+    /// `… process is stopped by supervisor`): the queue exists, but nothing
+    /// can be consumed from or published to it until an operator restarts
+    /// its node or deletes it. The sources report it (an ERROR log line and
+    /// the `consumer.queue.crashed` gauge) and try again with backoff.
+    #[error("RabbitMQ reports queue `{queue}` crashed: {reply}")]
+    QueueCrashed {
+        /// The queue.
+        queue: String,
+        /// RabbitMQ's reply.
+        reply: String,
+    },
 }
 
 impl Error {
@@ -118,13 +153,16 @@ impl Error {
     pub fn kind(&self) -> BrokerErrorKind {
         match self {
             Self::Amqp { source, .. } => kind_of(source),
-            Self::Nacked { .. } | Self::ChannelClosed => BrokerErrorKind::Unavailable,
+            Self::Nacked { .. } | Self::ChannelClosed | Self::QueueCrashed { .. } => {
+                BrokerErrorKind::Unavailable
+            }
             Self::TooLarge { .. } => BrokerErrorKind::TooLarge,
             Self::Unroutable { .. } => BrokerErrorKind::NoDestination,
             Self::Unencodable(_) => BrokerErrorKind::Rejected,
-            Self::InvalidName { .. } | Self::Topology { .. } | Self::PartitionCount { .. } => {
-                BrokerErrorKind::Fatal
-            }
+            Self::InvalidName { .. }
+            | Self::Topology { .. }
+            | Self::PartitionCount { .. }
+            | Self::QueueTypeMismatch { .. } => BrokerErrorKind::Fatal,
         }
     }
 
@@ -141,11 +179,56 @@ impl Error {
     }
 }
 
-/// Whether RabbitMQ answered `404 NOT_FOUND` (a passive declare of a queue
-/// that does not exist).
+/// Whether RabbitMQ answered `404 NOT_FOUND` because the queue does not
+/// exist (a passive declare); a queue that exists but crashed is not
+/// missing (see [`crashed_reply`]).
 pub(crate) fn is_not_found(error: &lapin::Error) -> bool {
     matches!(error.kind(), ErrorKind::ProtocolError(amqp)
         if matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
+        && crashed_reply(error).is_none()
+}
+
+/// RabbitMQ's reply when it answered that a queue exists but its process is
+/// gone and was not restarted: `NOT_FOUND - queue 'q' in vhost '/' has
+/// crashed and failed to restart` (the single-active-consumer crash of
+/// classic queues, rabbitmq-server#5460, ends there), or `… process is
+/// stopped by supervisor`. The same reply answers a declare, a passive
+/// declare and a `basic.consume`.
+pub(crate) fn crashed_reply(error: &lapin::Error) -> Option<String> {
+    let ErrorKind::ProtocolError(amqp) = error.kind() else {
+        return None;
+    };
+    let text = amqp.get_message().as_str();
+    let crashed = matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND))
+        && (text.contains("has crashed and failed to restart")
+            || text.contains("process is stopped by supervisor"));
+    crashed.then(|| text.to_owned())
+}
+
+/// The queue type RabbitMQ says it holds when it refused a declare with
+/// another `x-queue-type`: `PRECONDITION_FAILED - inequivalent arg
+/// 'x-queue-type' for queue 'q' in vhost '/': received 'quorum' but current
+/// is 'classic'` (or `… current is none`: declared without the argument,
+/// which is a classic queue; or `… the value 'quorum' of type 'longstr'`).
+pub(crate) fn queue_type_found(error: &lapin::Error) -> Option<String> {
+    let ErrorKind::ProtocolError(amqp) = error.kind() else {
+        return None;
+    };
+    if !matches!(
+        amqp.kind(),
+        AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
+    ) {
+        return None;
+    }
+    let text = amqp.get_message().as_str();
+    if !text.contains("inequivalent arg 'x-queue-type'") {
+        return None;
+    }
+    let current = text.rsplit_once("but current is ")?.1;
+    Some(match current.split('\'').nth(1) {
+        Some(kind) => kind.to_owned(),
+        None => "classic (declared without x-queue-type)".to_owned(),
+    })
 }
 
 /// The kind of a lapin error: the channel-closing refusals RabbitMQ gives a
@@ -163,6 +246,11 @@ fn kind_of(error: &lapin::Error) -> BrokerErrorKind {
             BrokerErrorKind::TooLarge
         }
         AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => BrokerErrorKind::TooLarge,
+        // The queue is there and may come back (an operator restarts its
+        // node or deletes and declares it again).
+        AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND) if crashed_reply(error).is_some() => {
+            BrokerErrorKind::Unavailable
+        }
         AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND | AMQPSoftError::NOROUTE) => {
             BrokerErrorKind::NoDestination
         }
@@ -172,21 +260,23 @@ fn kind_of(error: &lapin::Error) -> BrokerErrorKind {
     }
 }
 
-impl From<Error> for consumer_core::Error {
+impl From<Error> for consumer_core::backend::Error {
     fn from(e: Error) -> Self {
         // The context is this error's message; its cause chain goes on
         // from lapin's error, so nothing is said twice.
-        let source: Option<consumer_core::BoxError> = match &e {
+        let source: Option<consumer_core::backend::BoxError> = match &e {
             Error::Amqp { source, .. } | Error::Topology { source, .. } => {
                 Some(Box::new(source.clone()))
             }
             _ => None,
         };
         match e {
-            Error::InvalidName { .. } | Error::PartitionCount { .. } => {
-                consumer_core::Error::Config(e.to_string())
+            Error::InvalidName { .. }
+            | Error::PartitionCount { .. }
+            | Error::QueueTypeMismatch { .. } => {
+                consumer_core::backend::Error::Config(e.to_string())
             }
-            e => consumer_core::Error::broker(e.kind(), e.to_string(), source),
+            e => consumer_core::backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }
 }
@@ -202,7 +292,7 @@ mod tests {
             limit: 5,
             routing_key: "q".into(),
         };
-        let core: consumer_core::Error = too_large.into();
+        let core: consumer_core::backend::Error = too_large.into();
         assert!(core.is_too_large(), "{core}");
         let unroutable = Error::Unroutable {
             exchange: "x".into(),
@@ -216,5 +306,77 @@ mod tests {
             routing_key: "q".into(),
         };
         assert!(nacked.is_retriable(), "a nack is a refusal for now");
+    }
+
+    fn refusal(code: AMQPSoftError, text: &str) -> lapin::Error {
+        lapin::Error::from(ErrorKind::ProtocolError(lapin::protocol::AMQPError::new(
+            AMQPErrorKind::Soft(code),
+            text.into(),
+        )))
+    }
+
+    #[test]
+    fn a_crashed_queue_is_told_from_a_missing_one() {
+        let crashed = refusal(
+            AMQPSoftError::NOTFOUND,
+            "NOT_FOUND - queue 'orders.p2' in vhost '/' has crashed and failed to restart",
+        );
+        assert!(crashed_reply(&crashed).is_some());
+        assert!(!is_not_found(&crashed), "a crashed queue exists");
+        assert_eq!(
+            kind_of(&crashed),
+            BrokerErrorKind::Unavailable,
+            "it can come back"
+        );
+        let stopped = refusal(
+            AMQPSoftError::NOTFOUND,
+            "NOT_FOUND - queue 'orders.p2' in vhost '/' process is stopped by supervisor",
+        );
+        assert!(crashed_reply(&stopped).is_some());
+        let missing = refusal(
+            AMQPSoftError::NOTFOUND,
+            "NOT_FOUND - no queue 'orders.p9' in vhost '/'",
+        );
+        assert!(crashed_reply(&missing).is_none());
+        assert!(is_not_found(&missing));
+        assert_eq!(kind_of(&missing), BrokerErrorKind::NoDestination);
+    }
+
+    #[test]
+    fn the_queue_type_on_the_broker_is_read_from_the_refusal() {
+        let found =
+            |text: &str| queue_type_found(&refusal(AMQPSoftError::PRECONDITIONFAILED, text));
+        // RabbitMQ 3.10.8's replies.
+        assert_eq!(
+            found(
+                "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': \
+                 received 'quorum' but current is 'classic'"
+            )
+            .as_deref(),
+            Some("classic")
+        );
+        assert_eq!(
+            found(
+                "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': \
+                 received none but current is the value 'quorum' of type 'longstr'"
+            )
+            .as_deref(),
+            Some("quorum")
+        );
+        assert!(
+            found(
+                "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': \
+                 received the value 'quorum' of type 'longstr' but current is none"
+            )
+            .is_some_and(|t| t.starts_with("classic"))
+        );
+        assert_eq!(
+            found(
+                "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': \
+                 received '10' but current is '20'"
+            ),
+            None,
+            "another argument is another conflict"
+        );
     }
 }

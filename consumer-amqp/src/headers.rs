@@ -10,7 +10,7 @@
 //! `ce_source`, `ce_specversion`, `ce_time`, `ce_subject`,
 //! `ce_partitionkey`, ... go out as `ce-id`, `ce-type`, ...
 //! [`AttributePrefix`] (set with
-//! [`AmqpPublisher::with_attribute_prefix`](crate::AmqpPublisher::with_attribute_prefix))
+//! [`AmqpPublisherBuilder::with_attribute_prefix`](crate::AmqpPublisherBuilder::with_attribute_prefix))
 //! chooses `ce_` (the Kafka binding's names, what earlier versions wrote)
 //! or the CloudEvents AMQP 1.0 binding's `cloudEvents_` / `cloudEvents:`
 //! instead. `content-type`, `traceparent` and `tracestate` keep their names.
@@ -34,8 +34,8 @@
 //! [RabbitMQ protocol binding]: https://github.com/knative-extensions/eventing-rabbitmq/blob/main/cloudevents-protocol-spec/spec.md
 
 use bytes::Bytes;
-use consumer_core::envelope::names;
-use consumer_core::{Envelope, Headers, Message, Origin, Placement};
+use consumer_core::backend::names;
+use consumer_core::backend::{Envelope, Headers, Message, Origin, Placement};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use time::OffsetDateTime;
@@ -193,7 +193,7 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         _ => key,
     };
     let origin = Origin {
-        destination: queue.into(),
+        channel: queue.into(),
         position: format!(
             "{}/{}#{}",
             delivery.exchange, routing_key, delivery.delivery_tag

@@ -7,7 +7,7 @@
 //! # async fn demo<H: consumer_core::Handler<MemoryStore>>(handler: H) -> Result<(), Box<dyn std::error::Error>> {
 //! let topology = Topology::new("orders")?.with_queue_type(QueueType::Quorum);
 //! println!("{topology}");
-//! let source = AmqpSource::new("amqp://guest:guest@127.0.0.1:5672/%2f", topology)?
+//! let source = AmqpSource::builder("amqp://guest:guest@127.0.0.1:5672/%2f", topology)
 //!     .with_prefetch(256)
 //!     .connect()
 //!     .await?;
@@ -29,7 +29,7 @@
 //!   the dead-letter exchange with confirms before the ack.
 //! * [`AmqpPublisher`]: publisher confirms, persistent, `mandatory`,
 //!   CloudEvents attributes and trace context as headers ([`headers`]).
-//! * [`AmqpMetrics`]: in-flight, redelivery and reconnect counts; queue
+//! * [`AmqpStats`]: in-flight, redelivery and reconnect counts; queue
 //!   depths by passive declare.
 
 mod asyncapi;
@@ -45,7 +45,7 @@ pub mod topology;
 pub use error::{Error, Result};
 pub use headers::AttributePrefix;
 pub use names::validate_name;
-pub use publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
-pub use source::PartitionedSource;
-pub use source::{AmqpAcker, AmqpMetrics, AmqpSource};
+pub use publisher::{AmqpPublisher, AmqpPublisherBuilder, DEFAULT_MAX_MESSAGE_BYTES};
+pub use source::{AmqpAcker, AmqpSource, AmqpSourceBuilder, AmqpStats, AmqpStatsSnapshot};
+pub use source::{PartitionedSource, PartitionedSourceBuilder};
 pub use topology::{Depths, PartitionedTopology, QueueType, Topology};

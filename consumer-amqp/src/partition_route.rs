@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use consumer_core::Outgoing;
+use consumer_core::backend::Outgoing;
 use tokio::sync::OnceCell;
 
 use crate::error::Result;
@@ -73,9 +73,14 @@ impl PartitionRoutes {
         }
         for route in &self.routes {
             if batch.iter().any(|o| o.destination == route.destination) {
+                // A partition queue RabbitMQ reports crashed is left as it
+                // is: RabbitMQ nacks what is sent to it (RabbitMQ 3.10), and
+                // each such message is reported on its own.
                 route
                     .ready
-                    .get_or_try_init(|| route.topology.check_and_declare(publisher))
+                    .get_or_try_init(|| async {
+                        route.topology.check_and_declare(publisher).await.map(drop)
+                    })
                     .await?;
             }
         }
@@ -115,7 +120,7 @@ impl PartitionRoutes {
 
 #[cfg(test)]
 mod tests {
-    use consumer_core::Message;
+    use consumer_core::backend::Message;
 
     use super::*;
 

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer_core::trace::{SendTarget, Sends};
-use consumer_core::{Message, Outgoing, Publisher};
+use consumer_core::backend::{Message, Outgoing, Publisher};
+use consumer_core::backend::{SendTarget, Sends};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
@@ -25,7 +25,7 @@ use crate::partition_route::PartitionRoutes;
 ///   through the default exchange straight to `queue`. The key also travels
 ///   as the `ce_partitionkey` header, which consumers read first.
 /// * **Confirms**: a batch is published without waiting (up to
-///   [`with_max_unconfirmed`](Self::with_max_unconfirmed) messages in flight
+///   [`with_max_unconfirmed`](AmqpPublisherBuilder::with_max_unconfirmed) messages in flight
 ///   at once), then every confirm is awaited; results come back in order.
 ///   One channel carries the batch, so messages keep their order.
 /// * **Unroutable** messages (`basic.return` of a `mandatory` publish) are
@@ -34,13 +34,13 @@ use crate::partition_route::PartitionRoutes;
 ///   yet confirmed as retriable, and the next publish reconnects.
 /// * Every message is a valid CloudEvent, or does not claim to be one:
 ///   a message with a `ce_type` and no `ce_source` gets the publisher's
-///   [source](Self::with_source), one with no `ce_id` a UUIDv7, and
+///   [source](AmqpPublisherBuilder::with_source), one with no `ce_id` a UUIDv7, and
 ///   `ce_specversion: 1.0`; a message with no type loses any
-///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
+///   `ce_specversion` ([`cloudevent::complete`](consumer_core::backend::complete_cloudevent)).
 ///   Retry copies and dead letters ([`publish_to`](Self::publish_to)) are
 ///   sent as they were received.
 /// * Headers map as the [`headers`] module says, the
-///   attributes named by the [prefix](Self::with_attribute_prefix).
+///   attributes named by the [prefix](AmqpPublisherBuilder::with_attribute_prefix).
 ///
 /// Clones share one connection and channel.
 #[derive(Clone, Debug)]
@@ -63,37 +63,115 @@ struct Inner {
 /// RabbitMQ's default `max_message_size` (since 3.8): 128 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
-impl AmqpPublisher {
-    /// A publisher for the broker at `uri` (`amqp://user:pass@host:port/vhost`);
-    /// it connects on first use and reconnects after a failure.
-    pub fn new(uri: impl Into<String>) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                uri: uri.into(),
-                name: "consumer-publisher".to_owned(),
-                max_unconfirmed: 1024,
-                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-                source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
-                prefix: AttributePrefix::default(),
-                partitions: Arc::default(),
-                state: Mutex::new(None),
-            }),
-        }
-    }
+/// Configures an [`AmqpPublisher`]; made by [`AmqpPublisher::builder`],
+/// finished by [`connect`](Self::connect).
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct AmqpPublisherBuilder {
+    uri: String,
+    name: String,
+    max_unconfirmed: usize,
+    max_message_bytes: usize,
+    source: String,
+    prefix: AttributePrefix,
+    partitions: PartitionRoutes,
+}
 
+impl AmqpPublisherBuilder {
     /// How many messages of a batch may await their confirm at once
-    /// (default 1024).
-    pub fn with_max_unconfirmed(self, n: usize) -> Self {
-        self.map_inner(|i| i.max_unconfirmed = n.max(1))
+    /// (default 1024, at least 1).
+    pub fn with_max_unconfirmed(mut self, n: usize) -> Self {
+        self.max_unconfirmed = n.max(1);
+        self
     }
 
-    /// The largest message (payload and headers) this publisher sends;
+    /// The largest message (payload and headers) the publisher sends;
     /// larger ones are refused as too large without being sent (RabbitMQ
     /// would close the channel on them). Set it to the broker's
     /// `max_message_size`; default [`DEFAULT_MAX_MESSAGE_BYTES`], RabbitMQ's
     /// own default.
-    pub fn with_max_message_bytes(self, n: usize) -> Self {
-        self.map_inner(|i| i.max_message_bytes = n)
+    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n;
+        self
+    }
+
+    /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
+    /// `urn:acme:orders`) of messages that name none; default
+    /// [`DEFAULT_SOURCE`](consumer_core::backend::DEFAULT_SOURCE).
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
+    /// How the CloudEvents attributes are named in the headers written
+    /// (default [`AttributePrefix::CeDash`], what the CloudEvents SDKs read
+    /// on RabbitMQ); see [`headers`].
+    pub fn with_attribute_prefix(mut self, prefix: AttributePrefix) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Sends what is published to `/<name>` (the logical queue of
+    /// `topology`) to the partition queue of the message's key, Kafka's
+    /// partitioner over the partition count; messages without a key are
+    /// spread round-robin. Before the first message for it, the partition
+    /// count is checked against the broker and the topology declared: a
+    /// mismatch fails the publish with [`Error::PartitionCount`], which is
+    /// not retriable. See [`PartitionedTopology`](crate::PartitionedTopology).
+    pub fn with_partitions(mut self, topology: crate::PartitionedTopology) -> Self {
+        self.partitions = self.partitions.with(topology);
+        self
+    }
+
+    /// The connection name RabbitMQ shows (default `consumer-publisher`).
+    pub fn with_connection_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Opens the connection and its confirm-mode channel now, so that a
+    /// broker that cannot be reached shows at start. A connection lost
+    /// later fails the messages not yet confirmed (as retriable), and the
+    /// next publish reconnects.
+    pub async fn connect(self) -> Result<AmqpPublisher> {
+        let publisher = self.build();
+        publisher.channel().await?;
+        Ok(publisher)
+    }
+
+    /// The publisher without contacting the broker: the first publish
+    /// connects. For a tool that may never publish, or a service described
+    /// where no broker runs; one that publishes should
+    /// [`connect`](Self::connect).
+    pub fn build(self) -> AmqpPublisher {
+        AmqpPublisher {
+            inner: Arc::new(Inner {
+                uri: self.uri,
+                name: self.name,
+                max_unconfirmed: self.max_unconfirmed,
+                max_message_bytes: self.max_message_bytes,
+                source: self.source,
+                prefix: self.prefix,
+                partitions: Arc::new(self.partitions),
+                state: Mutex::new(None),
+            }),
+        }
+    }
+}
+
+impl AmqpPublisher {
+    /// A builder for a publisher to the broker at `uri`
+    /// (`amqp://user:pass@host:port/vhost`).
+    pub fn builder(uri: impl Into<String>) -> AmqpPublisherBuilder {
+        AmqpPublisherBuilder {
+            uri: uri.into(),
+            name: "consumer-publisher".to_owned(),
+            max_unconfirmed: 1024,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
+            prefix: AttributePrefix::default(),
+            partitions: PartitionRoutes::default(),
+        }
     }
 
     /// Refuses `message` when it is over the size limit.
@@ -110,55 +188,6 @@ impl AmqpPublisher {
         Ok(())
     }
 
-    /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
-    /// `urn:acme:orders`) of messages that name none; default
-    /// [`DEFAULT_SOURCE`](consumer_core::envelope::cloudevent::DEFAULT_SOURCE).
-    pub fn with_source(self, source: impl Into<String>) -> Self {
-        let source = source.into();
-        self.map_inner(|i| i.source = source)
-    }
-
-    /// How the CloudEvents attributes are named in the headers written
-    /// (default [`AttributePrefix::CeDash`], what the CloudEvents SDKs read
-    /// on RabbitMQ); see [`headers`].
-    pub fn with_attribute_prefix(self, prefix: AttributePrefix) -> Self {
-        self.map_inner(|i| i.prefix = prefix)
-    }
-
-    /// Sends what is published to `/<name>` (the logical queue of
-    /// `topology`) to the partition queue of the message's key, Kafka's
-    /// partitioner over the partition count; messages without a key are
-    /// spread round-robin. Before the first message for it, the partition
-    /// count is checked against the broker and the topology declared: a
-    /// mismatch fails the publish with [`Error::PartitionCount`], which is
-    /// not retriable. See [`PartitionedTopology`](crate::PartitionedTopology).
-    pub fn with_partitions(self, topology: crate::PartitionedTopology) -> Self {
-        self.map_inner(|i| i.partitions = Arc::new(i.partitions.with(topology)))
-    }
-
-    /// The connection name RabbitMQ shows (default `consumer-publisher`).
-    pub fn with_connection_name(self, name: impl Into<String>) -> Self {
-        let name = name.into();
-        self.map_inner(|i| i.name = name)
-    }
-
-    fn map_inner(self, f: impl FnOnce(&mut Inner)) -> Self {
-        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            uri: shared.uri.clone(),
-            name: shared.name.clone(),
-            max_unconfirmed: shared.max_unconfirmed,
-            max_message_bytes: shared.max_message_bytes,
-            source: shared.source.clone(),
-            prefix: shared.prefix,
-            partitions: Arc::clone(&shared.partitions),
-            state: Mutex::new(None),
-        });
-        f(&mut inner);
-        Self {
-            inner: Arc::new(inner),
-        }
-    }
-
     /// The confirm-mode channel, opening a connection when there is none or
     /// the last one failed.
     pub(crate) async fn channel(&self) -> Result<Channel> {
@@ -170,7 +199,7 @@ impl AmqpPublisher {
             return Ok(channel.clone());
         }
         if let Some((conn, _)) = state.take() {
-            let _ = conn.close(200, "reconnecting".into()).await;
+            self.let_go(conn, "found closed").await;
         }
         let props =
             ConnectionProperties::default().with_connection_name(self.inner.name.clone().into());
@@ -211,9 +240,18 @@ impl AmqpPublisher {
     }
 
     async fn forget_channel(&self) {
-        if let Some((conn, _)) = self.inner.state.lock().await.take() {
-            let _ = conn.close(200, "publish failed".into()).await;
+        let lost = self.inner.state.lock().await.take();
+        if let Some((conn, _)) = lost {
+            self.let_go(conn, "a publish or its confirm failed on it")
+                .await;
         }
+    }
+
+    /// Closes a connection that broke, and says so: the operator's record
+    /// of a lost link (the next publish opens another).
+    async fn let_go(&self, conn: Connection, why: &'static str) {
+        tracing::warn!(target: "consumer::amqp", connection = %self.inner.name, why, "lost the RabbitMQ publishing connection; reconnecting on the next publish");
+        let _ = conn.close(200, "reconnecting".into()).await;
     }
 
     /// Publishes one message to `exchange` with `routing_key` and waits for
@@ -381,7 +419,7 @@ impl Publisher for AmqpPublisher {
     }
 
     /// See the type's docs for how a destination reads.
-    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<consumer_core::backend::ChannelDescription> {
         if let Some(topology) = self.inner.partitions.topology_for(destination) {
             return Some(crate::asyncapi::partitioned_destination_channel(
                 topology,
@@ -394,7 +432,7 @@ impl Publisher for AmqpPublisher {
         ))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
         if let Err(e) = self.inner.partitions.prepare(self, batch).await {
             return batch.iter().map(|_| Err(e.clone().into())).collect();
         }
@@ -404,7 +442,7 @@ impl Publisher for AmqpPublisher {
             .publish_batch(sends.batch())
             .await
             .into_iter()
-            .map(|r| r.map_err(consumer_core::Error::from))
+            .map(|r| r.map_err(consumer_core::backend::Error::from))
             .collect();
         sends.finish(&results);
         results

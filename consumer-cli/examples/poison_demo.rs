@@ -1,4 +1,4 @@
-//! The consumer behind the README's operator walk-through: handler `book`
+//! The consumer behind the operations guide's walk-through: handler `book`
 //! on RabbitMQ queue `demo.bookings` with its store in PostgreSQL schema
 //! `cli_demo`. It publishes three bookings, one of which (`b-2`) the
 //! handler cannot take yet (it is listed in table `broken`), and consumes
@@ -75,10 +75,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
 
     let topology = Topology::new("demo.bookings")?;
-    let source = AmqpSource::new(amqp_url.clone(), topology.clone())?
+    let source = AmqpSource::builder(amqp_url.clone(), topology.clone())
         .connect()
         .await?;
-    let publisher = AmqpPublisher::new(amqp_url);
+    let publisher = AmqpPublisher::builder(amqp_url).connect().await?;
     for (i, seats) in [(1, 2), (2, 4), (3, 1)] {
         let id = format!("b-{i}");
         let mut headers = Headers::new();

@@ -50,6 +50,11 @@ pub struct Services {
         default_value = "127.0.0.1:9092"
     )]
     pub kafka_brokers: String,
+    /// SQS, for dead-letter queues and replays to SQS queues: an endpoint
+    /// (an emulator such as moto); without one, the AWS SDK's configuration
+    /// (region, credentials and endpoint from the environment).
+    #[arg(long, env = "SQS_ENDPOINT", global = true)]
+    pub sqs_endpoint: Option<String>,
 }
 
 /// The subcommands.
@@ -64,6 +69,9 @@ pub enum Command {
     /// The dedup store: counts per handler, purge old rows.
     #[command(subcommand)]
     Dedup(Dedup),
+    /// Sagas: list, show one, resume a compensation, abandon.
+    #[command(subcommand)]
+    Sagas(Sagas),
     /// Payload schemas: check the current ones against committed snapshots,
     /// record a new version.
     #[command(subcommand)]
@@ -143,12 +151,17 @@ pub enum DeadLetters {
 pub struct PlaceArgs {
     /// A RabbitMQ dead-letter queue (e.g. `orders.dlq`) instead of the
     /// store's dead-letter table.
-    #[arg(long, conflicts_with = "topic")]
+    #[arg(long, conflicts_with_all = ["topic", "sqs_queue"])]
     pub queue: Option<String>,
     /// A Kafka dead-letter topic (e.g. `orders.dlq`) instead of the store's
     /// dead-letter table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sqs_queue")]
     pub topic: Option<String>,
+    /// An SQS dead-letter queue, by name or URL (e.g.
+    /// `orders-dlq.fifo`), instead of the store's dead-letter table;
+    /// replays go to each letter's origin queue.
+    #[arg(long)]
+    pub sqs_queue: Option<String>,
 }
 
 /// Filters shared by list, export, purge and replay.
@@ -216,9 +229,10 @@ pub struct ReplayArgs {
     /// each letter's origin.
     #[arg(long)]
     pub to_topic: Option<String>,
-    /// Letters per second at most.
-    #[arg(long)]
-    pub rate: Option<f64>,
+    /// Letters per second at most, from 0.001 (one every 1000 s) to 1000;
+    /// without it, as fast as the destination confirms.
+    #[arg(long, value_parser = Rate::parse)]
+    pub rate: Option<Rate>,
     /// Replay this many first and wait for their outcome; stop with exit
     /// code 4 if any comes back dead.
     #[arg(long)]
@@ -243,11 +257,15 @@ pub struct ReplayArgs {
 /// Outbox subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Outbox {
-    /// Pending events, the oldest's age, failed aggregates with their errors.
+    /// Pending events, the oldest's age, failed aggregates with their errors,
+    /// and the scheduled events not yet due with the next ones to fall due.
     Status {
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// How many of the next scheduled events to list.
+        #[arg(long, default_value_t = 10)]
+        next: u32,
         /// The outbox table.
         #[arg(long, default_value = "outbox_events")]
         outbox_table: String,
@@ -263,6 +281,112 @@ pub enum Outbox {
         #[arg(long, default_value = "outbox_events")]
         outbox_table: String,
     },
+}
+
+/// Saga subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Sagas {
+    /// One row per saga, oldest first: type, id, status, version, age,
+    /// pending timeouts, reason.
+    List {
+        /// Which sagas.
+        #[command(flatten)]
+        filter: SagaFilterArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One saga: its status, version, state, pending timeouts, compensation
+    /// log and history.
+    Show {
+        /// The saga type (`Saga::name`).
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resumes a compensation (`compensation_failed`, or stuck
+    /// `compensating`): the failed undo steps, and the one whose outcome
+    /// never came, are sent again, last first. With `--compensate`,
+    /// compensates a running or failed saga instead.
+    Resume {
+        /// The saga type.
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// Start compensating a running (or failed) saga, for this reason.
+        #[arg(long, value_name = "REASON")]
+        compensate: Option<String>,
+    },
+    /// Stops an active saga, or one whose compensation failed and was
+    /// settled by hand: `abandoned`, its timeouts cancelled, nothing undone.
+    Abandon {
+        /// The saga type.
+        saga_type: String,
+        /// The saga's id.
+        saga_id: String,
+        /// Why, kept on the saga.
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// Which sagas `sagas list` shows.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SagaFilterArgs {
+    /// Only sagas of this type.
+    #[arg(long = "type", value_name = "SAGA_TYPE")]
+    pub saga_type: Option<String>,
+    /// Only sagas with this status (repeat it for several).
+    #[arg(long, value_enum)]
+    pub status: Vec<SagaStatusArg>,
+    /// Only active sagas (running or compensating).
+    #[arg(long, conflicts_with = "status")]
+    pub active: bool,
+    /// Only sagas started longer ago than this (e.g. `1h`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+}
+
+/// A saga status on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum SagaStatusArg {
+    /// Going forward.
+    Running,
+    /// Undoing its steps.
+    Compensating,
+    /// Finished.
+    Completed,
+    /// Finished: undone.
+    Compensated,
+    /// Finished without compensating.
+    Failed,
+    /// An undo step failed for good: waits for an operator.
+    CompensationFailed,
+    /// Stopped by an operator.
+    Abandoned,
+}
+
+impl SagaStatusArg {
+    /// The status it names.
+    pub fn status(self) -> consumer_core::saga::SagaStatus {
+        use consumer_core::saga::SagaStatus as S;
+        match self {
+            Self::Running => S::Running,
+            Self::Compensating => S::Compensating,
+            Self::Completed => S::Completed,
+            Self::Compensated => S::Compensated,
+            Self::Failed => S::Failed,
+            Self::CompensationFailed => S::CompensationFailed,
+            Self::Abandoned => S::Abandoned,
+        }
+    }
 }
 
 /// Dedup subcommands.
@@ -310,7 +434,7 @@ pub struct SchemaArgs {
     /// BACKWARD, FORWARD, FULL, or one of them `_TRANSITIVE` (any case,
     /// `-` or `_`).
     #[arg(long, default_value = "full-transitive")]
-    pub mode: consumer_core::compat::Mode,
+    pub mode: consumer_contracts::compat::Mode,
     /// Only these event types (repeat it); default: every current schema,
     /// and every type with snapshots must have one.
     #[arg(long = "type", value_name = "EVENT_TYPE")]
@@ -318,4 +442,92 @@ pub struct SchemaArgs {
     /// One JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A `--rate`: letters per second within [`Rate::MIN`] and [`Rate::MAX`],
+/// so the interval between two sends is a duration the pacer can wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    per_second: f64,
+}
+
+impl Rate {
+    /// One letter every 1000 s: slower than that is a pause, not a rate,
+    /// and a tiny rate would make the interval overflow a `Duration`.
+    pub const MIN: f64 = 0.001;
+    /// Tokio's timer ticks in milliseconds, so a shorter interval would not
+    /// pace anything (and a huge rate would make it zero).
+    pub const MAX: f64 = 1000.0;
+
+    /// Parses a `--rate` value, refusing what is not a number in range
+    /// with a sentence that says the range.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let out_of_range = || {
+            format!(
+                "must be a number of letters per second from {} to {} (omit --rate for no limit)",
+                Self::MIN,
+                Self::MAX
+            )
+        };
+        let per_second: f64 = text.trim().parse().map_err(|_| out_of_range())?;
+        // `contains` is false for NaN too.
+        if !(Self::MIN..=Self::MAX).contains(&per_second) {
+            return Err(out_of_range());
+        }
+        Ok(Self { per_second })
+    }
+
+    /// The time between two sends: from 1 ms to 1000 s.
+    pub fn interval(self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.per_second)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_in_range_gives_the_interval_between_sends() {
+        assert_eq!(
+            Rate::parse("20").expect("in range").interval(),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            Rate::parse("0.001").expect("the lowest").interval(),
+            Duration::from_secs(1000)
+        );
+        assert_eq!(
+            Rate::parse("1000").expect("the highest").interval(),
+            Duration::from_millis(1)
+        );
+    }
+
+    /// What used to panic in the pacer (a `Duration` overflow below, a zero
+    /// interval above) is refused at parsing, with the range in the error.
+    #[test]
+    fn a_rate_out_of_range_is_refused_with_the_range() {
+        for bad in [
+            "1e-300", "0", "-1", "0.0009", "1000.5", "3e9", "1e309", "inf", "NaN", "fast", "",
+        ] {
+            let error = Rate::parse(bad).expect_err(bad);
+            assert!(error.contains("from 0.001 to 1000"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_refuses_a_rate_out_of_range() {
+        let parsed = Cli::try_parse_from([
+            "consumer",
+            "dead-letters",
+            "replay",
+            "--queue",
+            "orders.dlq",
+            "--rate",
+            "1e-300",
+        ]);
+        let error = parsed.expect_err("out of range");
+        assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(error.to_string().contains("from 0.001 to 1000"), "{error}");
+    }
 }

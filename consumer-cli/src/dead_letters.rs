@@ -206,7 +206,7 @@ fn describe(letter: &Letter) -> String {
     field("key", dl.key.as_deref().unwrap_or("(none)"));
     field(
         "from",
-        &format!("{} at {}", dl.origin.destination, dl.origin.position),
+        &format!("{} at {}", dl.origin.channel, dl.origin.position),
     );
     if let Some(refusal) = &letter.refusal {
         field("refused with", refusal);

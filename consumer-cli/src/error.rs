@@ -9,8 +9,8 @@
 //! | 3 | a service is unreachable (PostgreSQL, RabbitMQ) |
 //! | 4 | a canary replay came back dead: the fix did not work; nothing more was sent |
 //! | 5 | a canary's outcome did not arrive within `--canary-timeout` |
-//! | 6 | not found: no such dead letter, no such failed aggregate |
-//! | 7 | refused: confirmation declined, letters past the dedup retention without `--force`, or another replay running |
+//! | 6 | not found: no such dead letter, no such failed aggregate, no such saga |
+//! | 7 | refused: confirmation declined, letters past the dedup retention without `--force`, another replay running, or a saga in a status the operation does not apply to |
 //! | 8 | incompatible: a current schema breaks its snapshots in the mode checked (`schema check`, `schema record`) |
 //! | 130 | interrupted (Ctrl-C): the letter in flight was finished; run again to go on |
 
@@ -78,6 +78,9 @@ pub enum Error {
     /// A handler the store has never seen.
     #[error("unknown handler {0:?}: no dead letter, dedup row or attempt names it")]
     UnknownHandler(String),
+    /// No saga of that type and id.
+    #[error("{0}")]
+    NoSuchSaga(String),
     /// No failed aggregate of that name.
     #[error("no failed outbox aggregate {0} (`consumer outbox status` lists them)")]
     NoSuchAggregate(String),
@@ -128,14 +131,14 @@ pub enum Error {
         /// How many were checked.
         checked: usize,
         /// The mode.
-        mode: consumer_core::compat::Mode,
+        mode: consumer_contracts::compat::Mode,
         /// Their names, comma separated.
         types: String,
     },
     /// A snapshot or schema that cannot be used as it is: which file, and
     /// what to fix.
     #[error("{0}")]
-    Schema(#[from] consumer_core::compat::CompatError),
+    Schema(#[from] consumer_contracts::compat::CompatError),
     /// Anything else, said as a sentence.
     #[error("{0}")]
     Other(String),
@@ -150,13 +153,14 @@ impl Error {
             Self::NoSuchLetter { .. }
             | Self::NoSuchQueue { .. }
             | Self::UnknownHandler(_)
-            | Self::NoSuchAggregate(_) => exit::NOT_FOUND,
+            | Self::NoSuchAggregate(_)
+            | Self::NoSuchSaga(_) => exit::NOT_FOUND,
             Self::Refused(_) => exit::REFUSED,
             Self::CanaryFailed(_) => exit::CANARY_FAILED,
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,
             Self::Interrupted(_) => exit::INTERRUPTED,
             Self::Incompatible { .. } => exit::INCOMPATIBLE,
-            Self::Schema(consumer_core::compat::CompatError::Io { .. }) => exit::FAILURE,
+            Self::Schema(consumer_contracts::compat::CompatError::Io { .. }) => exit::FAILURE,
             Self::Schema(_) => exit::USAGE,
             Self::Database(_) | Self::Broker(_) | Self::Io { .. } | Self::Other(_) => exit::FAILURE,
         }

@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use consumer_core::envelope::format_time;
 use consumer_core::store::{headers_from_json, headers_json};
-use consumer_core::{DeadLetter, DeadLetterKind, OmittedPayload, Origin};
+use consumer_core::{DeadLetter, DeadLetterKind, dead_letter::OmittedPayload, envelope::Origin};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -75,7 +75,7 @@ impl LetterJson {
             attempts: dl.attempts,
             first_failure: format_time(dl.first_failure),
             last_failure: format_time(dl.last_failure),
-            destination: dl.origin.destination.to_string(),
+            destination: dl.origin.channel.to_string(),
             position: dl.origin.position.to_string(),
             key: dl.key.clone(),
             headers: serde_json::from_str(&headers_json(&dl.original_headers))
@@ -108,7 +108,7 @@ impl LetterJson {
             message_id: self.message_id,
             key: self.key,
             origin: Origin {
-                destination: self.destination.into(),
+                channel: self.destination.into(),
                 position: self.position.into(),
                 ..Origin::default()
             },

@@ -7,6 +7,9 @@
 //! consumer dead-letters replay --queue orders.dlq --handler charge --canary 1 --rate 50
 //! consumer outbox status
 //! consumer dedup purge --older-than 7days
+//! consumer sagas list --status compensation_failed
+//! consumer sagas show order-fulfilment order-4
+//! consumer sagas resume order-fulfilment order-4
 //! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
 //! ```
 //!
@@ -36,6 +39,7 @@ mod progress;
 mod render;
 mod replay;
 mod route;
+mod sagas;
 mod schema;
 
 use std::io::{BufReader, Write};
@@ -43,7 +47,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Schema};
+use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Sagas, Schema};
 use crate::error::{Error, Result, exit};
 
 fn main() -> ExitCode {
@@ -130,9 +134,11 @@ async fn run(cli: Cli) -> Result<()> {
             DeadLetters::Replay(args) => replay::run(services, &args, &mut out).await,
         },
         Command::Outbox(cmd) => match cmd {
-            Outbox::Status { json, outbox_table } => {
-                outbox::status(services, &outbox_table, json, &mut out).await
-            }
+            Outbox::Status {
+                json,
+                next,
+                outbox_table,
+            } => outbox::status(services, &outbox_table, json, next, &mut out).await,
             Outbox::Retry {
                 aggregate,
                 all,
@@ -144,6 +150,37 @@ async fn run(cli: Cli) -> Result<()> {
             Dedup::Purge { older_than, batch } => {
                 dedup::purge(services, older_than, batch, &mut out).await
             }
+        },
+        Command::Sagas(cmd) => match cmd {
+            Sagas::List {
+                filter,
+                limit,
+                json,
+            } => sagas::list(services, &filter, limit, json, &mut out).await,
+            Sagas::Show {
+                saga_type,
+                saga_id,
+                json,
+            } => sagas::show(services, &saga_type, &saga_id, json, &mut out).await,
+            Sagas::Resume {
+                saga_type,
+                saga_id,
+                compensate,
+            } => {
+                sagas::resume(
+                    services,
+                    &saga_type,
+                    &saga_id,
+                    compensate.as_deref(),
+                    &mut out,
+                )
+                .await
+            }
+            Sagas::Abandon {
+                saga_type,
+                saga_id,
+                reason,
+            } => sagas::abandon(services, &saga_type, &saga_id, &reason, &mut out).await,
         },
         Command::Schema(cmd) => match cmd {
             Schema::Check(args) => schema::check(&args, &mut out),

@@ -1,6 +1,11 @@
 //! `outbox status | retry`: what waits in the outbox, and unblocking the
 //! aggregates whose event failed for good.
 //!
+//! `status` counts as pending what should go out now: events committed and
+//! not published, and scheduled events that have fallen due but that no
+//! relay has taken yet. Scheduled events not yet due are listed apart,
+//! with the next ones to fall due.
+//!
 //! An event the relay gave up on is marked failed and blocks its aggregate,
 //! so the aggregate's later events wait behind it and keep their order.
 //! `retry` makes the failed events eligible again and lifts the block (the
@@ -31,6 +36,26 @@ struct Failed {
     failed_ms: Option<i64>,
 }
 
+/// One scheduled event not yet taken by a relay.
+#[derive(Debug, sqlx::FromRow, serde::Serialize)]
+struct Scheduled {
+    id: String,
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+    destination: String,
+    due_ms: i64,
+}
+
+/// What `status` reports of the scheduled table.
+#[derive(Debug, serde::Serialize)]
+struct ScheduledSummary {
+    /// Not yet due.
+    count: i64,
+    /// The next to fall due (overdue ones, waiting for a relay, first).
+    next: Vec<Scheduled>,
+}
+
 fn outbox(table: &str) -> Result<Outbox> {
     Outbox::new()
         .with_table(table)
@@ -42,17 +67,38 @@ pub async fn status(
     services: &Services,
     table: &str,
     json: bool,
+    next: u32,
     out: &mut impl Write,
 ) -> Result<()> {
     let outbox = outbox(table)?;
     let pool = database::connect(services).await?;
     let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*), (EXTRACT(EPOCH FROM min(created_at)) * 1000)::bigint FROM {} WHERE published_at IS NULL",
+        "SELECT count(*), (EXTRACT(EPOCH FROM min(coalesce(due_at, created_at))) * 1000)::bigint \
+         FROM {} WHERE published_at IS NULL",
         outbox.table()
     )))
     .fetch_one(&pool)
     .await
     .map_err(|e| database::explain(e, outbox.table()))?;
+    let scheduled_table = format!("{}_scheduled", outbox.table());
+    let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FILTER (WHERE due_at > now()), count(*) FILTER (WHERE due_at <= now()), \
+             (EXTRACT(EPOCH FROM min(due_at) FILTER (WHERE due_at <= now())) * 1000)::bigint FROM {scheduled_table}"
+        )))
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| database::explain(e, &scheduled_table))?;
+    let next: Vec<Scheduled> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id::text AS id, aggregate_type, aggregate_id, event_type, destination, \
+         (EXTRACT(EPOCH FROM due_at) * 1000)::bigint AS due_ms \
+         FROM {scheduled_table} ORDER BY due_at, seq LIMIT $1"
+    )))
+    .bind(i64::from(next))
+    .fetch_all(&pool)
+    .await?;
+    let pending = pending + due;
+    let oldest_ms = oldest_ms.into_iter().chain(oldest_due_ms).min();
     let failed: Vec<Failed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT aggregate_type, aggregate_id, event_type, version, attempts, last_error, \
          (EXTRACT(EPOCH FROM failed_at) * 1000)::bigint AS failed_ms \
@@ -77,6 +123,7 @@ pub async fn status(
                     "pending": pending,
                     "oldest_age_seconds": oldest_age_s,
                     "failed": failed,
+                    "scheduled": ScheduledSummary { count: scheduled, next },
                 }))
             ),
         );
@@ -84,7 +131,7 @@ pub async fn status(
     w(
         out,
         format!(
-            "pending events: {pending}\noldest pending: {}\nfailed aggregates: {}\n",
+            "pending events: {pending}\noldest pending: {}\nfailed aggregates: {}\nscheduled events: {scheduled}\n",
             oldest_age_s.map_or_else(|| "-".to_owned(), age),
             failed.len()
         ),
@@ -113,7 +160,30 @@ pub async fn status(
         }
         w(out, t.render())?;
     }
+    if !next.is_empty() {
+        w(out, scheduled_table_text(&next, now_ms))?;
+    }
     Ok(())
+}
+
+/// The next scheduled events, one row each, with when each falls due.
+fn scheduled_table_text(next: &[Scheduled], now_ms: i64) -> String {
+    let mut t = Table::new(&["SCHEDULED", "AGGREGATE", "EVENT", "DESTINATION", "DUE"]);
+    for s in next {
+        let seconds = (s.due_ms - now_ms) / 1000;
+        t.row(vec![
+            s.id.clone(),
+            format!("{}/{}", s.aggregate_type, s.aggregate_id),
+            s.event_type.clone(),
+            s.destination.clone(),
+            if s.due_ms <= now_ms {
+                format!("{} ago (waiting for a relay)", age(-seconds))
+            } else {
+                format!("in {}", age(seconds))
+            },
+        ]);
+    }
+    t.render()
 }
 
 /// `retry AGGREGATE` or `retry --all`.

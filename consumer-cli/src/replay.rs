@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
 
-use crate::args::{ReplayArgs, Services};
+use crate::args::{Rate, ReplayArgs, Services};
 use crate::database;
 use crate::error::{Error, Result};
 use crate::handler_state::{HandlerState, Outcome};
@@ -58,13 +58,6 @@ impl Fate {
 /// Runs a replay; the summary goes to `out`.
 pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -> Result<()> {
     let filter = Filter::from_args(&args.filter)?;
-    if let Some(rate) = args.rate
-        && !(rate.is_finite() && rate > 0.0)
-    {
-        return Err(Error::Usage(format!(
-            "--rate {rate} must be a positive number of letters per second"
-        )));
-    }
     let pool = database::connect(services).await?;
     let state = HandlerState::new(pool.clone());
     let journal = Journal::open(pool, !args.dry_run).await?;
@@ -81,7 +74,13 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
             letters.describe()
         )));
     }
-    let route = Route::new(services, args.to_topic.as_deref())?;
+    let route = Route::new(services, args.to_topic.as_deref()).await?;
+    #[cfg(feature = "sqs")]
+    let route = if letters.is_sqs() {
+        route.with_sqs(services).await?
+    } else {
+        route
+    };
     let result = replay(args, &filter, &state, &journal, &route, &mut letters, out).await;
     route.close().await;
     // Whatever happened, what was not removed goes back as it was.
@@ -235,7 +234,9 @@ async fn watch_canaries(
     canaries: &[&Letter],
     timeout: Duration,
 ) -> Result<()> {
-    let deadline = Instant::now() + timeout;
+    // A timeout past what the clock can count (`--canary-timeout 1000000years`)
+    // is no deadline at all, not a panic.
+    let deadline = Instant::now().checked_add(timeout);
     let mut pending: Vec<&Letter> = canaries.to_vec();
     loop {
         let mut still = Vec::new();
@@ -254,7 +255,7 @@ async fn watch_canaries(
         if still.is_empty() {
             return Ok(());
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             let ids: Vec<&str> = still.iter().map(|l| l.id.as_str()).collect();
             return Err(Error::CanaryTimeout(format!(
                 "no outcome for {} within {} (is the consumer of handler {} running?); nothing more was sent",
@@ -275,10 +276,10 @@ struct Pacer {
 }
 
 impl Pacer {
-    fn new(rate: Option<f64>) -> Self {
+    fn new(rate: Option<Rate>) -> Self {
         Self {
             interval: rate.map(|r| {
-                let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / r));
+                let mut i = tokio::time::interval(r.interval());
                 i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 i
             }),

@@ -16,6 +16,11 @@
 //! without it. (The default `<topic>.retry` is shared by the groups that
 //! keep the default: replaying there reaches each of them, and the groups
 //! that had processed the message absorb it by their dedup rows.)
+//!
+//! **SQS**: letters read from an SQS dead-letter queue go back to the queue
+//! they were consumed from (their origin), with `SendMessageBatch`, their
+//! key as the FIFO group and their id as the deduplication id: only that
+//! queue's consumers see the copy.
 
 #[cfg(feature = "amqp")]
 use consumer_amqp::AmqpPublisher;
@@ -61,12 +66,14 @@ pub struct Route {
     publisher: AmqpPublisher,
     #[cfg(feature = "kafka")]
     kafka: Option<(String, consumer_kafka::KafkaPublisher)>,
+    #[cfg(feature = "sqs")]
+    sqs: Option<consumer_sqs::SqsPublisher>,
 }
 
 impl Route {
     /// A route on the RabbitMQ the flags name (connected on first send), or
     /// to Kafka topic `to_topic`.
-    pub fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
+    pub async fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
         #[cfg(feature = "kafka")]
         let kafka = match to_topic {
             Some(topic) => {
@@ -74,7 +81,7 @@ impl Route {
                     .map_err(|e| Error::Usage(format!("--to-topic: {e}")))?;
                 Some((
                     topic.to_owned(),
-                    crate::places::kafka::kafka_publisher(&services.kafka_brokers)?,
+                    crate::places::kafka::kafka_publisher(&services.kafka_brokers).await?,
                 ))
             }
             None => None,
@@ -89,24 +96,58 @@ impl Route {
             #[cfg(feature = "amqp")]
             url: services.amqp_url.clone(),
             #[cfg(feature = "amqp")]
-            publisher: AmqpPublisher::new(services.amqp_url.clone())
-                .with_connection_name("consumer-cli-replay"),
+            publisher: AmqpPublisher::builder(services.amqp_url.clone())
+                .with_connection_name("consumer-cli-replay")
+                .build(),
             #[cfg(feature = "kafka")]
             kafka,
+            #[cfg(feature = "sqs")]
+            sqs: None,
         })
+    }
+
+    /// Sends every replay to its letter's origin SQS queue instead (for
+    /// letters read from an SQS dead-letter queue).
+    #[cfg(feature = "sqs")]
+    pub async fn with_sqs(mut self, services: &Services) -> Result<Self> {
+        let client = crate::places::sqs::client(services).await;
+        self.sqs = Some(crate::places::sqs::sqs_publisher(&client).await?);
+        Ok(self)
     }
 
     /// Where `letter` goes, for messages and the journal.
     pub fn of(&self, letter: &Letter) -> String {
+        #[cfg(feature = "sqs")]
+        if self.sqs.is_some() {
+            return format!("SQS queue {}", letter.letter.origin.channel);
+        }
         #[cfg(feature = "kafka")]
         if let Some((topic, _)) = &self.kafka {
             return format!("Kafka topic {topic}");
         }
-        format!("queue {}", letter.letter.origin.destination)
+        format!("queue {}", letter.letter.origin.channel)
     }
 
     /// Publishes the replay of `letter` and waits for its confirm.
     pub async fn send(&self, letter: &Letter) -> Result<()> {
+        #[cfg(feature = "sqs")]
+        if let Some(publisher) = &self.sqs {
+            use consumer_core::Publisher as _;
+            let queue = letter.letter.origin.channel.to_string();
+            let out = [consumer_core::Outgoing {
+                destination: queue.clone(),
+                message: replay_message(letter),
+            }];
+            for r in publisher.publish(&out).await {
+                r.map_err(|e| {
+                    Error::Broker(format!(
+                        "replaying {} to SQS queue {queue}: {e} (is the consumer of handler {} deployed there?)",
+                        letter.id, letter.letter.handler
+                    ))
+                })?;
+            }
+            return Ok(());
+        }
         #[cfg(feature = "kafka")]
         if let Some((topic, producer)) = &self.kafka {
             use consumer_core::Publisher as _;
@@ -137,7 +178,7 @@ impl Route {
 
     #[cfg(feature = "amqp")]
     async fn send_to_work_queue(&self, letter: &Letter) -> Result<()> {
-        let queue = &letter.letter.origin.destination;
+        let queue = &letter.letter.origin.channel;
         consumer_amqp::validate_name("work queue", queue).map_err(|e| {
             Error::Other(format!(
                 "letter {} cannot be replayed: its origin is not a RabbitMQ queue ({e})",

@@ -1,11 +1,11 @@
 //! `schema check | record`: the current payload schemas against the
-//! committed snapshots (`consumer_core::compat`), as a CI step runs it.
+//! committed snapshots (`consumer_contracts::compat`), as a CI step runs it.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use consumer_core::compat::{CompatError, Report, SnapshotDir};
+use consumer_contracts::compat::{CompatError, Report, SnapshotDir};
 use serde_json::{Value, json};
 
 use crate::args::SchemaArgs;

@@ -27,7 +27,7 @@ fn replay<'a>(k: &'a KafkaTopics, extra: &[&'a str]) -> Vec<&'a str> {
 async fn a_kafka_canary_against_a_still_failing_handler_sends_exactly_n_and_exits_non_zero() {
     let w = World::new("kafka-canary").await;
     let k = KafkaTopics::create("canary").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     let ids = ["a", "b", "c", "d"];
     k.dead_letters(&w, &running, &ids, 0).await;
 
@@ -69,7 +69,7 @@ async fn a_kafka_canary_against_a_still_failing_handler_sends_exactly_n_and_exit
 async fn a_kafka_replay_to_a_fixed_handler_processes_every_letter_once_and_a_rerun_sends_nothing() {
     let w = World::new("kafka-fixed").await;
     let k = KafkaTopics::create("fixed").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     let ids = ["a", "b", "c"];
     k.dead_letters(&w, &running, &ids, 0).await;
     w.set_broken(&ids, false).await;
@@ -123,7 +123,7 @@ async fn a_kafka_replay_to_a_fixed_handler_processes_every_letter_once_and_a_rer
 async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_business_row() {
     let w = World::new("kafka-kill").await;
     let k = KafkaTopics::create("kill").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     let names: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
     let ids: Vec<&str> = names.iter().map(String::as_str).collect();
     k.dead_letters(&w, &running, &ids, 0).await;
@@ -149,10 +149,11 @@ async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_bu
     // leaves it in place instead of sending it again.
     let counts = replay_counts(&stdout(&second))
         .unwrap_or_else(|| panic!("no summary line: {}", both(&second)));
-    assert_eq!(
-        counts.already_sent,
-        sent_before,
-        "the journal skips what it recorded: {}",
+    // The killed replay's last journal commit may reach the database just
+    // after `sent_before` was read: the rerun may find one more sent.
+    assert!(
+        (sent_before..=sent_before + 1).contains(&counts.already_sent),
+        "the journal skips what it recorded ({sent_before} read after the kill): {}",
         both(&second)
     );
     assert!(
@@ -161,9 +162,9 @@ async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_bu
         both(&second)
     );
     assert_eq!(
-        counts.replayed + counts.already_processed,
-        20 - sent_before,
-        "every other letter is replayed now: {}",
+        counts.replayed + counts.already_processed + counts.already_sent,
+        20,
+        "every letter is accounted for once: {}",
         both(&second)
     );
     support::eventually("twenty bookings", || async {
@@ -186,7 +187,7 @@ async fn a_kafka_replay_killed_halfway_and_rerun_loses_none_and_duplicates_no_bu
 async fn a_kafka_export_then_import_is_byte_identical() {
     let w = World::new("kafka-export").await;
     let k = KafkaTopics::create("export").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     k.dead_letters(&w, &running, &["a", "b", "c", "d", "e"], 0)
         .await;
     running.stop().await;
@@ -228,7 +229,7 @@ async fn a_kafka_export_then_import_is_byte_identical() {
 async fn a_kafka_dry_run_and_inspection_change_nothing_on_the_broker() {
     let w = World::new("kafka-dry").await;
     let k = KafkaTopics::create("dry").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     k.dead_letters(&w, &running, &["a", "b", "c"], 0).await;
     w.set_broken(&["a", "b", "c"], false).await;
     let before = k.all_watermarks();
@@ -272,7 +273,7 @@ async fn a_kafka_dry_run_and_inspection_change_nothing_on_the_broker() {
 async fn letters_arriving_in_a_kafka_dead_letter_topic_during_a_replay_are_not_replayed() {
     let w = World::new("kafka-arrivals").await;
     let k = KafkaTopics::create("arrivals").await;
-    let running = k.start_consumer(&w);
+    let running = k.start_consumer(&w).await;
     let names: Vec<String> = (0..10).map(|i| format!("a{i:02}")).collect();
     let ids: Vec<&str> = names.iter().map(String::as_str).collect();
     k.dead_letters(&w, &running, &ids, 0).await;
@@ -347,7 +348,7 @@ async fn dead_letters_the_settle_producer_batched_are_all_read() {
     let k = KafkaTopics::create("batched").await;
     // The settle producer batches its dead letters (200 ms linger): the
     // snapshot must hold every record of each multi-record batch.
-    let running = k.start_consumer_with(&w, &[("linger.ms", "200")]);
+    let running = k.start_consumer_with(&w, &[("linger.ms", "200")]).await;
     let names: Vec<String> = (0..30).map(|i| format!("b{i:02}")).collect();
     let ids: Vec<&str> = names.iter().map(String::as_str).collect();
     k.dead_letters(&w, &running, &ids, 0).await;

@@ -82,7 +82,7 @@ async fn outbox_retry_unblocks_a_failed_aggregate_and_its_later_events_follow_in
     let relay = OutboxRelay::new(
         pool.clone(),
         Outbox::new(),
-        AmqpPublisher::new(support::amqp_url()),
+        AmqpPublisher::builder(support::amqp_url()).build(),
     )
     .with_retry_policy(RetryPolicy::exponential(
         Duration::from_millis(1),
@@ -124,6 +124,67 @@ async fn outbox_retry_unblocks_a_failed_aggregate_and_its_later_events_follow_in
         [1, 2, 3],
         "in order after the unblock"
     );
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_status_counts_scheduled_events_and_lists_the_next_due() {
+    use consumer::outbox::Due;
+
+    let w = World::new("outbox-scheduled").await;
+    let pool = w.schema.pool.clone();
+    let outbox = Outbox::new();
+    let hour = Duration::from_secs(3600);
+    let mut tokens = Vec::new();
+    let mut tx = pool.begin().await.expect("begin");
+    for (n, due) in [
+        (3, Due::after(hour * 3)),
+        (1, Due::after(hour)),
+        (2, Due::after(hour * 2)),
+        // Due a minute ago, and no relay runs: pending, listed first.
+        (
+            0,
+            Due::at(time::OffsetDateTime::now_utc() - time::Duration::minutes(1)),
+        ),
+    ] {
+        let ev = NewEvent::new(
+            "Order",
+            format!("s{n}"),
+            "PaymentTimedOut",
+            &OrderEvent { n },
+        )
+        .expect("json")
+        .with_destination("payments");
+        tokens.push((
+            n,
+            outbox.schedule(&mut tx, ev, due).await.expect("schedule"),
+        ));
+    }
+    tx.commit().await.expect("commit");
+    tokens.sort_by_key(|(n, _)| *n);
+
+    let status = w.run(&["outbox", "status", "--json", "--next", "2"]).await;
+    assert_eq!(status.status.code(), Some(0), "{}", both(&status));
+    let v: serde_json::Value = serde_json::from_str(stdout(&status).trim()).expect("json");
+    assert_eq!(v["pending"], 1, "the overdue one waits for a relay: {v}");
+    assert!(
+        v["oldest_age_seconds"].as_i64().is_some_and(|s| s >= 60),
+        "{v}"
+    );
+    assert_eq!(v["scheduled"]["count"], 3, "{v}");
+    let next = v["scheduled"]["next"].as_array().expect("next");
+    assert_eq!(next.len(), 2, "{v}");
+    assert_eq!(next[0]["id"], tokens[0].1.to_string(), "{v}");
+    assert_eq!(next[1]["id"], tokens[1].1.to_string(), "{v}");
+    assert_eq!(next[1]["aggregate_id"], "s1", "{v}");
+    assert_eq!(next[1]["event_type"], "PaymentTimedOut", "{v}");
+    assert_eq!(next[1]["destination"], "payments", "{v}");
+
+    let table = w.run(&["outbox", "status"]).await;
+    let text = stdout(&table);
+    assert!(text.contains("scheduled events: 3"), "{}", both(&table));
+    assert!(text.contains("Order/s3"), "{}", both(&table));
+    assert!(text.contains("waiting for a relay"), "{}", both(&table));
     w.close().await;
 }
 

@@ -19,14 +19,15 @@ struct OrderEvent {
     padding: String,
 }
 
-fn relay(
+async fn relay(
     pool: sqlx::PgPool,
     brokers: &str,
     max_bytes: &str,
 ) -> OutboxRelay<sqlx::Postgres, KafkaPublisher> {
     let publisher = KafkaPublisher::builder(brokers)
         .with_property("message.max.bytes", max_bytes)
-        .build()
+        .connect()
+        .await
         .expect("Kafka producer");
     OutboxRelay::new(pool, Outbox::new(), publisher).with_retry_policy(RetryPolicy::exponential(
         Duration::from_millis(1),
@@ -59,7 +60,7 @@ async fn outbox_retry_on_kafka_unblocks_a_failed_aggregate_and_its_later_events_
             tx.commit().await.expect("commit");
         }
     }
-    let small = relay(pool.clone(), &k.brokers, "10000");
+    let small = relay(pool.clone(), &k.brokers, "10000").await;
     let stats = small.stats();
     support::eventually("the bad aggregate failed", || async {
         small.run_once().await.expect("relay round");
@@ -77,7 +78,7 @@ async fn outbox_retry_on_kafka_unblocks_a_failed_aggregate_and_its_later_events_
 
     // The fix: a relay whose producer takes the large event. Then the
     // operator retries.
-    let large = relay(pool.clone(), &k.brokers, "1000000");
+    let large = relay(pool.clone(), &k.brokers, "1000000").await;
     let retry = w.run(&["outbox", "retry", "Order/bad"]).await;
     assert_eq!(retry.status.code(), Some(0), "{}", both(&retry));
     support::eventually("the outbox drained", || async {

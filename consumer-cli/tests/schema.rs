@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use consumer::asyncapi::{Contract, PayloadSchema, PayloadType, write_current};
+use consumer::contracts::asyncapi::{Contract, PayloadSchema, write_current};
+use consumer::describe::PayloadType;
 use serde_json::Value;
 
 /// The first release of the event.
@@ -64,8 +65,8 @@ impl Scratch {
             subject: "OrderPlaced".to_owned(),
             contract: Contract::Deserialize,
             type_name: payload.type_name(),
-            schema: payload
-                .schema(Contract::Deserialize)
+            schema: Contract::Deserialize
+                .schema_of(&payload)
                 .expect("the type derives JsonSchema"),
         };
         let dir = self.root.join("current");

@@ -215,7 +215,7 @@ impl DeadLetter {
         h.insert(headers::FIRST_FAILURE, format_time(self.first_failure));
         h.insert(headers::LAST_FAILURE, format_time(self.last_failure));
         h.insert(headers::HANDLER, self.handler.as_str());
-        h.insert(headers::DESTINATION, self.origin.destination.as_str());
+        h.insert(headers::DESTINATION, self.origin.channel.as_str());
         h.insert(headers::POSITION, self.origin.position.as_str());
         h.insert(headers::MESSAGE_ID, self.message_id.as_str());
         if let Some(key) = &self.key {
@@ -293,7 +293,7 @@ impl DeadLetter {
             message_id: text(headers::MESSAGE_ID)?,
             key: text(headers::KEY),
             origin: Origin {
-                destination: text(headers::DESTINATION)?.into(),
+                channel: text(headers::DESTINATION)?.into(),
                 position: text(headers::POSITION)?.into(),
                 ..Origin::default()
             },
@@ -360,7 +360,7 @@ mod tests {
             headers,
             Some("k".into()),
             Origin {
-                destination: "orders".into(),
+                channel: "orders".into(),
                 position: "2/17".into(),
                 ..Origin::default()
             },

@@ -1,39 +1,29 @@
 //! The runtime of the `consumer` framework: consumers that never lose a
 //! message and never process one twice.
 //!
-//! Most applications use the `consumer` facade crate and its `#[handler]`
-//! attribute; this crate holds the parts every backend shares:
+//! Applications use the `consumer` facade crate, its `#[handler]`
+//! attribute and its guide; this crate is what the facade re-exports, with
+//! three doors, one per audience:
 //!
-//! * [`Envelope`] and [`Message`]: CloudEvents attributes, headers, payload;
-//! * [`Handler`], [`MessageContext`], and the classification of failures
-//!   into poison, terminal and transient;
-//! * [`RetryPolicy`]: exponential backoff with full jitter;
-//! * [`DeadLetter`]: structured error context that travels as headers;
-//! * [`Store`]: the dedup table written in the handler's own transaction
-//!   (PostgreSQL, SQLite);
-//! * [`trace`]: W3C trace context in and out of headers;
-//! * [`Consumer`]: per-key lanes, bounded in-flight work, retries, shutdown;
-//! * [`Router`]: many handlers over one source, dispatched by event type,
-//!   under one set of lanes;
-//! * [`Service`]: the consumers and relays of one process under one stop
-//!   signal and one health state;
-//! * [`asyncapi`]: the service's AsyncAPI 3.1 document, generated from its
-//!   parts (feature `asyncapi`);
-//! * [`settle`]: what the runtime hands back to the broker (the retry
-//!   copy, the dead letter) and the fallbacks when the broker refuses it;
-//! * [`compat`]: schema-evolution checks (BACKWARD / FORWARD / FULL,
-//!   transitive) against committed snapshots, after Confluent's rules;
-//! * [`MemoryBroker`]: an in-memory broker with partitions, redelivery,
-//!   a DLQ and fault injection.
-//!
-//! Backends implement [`Source`] and [`Acker`].
+//! * **the root**, for applications: [`Consumer`], [`Router`], [`Service`],
+//!   [`Outbox`] and [`OutboxRelay`], the stores, [`RetryPolicy`],
+//!   [`DeadLetter`], [`MemoryBroker`], [`Saga`], and the modules they
+//!   open onto;
+//! * **[`backend`]**, for broker backends (`consumer-kafka`,
+//!   `consumer-amqp`, and any other): the [`Source`](backend::Source) and
+//!   [`Acker`](backend::Acker) to implement, the envelope, the retry copy,
+//!   the dead letter, the errors a backend returns, its gauges and its
+//!   channel descriptions, and nothing else;
+//! * **`__private`**, hidden, for what `#[handler]` expands to.
 
-pub mod asyncapi;
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod backend;
 pub mod batch;
-pub mod compat;
 pub mod dead_letter;
+pub mod describe;
 pub mod envelope;
-mod error;
+pub mod error;
 pub mod handler;
 mod hex;
 pub mod memory;
@@ -42,10 +32,11 @@ pub mod outbox;
 pub mod partition;
 pub mod publish;
 pub mod retry;
+mod retry_copy;
 pub mod router;
-mod runtime;
+pub mod runtime;
+pub mod saga;
 pub mod service;
-pub mod settle;
 pub mod source;
 pub mod stats;
 pub mod store;
@@ -54,23 +45,20 @@ pub mod store;
 pub mod testing;
 pub mod trace;
 
-pub use dead_letter::{DeadLetter, DeadLetterKind, OmittedPayload};
-pub use envelope::{Destination, Envelope, Headers, Message, Origin, Placement, Position};
-pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
-pub use handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
-pub use memory::{MemoryBroker, MemorySource};
-pub use outbox::{NewEvent, Outbox, OutboxDatabase, OutboxRelay};
+pub use dead_letter::{DeadLetter, DeadLetterKind};
+pub use envelope::{Envelope, Headers, Message};
+pub use error::{BoxError, Error, Result};
+pub use handler::{Handler, MessageContext};
+pub use memory::MemoryBroker;
+pub use outbox::{NewEvent, Outbox, OutboxRelay};
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
-pub use router::{Route, Router, RouterBuilder, Routes, Single, UnknownEventType, UnknownTypes};
-pub use runtime::{Consumer, HandlerPanicked, InputError};
-#[cfg(feature = "prometheus")]
-pub use service::PrometheusMetrics;
-pub use service::{Health, PartHealth, PartState, Service, StopSignal, shutdown_signal};
-pub use settle::RetryCopy;
-pub use source::{Acker, Source};
-pub use stats::{Stats, StatsSnapshot};
-pub use store::{DedupStore, MemoryStore, MemoryTx, Store, StoreDatabase, Tx};
+pub use router::Router;
+pub use runtime::Consumer;
+pub use saga::Saga;
+pub use service::{Service, shutdown_signal};
+pub use stats::Stats;
+pub use store::{DedupStore, MemoryStore, MemoryTx, Store};
 #[cfg(feature = "postgres")]
 pub use store::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
@@ -94,11 +82,13 @@ pub mod __private {
                 `tx: &mut SqliteTx` (SQLite) or `tx: &mut MemoryTx` (in memory)"
     )]
     pub trait TxStore {
-        /// The store.
-        type Store: crate::DedupStore;
+        /// The store, whose transaction is `Self`: a bound on the handler's
+        /// impl, so the store's `Tx` is the argument's type wherever the
+        /// expansion uses it, and a wrong type is this trait's error only.
+        type Store: crate::DedupStore<Tx = Self>;
     }
 
-    impl<DB: crate::StoreDatabase> TxStore for Tx<DB> {
+    impl<DB: crate::store::StoreDatabase> TxStore for Tx<DB> {
         type Store = crate::Store<DB>;
     }
 
@@ -124,14 +114,32 @@ pub mod __private {
         }
     }
 
-    /// Checks the message type at the argument's span.
+    /// The message type: the expansion decodes through this trait, spanned
+    /// on the argument's type, and a batch's `Message` is bound by it, so a
+    /// type that is not `Deserialize` is reported once, with this sentence,
+    /// before any of the runtime's own bounds. `DeserializeOwned` is behind
+    /// the blanket impl, not a supertrait: rustc reports a failing
+    /// supertrait in its own words instead of this trait's.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be decoded as a message",
         label = "the message argument must implement `serde::Deserialize`",
         note = "add `#[derive(serde::Deserialize)]` to the message type"
     )]
-    pub trait DecodableMessage {}
-    impl<T: serde::de::DeserializeOwned> DecodableMessage for T {}
+    pub trait DecodableMessage: Sized {
+        /// Decodes the delivery's payload as JSON; a failure is a poison
+        /// pill.
+        fn decode<S: crate::DedupStore>(
+            invocation: &crate::handler::Invocation<'_, S>,
+        ) -> Result<Self, crate::handler::Outcome>;
+    }
+
+    impl<T: serde::de::DeserializeOwned> DecodableMessage for T {
+        fn decode<S: crate::DedupStore>(
+            invocation: &crate::handler::Invocation<'_, S>,
+        ) -> Result<Self, crate::handler::Outcome> {
+            invocation.decode()
+        }
+    }
 
     /// Checks the error type at the return type's span.
     #[diagnostic::on_unimplemented(
@@ -144,16 +152,17 @@ pub mod __private {
     impl<E: Into<crate::BoxError>> HandlerError for E {}
 
     /// Whether a `#[handler]`'s message type has a schema: see
-    /// [`crate::asyncapi::Probe`].
+    /// [`crate::describe::Probe`].
     pub mod probe {
-        #[cfg(feature = "asyncapi")]
-        pub use crate::asyncapi::ViaJsonSchema;
-        pub use crate::asyncapi::{PayloadType, Probe, ViaNothing};
+        #[cfg(feature = "schemas")]
+        pub use crate::describe::ViaJsonSchema;
+        pub use crate::describe::{PayloadType, Probe, ViaNothing};
     }
 
-    /// Type-level assertions the expansion emits.
-    pub const fn assert_message<M: DecodableMessage>() {}
-    /// See [`HandlerError`].
+    /// The handler SPI the expansions implement and call.
+    pub use crate::handler::{Failure, FailureKind, Invocation, Outcome};
+
+    /// Type-level assertion the expansion emits: see [`HandlerError`].
     pub const fn assert_error<E: HandlerError>() {}
 
     /// The retry policy the `exponential(...)` form builds.

@@ -32,38 +32,11 @@ pub trait Publisher: Send + Sync + 'static {
     /// The channel messages for `destination` go to, for the service's
     /// AsyncAPI document. `None` (the default here) refuses the document
     /// with an error naming the relay and the destination.
-    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<crate::describe::ChannelDescription> {
         let _ = destination;
         None
     }
 
     /// Publishes `batch` and waits for every confirmation.
     fn publish(&self, batch: &[Outgoing]) -> impl Future<Output = Vec<Result<(), Error>>> + Send;
-}
-
-impl Publisher for crate::memory::MemoryBroker {
-    fn system(&self) -> &'static str {
-        "memory"
-    }
-
-    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
-        Some(crate::asyncapi::ChannelDescription::new(
-            "memory",
-            destination,
-        ))
-    }
-
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
-        let sends = crate::trace::Sends::start(self.system(), batch);
-        let mut results = Vec::with_capacity(batch.len());
-        for o in sends.batch() {
-            results.push(
-                crate::memory::MemoryBroker::publish(self, &o.destination, o.message.clone())
-                    .await
-                    .map(|_| ()),
-            );
-        }
-        sends.finish(&results);
-        results
-    }
 }

@@ -2,7 +2,7 @@
 //! delivery, an [`Acker`] that settles it.
 //!
 //! The runtime decides every outcome and builds what goes back to the
-//! broker (the retry copy, the dead letter: see [`crate::settle`]); a
+//! broker (the retry copy, the dead letter: see [`RetryCopy`]); a
 //! backend only routes and publishes what it is given, and says through
 //! [`Error::is_retriable`] and [`Error::broker_kind`] whether a failure can
 //! heal. Two rules hold for every backend: nothing is acked before its
@@ -17,7 +17,8 @@ use std::time::Duration;
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
 use crate::metrics::SourceGauges;
-use crate::settle::RetryCopy;
+use crate::retry::{RetryMode, RetryPolicy};
+use crate::retry_copy::RetryCopy;
 
 /// A stream of deliveries from one backend.
 ///
@@ -51,7 +52,7 @@ pub trait Source: Send + 'static {
     }
 
     /// Whether this source can send retries back through the broker
-    /// ([`RetryMode::Redeliver`](crate::RetryMode::Redeliver)) with delays
+    /// ([`RetryMode::Redeliver`]) with delays
     /// up to `longest_delay`. `Err` says what is missing and how to fix it,
     /// in one sentence; the consumer then refuses to start, before it takes
     /// a delivery, instead of failing each retry at run time.
@@ -66,10 +67,29 @@ pub trait Source: Send + 'static {
         ))
     }
 
+    /// Told, before the first delivery, the retry policy of each handler
+    /// this source feeds. `Err` says in one sentence what this source cannot
+    /// serve and how to fix it; the consumer then refuses to start, before
+    /// it takes a delivery.
+    ///
+    /// The default asks [`check_redelivery`](Self::check_redelivery) about
+    /// every policy that retries through the broker. A source overrides
+    /// this when it must know more than the longest delay (SQS: a redrive
+    /// policy that counts receives must let every attempt happen) or when
+    /// it serves a mode in a way of its own (SQS hands out one message per
+    /// group while a handler retries by visibility).
+    fn accept_retry_policy(&mut self, policy: &RetryPolicy) -> Result<(), String> {
+        if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
+            self.check_redelivery(policy.longest_delay())
+        } else {
+            Ok(())
+        }
+    }
+
     /// The channels this source reads and settles to, for the service's
     /// AsyncAPI document. `None` (the default here) refuses the document
     /// with an error naming the consumer.
-    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<crate::describe::SourceChannels> {
         None
     }
 

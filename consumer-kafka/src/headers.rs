@@ -26,8 +26,8 @@
 //!   is stable across redeliveries.
 
 use bytes::Bytes;
-use consumer_core::envelope::HeaderError;
-use consumer_core::{Destination, Envelope, Headers, Message, Origin, Placement, Position};
+use consumer_core::backend::HeaderError;
+use consumer_core::backend::{Channel, Envelope, Headers, Message, Origin, Placement, Position};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 
@@ -57,7 +57,7 @@ const INLINE_HEADERS: usize = 16;
 
 /// [`to_envelope`] with the record's topic already read (the source has
 /// it from interning: every envelope of a topic shares its name).
-pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: Destination) -> Envelope {
+pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: Channel) -> Envelope {
     let raw = RawHeaders::of(record);
     envelope_in(
         topic,
@@ -100,7 +100,7 @@ where
 
 /// [`record_envelope`] for a topic whose name is already shared.
 fn envelope_in<'a, I>(
-    topic: Destination,
+    topic: Channel,
     partition: i32,
     offset: i64,
     key: Option<&[u8]>,
@@ -137,7 +137,7 @@ where
     // The position is written only if something reads it: the topic's
     // name is shared, not copied.
     let origin = Origin {
-        destination: topic.clone(),
+        channel: topic.clone(),
         position: Position::log(partition, offset),
         placement: Placement::Log { partition, offset },
     };
@@ -181,7 +181,7 @@ fn refuse_nul_in_framework_names(envelope: &mut Envelope) {
 /// Names the framework reads or writes: the CloudEvents attributes, the
 /// trace context, the retry and dead-letter headers.
 fn is_framework_header(name: &str) -> bool {
-    use consumer_core::envelope::names;
+    use consumer_core::backend::names;
     [names::CONTENT_TYPE, names::TRACEPARENT, names::TRACESTATE].contains(&name)
         || ["ce_", "x-consumer-", "x-dlq-"]
             .iter()
@@ -376,8 +376,8 @@ mod tests {
 
 #[cfg(test)]
 mod placement_tests {
-    use consumer_core::Placement;
-    use consumer_core::dead_letter::{DeadLetter, DeadLetterKind};
+    use consumer_core::backend::Placement;
+    use consumer_core::backend::{DeadLetter, DeadLetterKind};
 
     use super::record_envelope;
 
@@ -400,7 +400,7 @@ mod placement_tests {
         );
         let letter = DeadLetter::new(DeadLetterKind::Poison, &Poison, &envelope, "h", 1, None);
         let back = DeadLetter::from_message(&letter.to_message()).expect("parses back");
-        assert_eq!(back.origin.destination, "topic");
+        assert_eq!(back.origin.channel, "topic");
         assert_eq!(back.origin.position, envelope.origin.position);
         assert_eq!(back.origin.placement, Placement::Unknown);
     }

@@ -8,7 +8,7 @@
 //! # async fn demo<H: consumer_core::Handler<MemoryStore>>(handler: H) -> Result<(), Box<dyn std::error::Error>> {
 //! let topics = Topics::new("orders")?;
 //! println!("{topics}");
-//! let source = KafkaSource::builder("127.0.0.1:9092", "billing", topics).connect()?;
+//! let source = KafkaSource::builder("127.0.0.1:9092", "billing", topics).connect().await?;
 //! Consumer::new(source, MemoryStore::new(), handler)
 //!     .run_until(std::future::pending::<()>())
 //!     .await?;
@@ -26,7 +26,7 @@
 //!   `<topic>.dlq` with `acks=all`, confirmed before the record counts done.
 //! * [`KafkaPublisher`]: idempotent producer for the outbox relay,
 //!   CloudEvents binary-mode headers, record key = aggregate id.
-//! * [`KafkaMetrics`]: per-partition position, high watermark and lag;
+//! * [`KafkaStats`]: per-partition position, high watermark and lag;
 //!   rebalance, in-flight and parked counts.
 
 mod asyncapi;
@@ -36,11 +36,13 @@ pub mod publisher;
 mod raw_headers;
 pub mod source;
 pub mod topics;
+mod tracing_context;
 
 pub use error::{Error, Result};
 pub use publisher::{KafkaPublisher, KafkaPublisherBuilder, PUBLISHER_DEFAULTS};
 pub use source::{
-    CONSUMER_DEFAULTS, DUE, KafkaAcker, KafkaMetrics, KafkaMetricsSnapshot, KafkaSource,
-    KafkaSourceBuilder, PartitionMetrics, SETTLE_PRODUCER_DEFAULTS,
+    CONSUMER_DEFAULTS, DUE, KafkaAcker, KafkaSource, KafkaSourceBuilder, KafkaStats,
+    KafkaStatsSnapshot, PartitionStats, SETTLE_PRODUCER_DEFAULTS,
 };
 pub use topics::{Topics, validate_topic};
+pub use tracing_context::TracingContext;

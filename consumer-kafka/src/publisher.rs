@@ -3,11 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use consumer_core::trace::{SendTarget, Sends};
-use consumer_core::{Outgoing, Publisher};
+use consumer_core::backend::{Outgoing, Publisher};
+use consumer_core::backend::{SendTarget, Sends};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+
+use crate::tracing_context::TracingContext;
 
 use crate::error::Error;
 use crate::headers::to_kafka_headers;
@@ -34,21 +36,22 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 ///   a message with a `ce_type` and no `ce_source` gets the publisher's
 ///   [source](KafkaPublisherBuilder::with_source), one with no `ce_id` a
 ///   UUIDv7, and `ce_specversion: 1.0`; a message with no type loses any
-///   `ce_specversion` ([`cloudevent::complete`](consumer_core::envelope::cloudevent::complete)).
+///   `ce_specversion` ([`cloudevent::complete`](consumer_core::backend::complete_cloudevent)).
 /// * A batch is enqueued whole (pipelined), and each result is `Ok` only
 ///   once that record's delivery report succeeded.
 ///
 /// ```no_run
-/// # fn demo() -> Result<(), consumer_kafka::Error> {
+/// # async fn demo() -> Result<(), consumer_kafka::Error> {
 /// let publisher = consumer_kafka::KafkaPublisher::builder("127.0.0.1:9092")
 ///     .with_property("compression.type", "lz4")
-///     .build()?;
+///     .connect()
+///     .await?;
 /// # drop(publisher); Ok(())
 /// # }
 /// ```
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    producer: FutureProducer,
+    producer: FutureProducer<TracingContext>,
     source: std::sync::Arc<str>,
 }
 
@@ -77,26 +80,32 @@ impl KafkaPublisherBuilder {
 
     /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
     /// `urn:acme:orders`) of messages that name none; default
-    /// [`DEFAULT_SOURCE`](consumer_core::envelope::cloudevent::DEFAULT_SOURCE).
+    /// [`DEFAULT_SOURCE`](consumer_core::backend::DEFAULT_SOURCE).
     pub fn with_source(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
     }
 
-    /// Creates the producer (it connects lazily).
-    pub fn build(self) -> Result<KafkaPublisher, Error> {
+    /// Creates the producer. Async like every backend's `connect`;
+    /// librdkafka connects in the background, so this returns without
+    /// waiting for the brokers.
+    #[allow(clippy::unused_async)]
+    pub async fn connect(self) -> Result<KafkaPublisher, Error> {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers);
+        c.set("bootstrap.servers", &self.brokers)
+            .set_log_level(crate::tracing_context::log_level());
         for (k, v) in PUBLISHER_DEFAULTS {
             c.set(*k, *v);
         }
         for (k, v) in &self.properties {
             c.set(k, v);
         }
-        let producer = c.create().map_err(|source| Error::Config {
-            context: "creating the producer",
-            source,
-        })?;
+        let producer = c
+            .create_with_context(TracingContext::new("publisher"))
+            .map_err(|source| Error::Config {
+                context: "creating the producer",
+                source,
+            })?;
         Ok(KafkaPublisher {
             producer,
             source: self.source.into(),
@@ -110,12 +119,12 @@ impl KafkaPublisher {
         KafkaPublisherBuilder {
             brokers: brokers.into(),
             properties: Vec::new(),
-            source: consumer_core::envelope::cloudevent::DEFAULT_SOURCE.to_owned(),
+            source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
         }
     }
 
     /// The underlying producer (to flush, or read its metrics).
-    pub fn producer(&self) -> &FutureProducer {
+    pub fn producer(&self) -> &FutureProducer<TracingContext> {
         &self.producer
     }
 
@@ -155,11 +164,11 @@ impl Publisher for KafkaPublisher {
     }
 
     /// The destination is the topic.
-    fn channel(&self, destination: &str) -> Option<consumer_core::asyncapi::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<consumer_core::backend::ChannelDescription> {
         Some(crate::asyncapi::topic_channel(destination))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
         let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
         let results = self.publish_all(sends.batch()).await;
         sends.finish(&results);
@@ -169,7 +178,10 @@ impl Publisher for KafkaPublisher {
 
 impl KafkaPublisher {
     /// Enqueues every record of `batch`, then waits for each report.
-    async fn publish_all(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::Error>> {
+    async fn publish_all(
+        &self,
+        batch: &[Outgoing],
+    ) -> Vec<Result<(), consumer_core::backend::Error>> {
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {
             pending.push(self.enqueue(out).await);

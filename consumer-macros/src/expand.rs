@@ -63,7 +63,6 @@ fn common(m: &Model, func: &ItemFn) -> Common {
     let msg_ty = &m.message_ty;
 
     let mut asserts = Vec::new();
-    asserts.push(quote_spanned!(msg_ty.span()=> #krate::__private::assert_message::<#msg_ty>();));
     if let Some(e) = &m.error_ty {
         asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
     }
@@ -76,19 +75,18 @@ fn common(m: &Model, func: &ItemFn) -> Common {
         ),
     };
     // The transaction type's assertion is a bound on the impl rather than an
-    // `assert_tx` call: with the bound in the impl's environment, the
-    // projection to the database is well-formed wherever it is used, so a
-    // wrong type is reported once instead of once per use. The bound is
-    // respanned onto the type so rustc points at the type, not the attribute.
+    // `assert_tx` call: with the bound in the impl's environment, the store
+    // it names has the argument's type as its `Tx` wherever the expansion
+    // uses it, so a wrong type is reported once, by `TxStore`, instead of
+    // also as a mismatch with the runtime's `DedupStore::Tx`. The bound is
+    // respanned onto the type so rustc points at the type, not the
+    // attribute. (The message type gets no such bound: a supertrait in the
+    // impl's environment would be reported as serde's own bound. It is
+    // checked where it is used, by `DecodableMessage`.)
     let where_clause = match &m.tx_ty {
         Some(t) => {
-            let end = t
-                .to_token_stream()
-                .into_iter()
-                .last()
-                .map_or_else(|| t.span(), |tt| tt.span());
-            let bound = respan(quote!(: #krate::__private::TxStore), end);
-            quote!(where #t #bound)
+            let bound = spanned_bound(t, quote!(: #krate::__private::TxStore));
+            quote!(where #bound)
         }
         None => quote!(),
     };
@@ -203,6 +201,11 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
         None => fail,
     };
 
+    // Spanned on the message type: a type that is not `Deserialize` is
+    // reported there, once, by `DecodableMessage`.
+    let decode =
+        quote_spanned!(msg_ty.span()=> <#msg_ty as #krate::__private::DecodableMessage>::decode);
+
     let classify = match &m.terminal {
         Some(pat) => quote!(::core::matches!(&__consumer_err, #pat)),
         None => quote!(false),
@@ -216,9 +219,9 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
 
             async fn handle(
                 &self,
-                __consumer_inv: &mut #krate::Invocation<'_, #db>,
-            ) -> #krate::Outcome {
-                let __consumer_msg: #msg_ty = match __consumer_inv.decode::<#msg_ty>() {
+                __consumer_inv: &mut #krate::__private::Invocation<'_, #db>,
+            ) -> #krate::__private::Outcome {
+                let __consumer_msg: #msg_ty = match #decode(__consumer_inv) {
                     ::std::result::Result::Ok(m) => m,
                     ::std::result::Result::Err(outcome) => return outcome,
                 };
@@ -237,6 +240,17 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
             }
         }
     }
+}
+
+/// `ty` followed by `bound`, the bound spanned on the type's last token.
+fn spanned_bound(ty: &syn::Type, bound: TokenStream) -> TokenStream {
+    let end = ty
+        .to_token_stream()
+        .into_iter()
+        .last()
+        .map_or_else(|| ty.span(), |tt| tt.span());
+    let bound = respan(bound, end);
+    quote!(#ty #bound)
 }
 
 /// Gives every token of `tokens` the span `span`.

@@ -55,243 +55,18 @@ impl Errors {
 pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
     let mut errors = Errors(args.errors.take());
     let sig = &func.sig;
-    if sig.asyncness.is_none() {
-        errors.push(
-            sig.fn_token.span(),
-            "a handler must be an `async fn`: add `async`",
-        );
-    }
-    if let Some(c) = &sig.constness {
-        errors.push(c.span(), "a handler cannot be a `const fn`: remove `const`");
-    }
-    if let syn::Safety::Unsafe(u) = &sig.safety {
-        errors.push(u.span(), "a handler cannot be `unsafe`: remove `unsafe`");
-    }
-    if let Some(abi) = &sig.abi {
-        errors.push(
-            abi.span(),
-            "a handler cannot have an `extern` ABI: remove it",
-        );
-    }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.push_spanned(
-            &sig.generics,
-            "a handler cannot be generic: use concrete message and error types",
-        );
-    }
-    if let Some(v) = &sig.variadic {
-        errors.push(v.span(), "a handler cannot be variadic");
-    }
-
-    let mut params = Vec::new();
-    let mut message: Option<(Ident, Type)> = None;
-    let mut tx_ty = None;
-    let mut has_ctx = false;
-    let mut first = true;
-    for input in &sig.inputs {
-        let typed = match input {
-            FnArg::Receiver(r) => {
-                errors.push_spanned(r, "a handler cannot take `self`: make it a free `async fn`");
-                continue;
-            }
-            FnArg::Typed(t) => t,
-        };
-        if let Pat::Ident(p) = &*typed.pat
-            && p.ident == sig.ident
-        {
-            errors.push(
-                p.ident.span(),
-                format_args!(
-                    "argument `{0}` has the handler's name, which `#[handler]` gives to a unit \
-                     struct: the pattern would match that struct instead of binding the argument; \
-                     rename the argument",
-                    p.ident
-                ),
-            );
-        }
-        // The first argument other than a (rejected) `self` is the message
-        // (or, with `batch`, the batch).
-        let is_first = std::mem::take(&mut first);
-        if is_first && args.batch.is_some() {
-            match (&*typed.pat, batch_message(&typed.ty)) {
-                (Pat::Ident(p), Some(ty)) if p.subpat.is_none() && p.by_ref.is_none() => {
-                    message = Some((p.ident.clone(), ty.clone()));
-                    params.push(Param::Message);
-                }
-                (_, None) => errors.push_spanned(
-                    &typed.ty,
-                    "with `batch`, the first argument is the batch, lent to the handler: \
-                     `orders: &mut Batch<OrderPlaced>` (`consumer::batch::Batch`)",
-                ),
-                (pat, Some(_)) => errors.push(
-                    pat.span(),
-                    "the batch argument must be a plain name (`orders: &mut Batch<OrderPlaced>`)",
-                ),
-            }
-            continue;
-        }
-        if is_first {
-            match (&*typed.pat, &*typed.ty) {
-                (_, Type::Reference(r)) => errors.push_spanned(
-                    r,
-                    "the first argument is the message and is taken by value: \
-                     `msg: MyMessage`, not a reference",
-                ),
-                (Pat::Ident(p), ty) if p.subpat.is_none() && p.by_ref.is_none() => {
-                    message = Some((p.ident.clone(), ty.clone()));
-                    params.push(Param::Message);
-                }
-                (pat, _) => errors.push(
-                    pat.span(),
-                    "the message argument must be a plain name (`order: OrderPlaced`), \
-                     so `idempotency_key` can refer to it",
-                ),
-            }
-            continue;
-        }
-        match &*typed.ty {
-            Type::Reference(r) if r.mutability.is_some() => {
-                if tx_ty.is_some() {
-                    errors.push_spanned(
-                        r,
-                        "a handler takes at most one transaction `&mut PgTx` / `&mut SqliteTx`: \
-                         remove this one",
-                    );
-                } else {
-                    tx_ty = Some((*r.elem).clone());
-                    params.push(Param::Tx);
-                }
-            }
-            Type::Reference(r) if args.batch.is_some() => errors.push_spanned(
-                r,
-                "with `batch`, each message has its own context: read it from the batch \
-                 (`for (i, item) in orders.iter() { item.context() }`); remove this argument",
-            ),
-            Type::Reference(r) => {
-                if has_ctx {
-                    errors.push_spanned(
-                        r,
-                        "a handler takes at most one `&MessageContext`: remove this one",
-                    );
-                } else {
-                    has_ctx = true;
-                    params.push(Param::Context);
-                }
-            }
-            other => match last_ident(other) {
-                Some(t) if t == "PgTx" || t == "SqliteTx" || t == "Tx" => errors.push_spanned(
-                    other,
-                    format_args!(
-                        "the transaction is lent to the handler and committed after it returns: \
-                         take it as `&mut {t}`"
-                    ),
-                ),
-                Some(t) if t == "MessageContext" => errors.push_spanned(
-                    other,
-                    "take the context by reference: `ctx: &MessageContext`",
-                ),
-                _ => errors.push_spanned(
-                    other,
-                    "after the message, a handler takes `tx: &mut PgTx` (or `&mut SqliteTx`) \
-                     and/or `ctx: &MessageContext`; this argument is neither",
-                ),
-            },
-        }
-    }
-    if sig.inputs.is_empty() {
-        errors.push(
-            sig.paren_token.span.join(),
-            "a handler takes the decoded message as its first argument: `async fn h(msg: MyMessage) -> Result<(), MyError>`",
-        );
-    }
-
-    let error_ty = match &sig.output {
-        ReturnType::Default => {
-            errors.push(
-                sig.ident.span(),
-                "a handler returns `Result<(), E>` so failures can be retried or dead-lettered: add `-> Result<(), MyError>`",
-            );
-            None
-        }
-        ReturnType::Type(_, ty) => match result_error(ty) {
-            Ok(e) => e,
-            Err(()) => {
-                errors.push_spanned(
-                    ty,
-                    "a handler returns `Result<(), E>`: change the return type",
-                );
-                None
-            }
-        },
-    };
-
-    let name = match &args.name {
-        Some(lit) => {
-            let v = lit.value();
-            if v.trim().is_empty() {
-                errors.push(
-                    lit.span(),
-                    "`name` must not be empty: it scopes the dedup rows",
-                );
-            } else if v.len() > 200 {
-                errors.push(lit.span(), "`name` must be at most 200 bytes");
-            }
-            v
-        }
-        None => sig.ident.to_string(),
-    };
-
-    let event_types = match &args.event_type {
-        Some(given) => {
-            let mut seen: Vec<String> = Vec::new();
-            for lit in given {
-                let v = lit.value();
-                if let Err(why) = check_event_type(&v) {
-                    errors.push(lit.span(), why);
-                } else if seen.contains(&v) {
-                    errors.push(lit.span(), format_args!("event type `{v}` is listed twice"));
-                } else {
-                    seen.push(v);
-                }
-            }
-            seen
-        }
-        // The message type's own name: `OrderPlaced` for `events::OrderPlaced`.
-        None => match message.as_ref().map(|(_, ty)| (ty, named_type(ty))) {
-            Some((_, Some(name))) => vec![name.to_string()],
-            Some((ty, None)) => {
-                errors.push_spanned(
-                    ty,
-                    "without `event_type` the event type is the message type's name, and this \
-                     type's name says nothing about the event: name the types the handler \
-                     takes with `event_type = \"OrderPlaced\"` (or a list), or take a message \
-                     type of your own",
-                );
-                Vec::new()
-            }
-            None => Vec::new(),
-        },
-    };
-
+    check_signature(sig, &mut errors);
+    let Arguments {
+        params,
+        message,
+        tx_ty,
+    } = arguments(sig, &args, &mut errors);
+    let error_ty = error_type(sig, &mut errors);
+    let name = handler_name(&args, sig, &mut errors);
+    let event_types = event_types(&args, message.as_ref(), &mut errors);
     if args.batch.is_some() {
-        if let Some(key) = &args.idempotency_key
-            && !matches!(key, Expr::Closure(c) if c.inputs.len() == 1)
-        {
-            errors.push_spanned(
-                key,
-                "with `batch`, the key is computed for each message of the batch: name the \
-                 message in a closure, `idempotency_key = |order| order.order_id`",
-            );
-        }
-        if let (Some(pat), None) = (&args.terminal, &error_ty) {
-            errors.push_spanned(
-                pat,
-                "with `batch`, `terminal` is matched against the error the handler returned, \
-                 which needs its type: write the return type as `Result<(), MyError>`",
-            );
-        }
+        check_batch(&args, error_ty.as_ref(), &mut errors);
     }
-
     let krate: syn::Path = args
         .krate
         .clone()
@@ -321,6 +96,301 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         event_types,
         batch: args.batch.is_some(),
     })
+}
+
+/// What the function's signature may not be: not async, `const`,
+/// `unsafe`, `extern`, generic, variadic.
+fn check_signature(sig: &syn::Signature, errors: &mut Errors) {
+    if sig.asyncness.is_none() {
+        errors.push(
+            sig.fn_token.span(),
+            "a handler must be an `async fn`: add `async`",
+        );
+    }
+    if let Some(c) = &sig.constness {
+        errors.push(c.span(), "a handler cannot be a `const fn`: remove `const`");
+    }
+    if let syn::Safety::Unsafe(u) = &sig.safety {
+        errors.push(u.span(), "a handler cannot be `unsafe`: remove `unsafe`");
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(
+            abi.span(),
+            "a handler cannot have an `extern` ABI: remove it",
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push_spanned(
+            &sig.generics,
+            "a handler cannot be generic: use concrete message and error types",
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        errors.push(v.span(), "a handler cannot be variadic");
+    }
+}
+
+/// The arguments, as the model needs them: their order, the message
+/// (binding and type) and the transaction type.
+struct Arguments {
+    params: Vec<Param>,
+    message: Option<(Ident, Type)>,
+    tx_ty: Option<Type>,
+}
+
+/// Reads each argument: the message (or the batch) first, then at most one
+/// transaction and one context, in any order.
+fn arguments(sig: &syn::Signature, args: &Args, errors: &mut Errors) -> Arguments {
+    let mut out = Arguments {
+        params: Vec::new(),
+        message: None,
+        tx_ty: None,
+    };
+    let mut first = true;
+    for input in &sig.inputs {
+        let typed = match input {
+            FnArg::Receiver(r) => {
+                errors.push_spanned(r, "a handler cannot take `self`: make it a free `async fn`");
+                continue;
+            }
+            FnArg::Typed(t) => t,
+        };
+        if let Pat::Ident(p) = &*typed.pat
+            && p.ident == sig.ident
+        {
+            errors.push(
+                p.ident.span(),
+                format_args!(
+                    "argument `{0}` has the handler's name, which `#[handler]` gives to a unit \
+                     struct: the pattern would match that struct instead of binding the argument; \
+                     rename the argument",
+                    p.ident
+                ),
+            );
+        }
+        // The first argument other than a (rejected) `self` is the message
+        // (or, with `batch`, the batch).
+        if std::mem::take(&mut first) {
+            out.message = message_argument(typed, args, errors);
+            if out.message.is_some() {
+                out.params.push(Param::Message);
+            }
+        } else {
+            out.other_argument(typed, args, errors);
+        }
+    }
+    if sig.inputs.is_empty() {
+        errors.push(
+            sig.paren_token.span.join(),
+            "a handler takes the decoded message as its first argument: `async fn h(msg: MyMessage) -> Result<(), MyError>`",
+        );
+    }
+    out
+}
+
+/// The message argument (with `batch`, the batch's message type): a plain
+/// name, taken by value (the batch by `&mut Batch<M>`).
+fn message_argument(
+    typed: &syn::PatType,
+    args: &Args,
+    errors: &mut Errors,
+) -> Option<(Ident, Type)> {
+    if args.batch.is_some() {
+        return match (&*typed.pat, batch_message(&typed.ty)) {
+            (Pat::Ident(p), Some(ty)) if p.subpat.is_none() && p.by_ref.is_none() => {
+                Some((p.ident.clone(), ty.clone()))
+            }
+            (_, None) => {
+                errors.push_spanned(
+                    &typed.ty,
+                    "with `batch`, the first argument is the batch, lent to the handler: \
+                     `orders: &mut Batch<OrderPlaced>` (`consumer::batch::Batch`)",
+                );
+                None
+            }
+            (pat, Some(_)) => {
+                errors.push(
+                    pat.span(),
+                    "the batch argument must be a plain name (`orders: &mut Batch<OrderPlaced>`)",
+                );
+                None
+            }
+        };
+    }
+    match (&*typed.pat, &*typed.ty) {
+        (_, Type::Reference(r)) => {
+            errors.push_spanned(
+                r,
+                "the first argument is the message and is taken by value: \
+                 `msg: MyMessage`, not a reference",
+            );
+            None
+        }
+        (Pat::Ident(p), ty) if p.subpat.is_none() && p.by_ref.is_none() => {
+            Some((p.ident.clone(), ty.clone()))
+        }
+        (pat, _) => {
+            errors.push(
+                pat.span(),
+                "the message argument must be a plain name (`order: OrderPlaced`), \
+                 so `idempotency_key` can refer to it",
+            );
+            None
+        }
+    }
+}
+
+impl Arguments {
+    /// An argument after the message: the transaction (`&mut`) or the
+    /// context (`&`), each at most once.
+    fn other_argument(&mut self, typed: &syn::PatType, args: &Args, errors: &mut Errors) {
+        match &*typed.ty {
+            Type::Reference(r) if r.mutability.is_some() => {
+                if self.tx_ty.is_some() {
+                    errors.push_spanned(
+                        r,
+                        "a handler takes at most one transaction `&mut PgTx` / `&mut SqliteTx`: \
+                         remove this one",
+                    );
+                } else {
+                    self.tx_ty = Some((*r.elem).clone());
+                    self.params.push(Param::Tx);
+                }
+            }
+            Type::Reference(r) if args.batch.is_some() => errors.push_spanned(
+                r,
+                "with `batch`, each message has its own context: read it from the batch \
+                 (`for (i, item) in orders.iter() { item.context() }`); remove this argument",
+            ),
+            Type::Reference(r) => {
+                if self.params.iter().any(|p| matches!(p, Param::Context)) {
+                    errors.push_spanned(
+                        r,
+                        "a handler takes at most one `&MessageContext`: remove this one",
+                    );
+                } else {
+                    self.params.push(Param::Context);
+                }
+            }
+            other => match last_ident(other) {
+                Some(t) if t == "PgTx" || t == "SqliteTx" || t == "Tx" => errors.push_spanned(
+                    other,
+                    format_args!(
+                        "the transaction is lent to the handler and committed after it returns: \
+                         take it as `&mut {t}`"
+                    ),
+                ),
+                Some(t) if t == "MessageContext" => errors.push_spanned(
+                    other,
+                    "take the context by reference: `ctx: &MessageContext`",
+                ),
+                _ => errors.push_spanned(
+                    other,
+                    "after the message, a handler takes `tx: &mut PgTx` (or `&mut SqliteTx`) \
+                     and/or `ctx: &MessageContext`; this argument is neither",
+                ),
+            },
+        }
+    }
+}
+
+/// `E` of the `Result<(), E>` the handler returns, when it is written.
+fn error_type(sig: &syn::Signature, errors: &mut Errors) -> Option<Type> {
+    match &sig.output {
+        ReturnType::Default => {
+            errors.push(
+                sig.ident.span(),
+                "a handler returns `Result<(), E>` so failures can be retried or dead-lettered: add `-> Result<(), MyError>`",
+            );
+            None
+        }
+        ReturnType::Type(_, ty) => match result_error(ty) {
+            Ok(e) => e,
+            Err(()) => {
+                errors.push_spanned(
+                    ty,
+                    "a handler returns `Result<(), E>`: change the return type",
+                );
+                None
+            }
+        },
+    }
+}
+
+/// The handler's name (its dedup scope): `name = ..` or the function's.
+fn handler_name(args: &Args, sig: &syn::Signature, errors: &mut Errors) -> String {
+    match &args.name {
+        Some(lit) => {
+            let v = lit.value();
+            if v.trim().is_empty() {
+                errors.push(
+                    lit.span(),
+                    "`name` must not be empty: it scopes the dedup rows",
+                );
+            } else if v.len() > 200 {
+                errors.push(lit.span(), "`name` must be at most 200 bytes");
+            }
+            v
+        }
+        None => sig.ident.to_string(),
+    }
+}
+
+/// The CloudEvents types a router sends the handler: `event_type = ..`,
+/// or the message type's own name.
+fn event_types(args: &Args, message: Option<&(Ident, Type)>, errors: &mut Errors) -> Vec<String> {
+    match &args.event_type {
+        Some(given) => {
+            let mut seen: Vec<String> = Vec::new();
+            for lit in given {
+                let v = lit.value();
+                if let Err(why) = check_event_type(&v) {
+                    errors.push(lit.span(), why);
+                } else if seen.contains(&v) {
+                    errors.push(lit.span(), format_args!("event type `{v}` is listed twice"));
+                } else {
+                    seen.push(v);
+                }
+            }
+            seen
+        }
+        // The message type's own name: `OrderPlaced` for `events::OrderPlaced`.
+        None => match message.map(|(_, ty)| (ty, named_type(ty))) {
+            Some((_, Some(name))) => vec![name.to_string()],
+            Some((ty, None)) => {
+                errors.push_spanned(
+                    ty,
+                    "without `event_type` the event type is the message type's name, and this \
+                     type's name says nothing about the event: name the types the handler \
+                     takes with `event_type = \"OrderPlaced\"` (or a list), or take a message \
+                     type of your own",
+                );
+                Vec::new()
+            }
+            None => Vec::new(),
+        },
+    }
+}
+
+/// What `batch` asks more: a key closure, and a written error type for
+/// `terminal`.
+fn check_batch(args: &Args, error_ty: Option<&Type>, errors: &mut Errors) {
+    if let Some(key) = &args.idempotency_key
+        && !matches!(key, Expr::Closure(c) if c.inputs.len() == 1)
+    {
+        errors.push_spanned(
+            key,
+            "with `batch`, the key is computed for each message of the batch: name the \
+                 message in a closure, `idempotency_key = |order| order.order_id`",
+        );
+    }
+    if let (Some(pat), None) = (&args.terminal, error_ty) {
+        errors.push_spanned(
+            pat,
+            "with `batch`, `terminal` is matched against the error the handler returned, \
+                 which needs its type: write the return type as `Result<(), MyError>`",
+        );
+    }
 }
 
 /// Why `v` cannot be an event type, if it cannot: it is compared byte for

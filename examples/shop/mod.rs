@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use consumer::outbox::RelayStats;
 use consumer::{
-    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxDatabase, OutboxRelay,
-    Publisher, Router, Service, Source, Stats, StatsSnapshot,
+    Consumer, DedupStore, Message, MessageContext, NewEvent, Outbox, OutboxRelay, Publisher,
+    Router, Service, Stats, outbox::OutboxDatabase, source::Source, stats::StatsSnapshot,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -223,49 +223,73 @@ pub fn legacy_messages(run: &str) -> anyhow::Result<Vec<Message>> {
     ])
 }
 
-/// The report every example prints.
-pub fn print_report(
+/// The report every example prints. Dead letters are listed by kind (poison,
+/// terminal, exhausted), then order: the order they reached the
+/// dead-letter destination in depends on how the partitions interleaved.
+pub fn report(
     title: &str,
     relayed: u64,
     s: &StatsSnapshot,
     history: &[(String, String)],
     dead_letters: &[consumer::DeadLetter],
-) {
-    println!("{title}\n");
-    println!("  events relayed      {relayed}");
-    println!("  deliveries          {}", s.received);
-    println!("  processed           {}", s.processed);
-    println!("  duplicates skipped  {}", s.duplicates);
-    println!("  retries             {}", s.retries);
-    println!("  dead letters        {}", s.dead_letters());
-    println!("\nhistory, per order in the order its events were handled:");
+) -> String {
+    use std::fmt::Write as _;
+
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "{title}\n");
+    let _ = writeln!(out, "  events relayed      {relayed}");
+    let _ = writeln!(out, "  deliveries          {}", s.received);
+    let _ = writeln!(out, "  processed           {}", s.processed);
+    let _ = writeln!(out, "  duplicates skipped  {}", s.duplicates);
+    let _ = writeln!(out, "  retries             {}", s.retries);
+    let _ = writeln!(out, "  dead letters        {}", s.dead_letters());
+    let _ = writeln!(
+        out,
+        "\nhistory, per order in the order its events were handled:"
+    );
     let mut last = "";
     for (order, what) in history {
         let shown = if order == last { "" } else { order.as_str() };
-        println!("  {shown:<5} {what}");
+        let _ = writeln!(out, "  {shown:<5} {what}");
         last = order;
     }
-    println!("\ndead letters (kind, attempts, handler, order, reason):");
-    for dl in dead_letters {
+    let _ = writeln!(
+        out,
+        "\ndead letters (kind, attempts, handler, order, reason):"
+    );
+    let order_of = |dl: &consumer::DeadLetter| {
+        dl.key
+            .as_deref()
+            .and_then(|k| k.split('/').next())
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let rank = |kind: consumer::DeadLetterKind| match kind {
+        consumer::DeadLetterKind::Poison => 0,
+        consumer::DeadLetterKind::Terminal => 1,
+        consumer::DeadLetterKind::Exhausted => 2,
+    };
+    let mut sorted: Vec<&consumer::DeadLetter> = dead_letters.iter().collect();
+    sorted.sort_by_key(|dl| (rank(dl.kind), order_of(dl)));
+    for dl in sorted {
         let cause = dl
             .causes
             .first()
             .map(|c| format!(": {c}"))
             .unwrap_or_default();
-        let order = dl
-            .key
-            .as_deref()
-            .and_then(|k| k.split('/').next())
-            .unwrap_or("-");
-        println!(
-            "  {:<9} {} attempt(s)  {:<16} {order:<4} {}{}",
+        let _ = writeln!(
+            out,
+            "  {:<9} {} attempt(s)  {:<16} {:<4} {}{}",
             dl.kind.as_str(),
             dl.attempts,
             dl.handler,
+            order_of(dl),
             dl.error,
             cause
         );
     }
+    out
 }
 
 /// The history of `run`, ordered per order as the handlers wrote it.

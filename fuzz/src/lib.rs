@@ -3,7 +3,8 @@
 
 use consumer_core::dead_letter::DeadLetter;
 use consumer_core::envelope::{Envelope, Headers};
-use consumer_core::{DeadLetterKind, RetryCopy};
+use consumer_core::backend::RetryCopy;
+use consumer_core::dead_letter::DeadLetterKind;
 
 /// The error every property builds a dead letter with.
 #[derive(Debug)]
@@ -18,7 +19,7 @@ impl std::fmt::Display for Poison {
 impl std::error::Error for Poison {}
 
 /// Whatever the envelope, its dead letter parses back with the same id,
-/// key and origin (destination and position) and with every original header that is not a
+/// key and origin (channel and position) and with every original header that is not a
 /// dead-letter context header; and its retry copy keeps its id and carries
 /// the next attempt.
 pub fn check_envelope(envelope: &Envelope) {
@@ -30,7 +31,7 @@ pub fn check_envelope(envelope: &Envelope) {
     assert_eq!(back.key, envelope.key);
     // Where it sat (topic or queue, position) travels; the broker's own
     // terms for it (`Placement`, for spans) do not.
-    assert_eq!(back.origin.destination, envelope.origin.destination);
+    assert_eq!(back.origin.channel, envelope.origin.channel);
     assert_eq!(back.origin.position, envelope.origin.position);
     assert_eq!(back.payload, envelope.payload);
     assert_eq!(back.original_headers, without_context(&envelope.headers));

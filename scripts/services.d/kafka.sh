@@ -14,6 +14,12 @@
 #                  `scripts/services kafka-node N` starts node N (1-3) again
 #                  on its kept data; each node's pid is in
 #                  $CONSUMER_TOOLS_DIR/services/kafka-cluster/nodeN.pid.
+#                  Each node N also has a PROXIED listener on 127.0.0.1
+#                  port 19392+N (19393-19395) that advertises the port 100
+#                  above it (19493-19495) instead: where the link-fault tests
+#                  (tests/kafka_links.rs) run a TCP proxy to it, so that
+#                  every connection a client opens after reading the
+#                  metadata goes through the proxy too.
 #   kafka-connect  a Kafka Connect worker (standalone, REST on
 #                  127.0.0.1:8083) with Debezium's PostgreSQL connector, for
 #                  the outbox's CDC test; needs `kafka` and `postgres`.
@@ -71,18 +77,28 @@ resolve_jars() {
 }
 
 # server.properties of one KRaft node. $1 dir, $2 node id, $3 broker port,
-# $4 controller port, $5 the controller quorum, $6 replication factor.
+# $4 controller port, $5 the controller quorum, $6 replication factor,
+# $7 (optional) the port of a PROXIED listener, which advertises port
+# $7 + 100, where a test's proxy listens.
 kafka_properties() {
-  local dir="$1" id="$2" port="$3" cport="$4" voters="$5" rf="$6"
+  local dir="$1" id="$2" port="$3" cport="$4" voters="$5" rf="$6" pport="${7:-}"
   local isr=1; [ "$rf" -ge 3 ] && isr=2
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+  local advertised="PLAINTEXT://127.0.0.1:$port"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [ -n "$pport" ]; then
+    listeners="$listeners,PROXIED://127.0.0.1:$pport"
+    advertised="$advertised,PROXIED://127.0.0.1:$((pport + 100))"
+    protocols="$protocols,PROXIED:PLAINTEXT"
+  fi
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 # The tests create their topics with the admin API, as production should.
@@ -175,14 +191,20 @@ ensure_kafka_node() {
 ensure_kafka_cluster() {
   local up=0 n
   for n in 1 2 3; do tcp_up 127.0.0.1 $((19091 + n)) && up=$((up + 1)); done
-  if [ "$up" -eq 3 ]; then say "Kafka cluster is up at 127.0.0.1:19092,19093,19094"; return; fi
+  if [ "$up" -eq 3 ]; then
+    for n in 1 2 3; do
+      tcp_up 127.0.0.1 $((19392 + n)) || die "the Kafka cluster on 127.0.0.1:19092-19094 has no PROXIED listener on 127.0.0.1:$((19392 + n)) (it was started by an older scripts/services): stop its three nodes (the pids in $cluster_dir/node*.pid) and run scripts/services kafka-cluster again."
+    done
+    say "Kafka cluster is up at 127.0.0.1:19092,19093,19094 (proxied listeners on 19393-19395)"
+    return
+  fi
   resolve_jars "$repo_dir/scripts/services.d/kafka/pom.xml" "$kafka_libs" "Apache Kafka $kafka_version"
   if [ "$up" -eq 0 ]; then
     rm -rf "$cluster_dir"
     local id; id="$(kafka_cluster_id)"
     for n in 1 2 3; do
       mkdir -p "$cluster_dir/node$n"
-      kafka_properties "$cluster_dir/node$n" "$n" $((19091 + n)) $((19191 + n)) "$cluster_voters" 3
+      kafka_properties "$cluster_dir/node$n" "$n" $((19091 + n)) $((19191 + n)) "$cluster_voters" 3 $((19392 + n))
       kafka_format "$cluster_dir/node$n" "$id"
     done
   fi

@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use consumer::testing::{Faults, FaultyPublisher, FaultySource};
 
 use super::support::within;
-use consumer::{DeadLetter, MemoryBroker, MemorySource, Message, Outgoing, Publisher, Source};
+use consumer::{
+    DeadLetter, MemoryBroker, Message, Outgoing, Publisher, memory::MemorySource, source::Source,
+};
 
 /// A broker the suite can drive. Every instance is a namespace of its own:
 /// topics of one instance never meet those of another.
@@ -37,6 +39,14 @@ pub trait BrokerHarness: Clone + Send + Sync + 'static {
     type Inner: Source;
     /// The backend's own publisher.
     type Publisher: Publisher;
+
+    /// Whether this broker's cases run one at a time within their test
+    /// binary (see [`crate::suite::one_at_a_time`]).
+    const ONE_AT_A_TIME: bool = false;
+
+    /// Run before and after each case, outside its runtime: housekeeping on
+    /// the broker (nothing by default).
+    fn between_cases() {}
 
     /// A fresh broker; `partitions` is a hint for brokers that have them.
     fn new(partitions: usize) -> impl Future<Output = Self> + Send;
@@ -211,12 +221,12 @@ impl BrokerHarness for MemoryHarness {
     fn remove_dead_letter_destination(&self, _topic: &str) {
         // The memory broker's dead-letter lists cannot go away.
         self.faults
-            .refuse_dead_letters(Some(consumer::BrokerErrorKind::NoDestination));
+            .refuse_dead_letters(Some(consumer::error::BrokerErrorKind::NoDestination));
     }
 
     fn remove_retry_destination(&self, _topic: &str) {
         self.faults
-            .refuse_retries(Some(consumer::BrokerErrorKind::NoDestination));
+            .refuse_retries(Some(consumer::error::BrokerErrorKind::NoDestination));
     }
 }
 
@@ -251,5 +261,20 @@ impl SettleSettingsByTopic {
             .expect("settle settings")
             .entry(topic.to_owned())
             .or_default());
+    }
+
+    /// What [`BrokerHarness::limit_dead_letter_bytes`] records.
+    pub fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
+        self.update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+    }
+
+    /// What [`BrokerHarness::remove_dead_letter_destination`] records.
+    pub fn remove_dead_letter_destination(&self, topic: &str) {
+        self.update(topic, |s| s.no_dead_letter_destination = true);
+    }
+
+    /// What [`BrokerHarness::remove_retry_destination`] records.
+    pub fn remove_retry_destination(&self, topic: &str) {
+        self.update(topic, |s| s.no_retry_destination = true);
     }
 }

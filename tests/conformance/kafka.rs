@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 use std::time::Duration;
 
 use consumer::Message;
-use consumer::kafka::{KafkaMetrics, KafkaPublisher, KafkaSource, Topics};
+use consumer::kafka::{KafkaPublisher, KafkaSource, KafkaStats, Topics};
 use consumer::testing::{Faults, FaultyPublisher};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::broker::{BrokerHarness, SettleSettingsByTopic};
+use super::support;
 
 /// The external broker the end-to-end tests use.
 pub fn external_brokers() -> String {
@@ -199,7 +200,7 @@ pub struct KafkaBroker<const EXTERNAL: bool> {
     publisher: FaultyPublisher<KafkaPublisher>,
     faults: Faults,
     created: Arc<Mutex<HashSet<String>>>,
-    metrics: Arc<Mutex<HashMap<String, Vec<KafkaMetrics>>>>,
+    metrics: Arc<Mutex<HashMap<String, Vec<KafkaStats>>>>,
     settle: SettleSettingsByTopic,
 }
 
@@ -211,17 +212,20 @@ pub type ExternalKafka = KafkaBroker<true>;
 impl MockKafka {
     /// A harness on a mock cluster the test started (several brokers, or
     /// faults the test injects itself); topics get `partitions` partitions.
-    pub fn on_mock(host: MockHost, partitions: i32) -> Self {
-        Self::on_cluster(Cluster::Mock(host), String::new(), partitions)
+    pub async fn on_mock(host: MockHost, partitions: i32) -> Self {
+        Self::on_cluster(Cluster::Mock(host), String::new(), partitions).await
     }
 }
 
 impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
-    fn on_cluster(cluster: Cluster, prefix: String, partitions: i32) -> Self {
+    async fn on_cluster(cluster: Cluster, prefix: String, partitions: i32) -> Self {
         let publisher = KafkaPublisher::builder(cluster.bootstrap());
         let faults = Faults::new();
         Self {
-            publisher: FaultyPublisher::new(publisher.build().expect("publisher"), faults.clone()),
+            publisher: FaultyPublisher::new(
+                publisher.connect().await.expect("publisher"),
+                faults.clone(),
+            ),
             cluster,
             prefix,
             partitions,
@@ -367,7 +371,7 @@ impl<const EXTERNAL: bool> KafkaBroker<EXTERNAL> {
             .lock()
             .expect("metrics")
             .get(topic)
-            .map(|ms| ms.iter().map(KafkaMetrics::snapshot).collect())
+            .map(|ms| ms.iter().map(KafkaStats::snapshot).collect())
             .unwrap_or_default();
         let mut total = 0usize;
         for (t, p, hw, committed) in marks {
@@ -453,7 +457,7 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         } else {
             (Cluster::Mock(MockHost::start(1)), String::new())
         };
-        Self::on_cluster(cluster, prefix, partitions)
+        Self::on_cluster(cluster, prefix, partitions).await
     }
 
     fn faults(&self) -> &Faults {
@@ -478,26 +482,20 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
 
     async fn connect(&self, topic: &str) -> Result<KafkaSource, consumer::Error> {
         self.create(topic).await;
-        let source = self.source_builder(topic).connect()?;
+        let source = self.source_builder(topic).connect().await?;
         self.metrics
             .lock()
             .expect("metrics")
             .entry(topic.to_owned())
             .or_default()
-            .push(source.metrics());
+            .push(source.stats());
         Ok(source)
     }
 
+    /// Kafka has no "drained" event either: offsets not committed and the
+    /// sources' in-flight counts, polled.
     async fn wait_drained(&self, topic: &str) {
-        let mut zero_readings = 0;
-        while zero_readings < 3 {
-            if self.unsettled(topic).await == 0 {
-                zero_readings += 1;
-            } else {
-                zero_readings = 0;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        support::until_drained(Duration::from_millis(50), || self.unsettled(topic)).await;
     }
 
     async fn dead_letters(&self, topic: &str) -> Vec<Message> {
@@ -509,16 +507,14 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
     }
 
     fn limit_dead_letter_bytes(&self, topic: &str, bytes: usize) {
-        self.settle
-            .update(topic, |s| s.max_dead_letter_bytes = Some(bytes));
+        self.settle.limit_dead_letter_bytes(topic, bytes);
     }
 
     fn remove_dead_letter_destination(&self, topic: &str) {
-        self.settle
-            .update(topic, |s| s.no_dead_letter_destination = true);
+        self.settle.remove_dead_letter_destination(topic);
     }
 
     fn remove_retry_destination(&self, topic: &str) {
-        self.settle.update(topic, |s| s.no_retry_destination = true);
+        self.settle.remove_retry_destination(topic);
     }
 }

@@ -12,5 +12,8 @@ pub mod amqp_partitioned;
 pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod links;
 pub mod scale_out;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 pub mod support;

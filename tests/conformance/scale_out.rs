@@ -31,7 +31,7 @@ pub async fn record_in_order(
     .bind(&job.key)
     .bind(job.seq)
     .bind(instance())
-    .bind(ctx.envelope().origin.destination.as_str())
+    .bind(ctx.envelope().origin.channel.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -148,6 +148,11 @@ impl Child {
             .spawn()
             .expect("spawn a consumer process");
         Self(child)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
     }
 
     /// SIGKILL, then reap.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use consumer::{Message, MessageContext, Store, Tx};
+use consumer::{Message, MessageContext, Store, store::Tx};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
@@ -21,6 +21,28 @@ pub async fn within<F: Future>(f: F) -> F::Output {
     match tokio::time::timeout(Duration::from_secs(60), f).await {
         Ok(v) => v,
         Err(_) => panic!("timed out after 60 s: the behaviour under test never completed"),
+    }
+}
+
+/// Waits until `remaining` reads zero on three readings in a row, one
+/// every `every`: the "drained" of a broker that has no such event
+/// (RabbitMQ's ready counts, Kafka's unsettled offsets, each with the
+/// sources' in-flight counts). Three readings, so a message moving between
+/// places (a delay queue expiring into the work queue, a retry copy on its
+/// way to the retry topic) is not missed.
+pub async fn until_drained<F, Fut>(every: Duration, mut remaining: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = usize>,
+{
+    let mut zero_readings = 0;
+    while zero_readings < 3 {
+        if remaining().await == 0 {
+            zero_readings += 1;
+        } else {
+            zero_readings = 0;
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -337,7 +359,7 @@ fn message_ids_of(job_id: &str) -> Vec<String> {
 
 /// A store on a fresh database, and queries on the effects it saw.
 pub trait Harness: Sized + Send + Sync + 'static {
-    type Db: consumer::StoreDatabase;
+    type Db: consumer::store::StoreDatabase;
     /// Write transactions that can be open at once. SQLite has one writer:
     /// handler transactions on it run one at a time, whatever the lanes do.
     const CONCURRENT_WRITERS: usize;
@@ -376,6 +398,73 @@ pub struct StoredLetter {
     pub error: String,
     pub refusal: String,
     pub payload: Vec<u8>,
+}
+
+/// The `Harness` methods whose SQL is the same on SQLite and PostgreSQL,
+/// written once for both impls: the effects table, the dedup rows and the
+/// dead-letter table, on `self.pool` and the store's own transaction.
+macro_rules! same_sql_on_both {
+    () => {
+        async fn insert_effect(
+            tx: &mut Tx<Self::Db>,
+            handler: &str,
+            job: &Job,
+            message_id: &str,
+        ) -> Result<(), sqlx::Error> {
+            note_message_id(&job.id, message_id);
+            sqlx::query(
+                "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(handler)
+            .bind(&job.id)
+            .bind(&job.key)
+            .bind(job.seq)
+            .bind(message_id)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
+                .bind(handler)
+                .bind(job_id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("count effects")
+        }
+
+        async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
+            sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
+                .fetch_all(&self.pool)
+                .await
+                .expect("effects")
+        }
+
+        async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
+            sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
+                .bind(handler)
+                .fetch_all(&self.pool)
+                .await
+                .expect("effects")
+        }
+
+        async fn dedup_rows(&self) -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
+                .fetch_one(&self.pool)
+                .await
+                .expect("count")
+        }
+
+        async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
+            sqlx::query_as(
+                "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .expect("dead-letter table")
+        }
+    };
 }
 
 /// SQLite on a fresh file per test (WAL, like a real deployment).
@@ -417,49 +506,7 @@ impl Harness for SqliteHarness {
         Store::new(self.pool.clone())
     }
 
-    async fn insert_effect(
-        tx: &mut Tx<sqlx::Sqlite>,
-        handler: &str,
-        job: &Job,
-        message_id: &str,
-    ) -> Result<(), sqlx::Error> {
-        note_message_id(&job.id, message_id);
-        sqlx::query(
-            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(handler)
-        .bind(&job.id)
-        .bind(&job.key)
-        .bind(job.seq)
-        .bind(message_id)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
-            .bind(handler)
-            .bind(job_id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count effects")
-    }
-
-    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
-        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
-
-    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
-        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
-            .bind(handler)
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
+    same_sql_on_both!();
 
     async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
         let now_ms = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
@@ -474,22 +521,6 @@ impl Harness for SqliteHarness {
             .await
             .expect("old row");
         }
-    }
-
-    async fn dedup_rows(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
-        sqlx::query_as(
-            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .expect("dead-letter table")
     }
 }
 
@@ -531,49 +562,7 @@ impl Harness for PgHarness {
         Store::new(self.pool.clone())
     }
 
-    async fn insert_effect(
-        tx: &mut Tx<sqlx::Postgres>,
-        handler: &str,
-        job: &Job,
-        message_id: &str,
-    ) -> Result<(), sqlx::Error> {
-        note_message_id(&job.id, message_id);
-        sqlx::query(
-            "INSERT INTO effects (handler, job_id, key, seq, message_id) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(handler)
-        .bind(&job.id)
-        .bind(&job.key)
-        .bind(job.seq)
-        .bind(message_id)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn effects_of(&self, handler: &str, job_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM effects WHERE handler = $1 AND job_id = $2")
-            .bind(handler)
-            .bind(job_id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count effects")
-    }
-
-    async fn all_effects_in_commit_order(&self) -> Vec<(String, String, i64)> {
-        sqlx::query_as("SELECT handler, key, seq FROM effects ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
-
-    async fn effects_in_commit_order(&self, handler: &str) -> Vec<(String, i64)> {
-        sqlx::query_as("SELECT key, seq FROM effects WHERE handler = $1 ORDER BY id")
-            .bind(handler)
-            .fetch_all(&self.pool)
-            .await
-            .expect("effects")
-    }
+    same_sql_on_both!();
 
     async fn insert_old_dedup_rows(&self, n: i64, age: Duration) {
         sqlx::query(
@@ -586,21 +575,5 @@ impl Harness for PgHarness {
         .execute(&self.pool)
         .await
         .expect("old rows");
-    }
-
-    async fn dedup_rows(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM consumer_processed")
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    async fn stored_dead_letters(&self) -> Vec<StoredLetter> {
-        sqlx::query_as(
-            "SELECT handler, message_id, kind, error, refusal, payload FROM consumer_dead_letters ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .expect("dead-letter table")
     }
 }

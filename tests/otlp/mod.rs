@@ -2,7 +2,7 @@
 //! `tests/amqp_otlp.rs`: a local OTLP/HTTP receiver (`scripts/otlp_receiver.py`,
 //! its python from `scripts/tools otlp-receiver`), the SDK providers that
 //! export to it over HTTP with protobuf, the application's subscriber as the
-//! README gives it, and the flow: a request span, an outbox event enqueued in
+//! observability guide gives it, and the flow: a request span, an outbox event enqueued in
 //! its PostgreSQL transaction, the relay, the broker, a handler.
 //!
 //! The subscriber is the global one, so each test binary runs one test.
@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use consumer::{
-    Consumer, NewEvent, Outbox, OutboxRelay, PgStore, PgTx, Publisher, Source, handler,
+    Consumer, NewEvent, Outbox, OutboxRelay, PgStore, PgTx, Publisher, handler, source::Source,
 };
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
@@ -131,7 +131,7 @@ impl Drop for Receiver {
 }
 
 /// The SDK's tracer and meter providers, exporting to the receiver over
-/// OTLP/HTTP with protobuf, and the global subscriber the README gives
+/// OTLP/HTTP with protobuf, and the global subscriber the observability guide gives
 /// (every span to OpenTelemetry, logs at WARN).
 pub struct Telemetry {
     tracer_provider: SdkTracerProvider,

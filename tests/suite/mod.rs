@@ -9,7 +9,7 @@
 //! mod suite;
 //! type SuiteHarness = conformance::support::PgHarness;   // the store
 //! type SuiteTx = consumer::PgTx;                          // its handler transaction
-//! crate::declare!(conformance::broker::MemoryHarness);    // one #[tokio::test] per case
+//! crate::declare!(conformance::broker::MemoryHarness);    // one #[test] per case
 //! ```
 //!
 //! Business effects are rows in an `effects` table written through the
@@ -20,6 +20,35 @@
 
 pub mod cases;
 pub mod handlers;
+pub mod sagas;
+
+/// Runs one case of `B` on a runtime of its own (a multi-threaded one with
+/// two workers, as `#[tokio::test(flavor = "multi_thread")]` would), with
+/// [`BrokerHarness::between_cases`](crate::conformance::broker::BrokerHarness::between_cases)
+/// before and after it; when `B` asks for it, holding [`ONE_AT_A_TIME`]
+/// around all of that, the runtime's shutdown included.
+pub fn run<B: crate::conformance::broker::BrokerHarness>(
+    case: impl std::future::Future<Output = ()>,
+) {
+    let _turn = B::ONE_AT_A_TIME.then(|| {
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
+    B::between_cases();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(case);
+    drop(runtime);
+    B::between_cases();
+}
+
+/// Held by each case of a broker whose cases run one at a time (RabbitMQ
+/// quorum queues: see `AmqpBroker::between_cases`).
+pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Declares one `#[tokio::test]` per case of [`cases`] on `$broker`.
 #[macro_export]
@@ -57,12 +86,30 @@ macro_rules! declare {
             keys_stay_in_order_within_and_across_batches,
             a_crash_after_a_batch_commits_redelivers_without_a_second_effect,
         );
+        $crate::declare!(@sagas $broker;
+            the_saga_shop_completes_times_out_compensates_and_dead_letters_a_failed_compensation,
+            a_saga_crash_between_commit_and_ack_leaves_one_transition_per_message,
+            two_instances_on_one_saga_one_wins_and_the_other_applies_on_top,
+            a_timeout_after_completion_or_replaced_does_nothing,
+            replaying_a_sagas_whole_input_leaves_the_same_state_and_outbox,
+            an_event_before_its_saga_starts_follows_its_not_found_policy,
+        );
+    };
+    (@sagas $broker:ty; $($case:ident),* $(,)?) => {
+        mod sagas {
+            $(
+                #[test]
+                fn $case() {
+                    $crate::suite::run::<$broker>($crate::suite::sagas::$case::<$broker>());
+                }
+            )*
+        }
     };
     (@cases $broker:ty; $($case:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                $crate::suite::cases::$case::<$broker>().await;
+            #[test]
+            fn $case() {
+                $crate::suite::run::<$broker>($crate::suite::cases::$case::<$broker>());
             }
         )*
     };

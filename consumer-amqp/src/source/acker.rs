@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use consumer_core::{Acker, Message, RetryCopy};
+use consumer_core::backend::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 
-use super::metrics::MetricsInner;
 use super::partitioned::InFlightGuard;
+use super::stats::StatsInner;
 use crate::error::Error;
 use crate::publisher::AmqpPublisher;
 use crate::topology::Topology;
@@ -15,7 +15,11 @@ use crate::topology::Topology;
 /// Settles one delivery of an [`AmqpSource`](super::AmqpSource).
 ///
 /// * `ack`: `basic.ack`.
-/// * `release`: `basic.nack` with `requeue = true`.
+/// * `release`: `basic.nack` with `requeue = true`; on a
+///   [`PartitionedSource`](super::PartitionedSource), no nack: the delivery
+///   stays unacked and its partition's channel is closed and opened again,
+///   so that RabbitMQ requeues it ahead of the deliveries prefetched after it
+///   (a nack would put it behind them).
 /// * `publish_retry`: publishes the retry copy the runtime built (same id,
 ///   `x-consumer-attempt` and `x-consumer-first-failure` set, the key as
 ///   `ce_partitionkey`) to the delay queue of its delay with a per-message
@@ -28,9 +32,9 @@ use crate::topology::Topology;
 ///   one over the publisher's size limit as too large: the runtime takes
 ///   its fallback. It never `nack(requeue = false)`s into the queue's own
 ///   dead-letter exchange instead: that would drop the context.
-/// * Dropped unsettled: `basic.nack` with `requeue = true` is sent from a
-///   spawned task (when a Tokio runtime is there); whatever happens,
-///   RabbitMQ requeues every delivery still unacked when its channel closes.
+/// * Dropped unsettled: as `release`, the nack sent from a spawned task (when
+///   a Tokio runtime is there); whatever happens, RabbitMQ requeues every
+///   delivery still unacked when its channel closes.
 ///
 /// Publishes go through a connection of their own, which reconnects by
 /// itself, so a settle step can succeed even while the consuming channel is
@@ -40,7 +44,7 @@ pub struct AmqpAcker {
     delivery: lapin::Acker,
     publisher: AmqpPublisher,
     topology: Arc<Topology>,
-    metrics: Arc<MetricsInner>,
+    metrics: Arc<StatsInner>,
     settled: bool,
     /// A partitioned source's count of this partition's deliveries in
     /// flight; dropped last, after the settle.
@@ -61,7 +65,7 @@ impl AmqpAcker {
         delivery: lapin::Acker,
         publisher: AmqpPublisher,
         topology: Arc<Topology>,
-        metrics: Arc<MetricsInner>,
+        metrics: Arc<StatsInner>,
     ) -> Self {
         Self {
             delivery,
@@ -88,7 +92,7 @@ impl AmqpAcker {
 }
 
 impl Acker for AmqpAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::Error> {
+    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
         self.done();
         match self.delivery.ack(BasicAckOptions::default()).await {
             Ok(true) => Ok(()),
@@ -101,8 +105,12 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::Error> {
+    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
         self.done();
+        if let Some(partition) = self._in_flight.take() {
+            partition.requeue_by_channel_close();
+            return Ok(());
+        }
         let requeue = BasicNackOptions {
             requeue: true,
             ..BasicNackOptions::default()
@@ -118,7 +126,10 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), consumer_core::Error> {
+    async fn publish_dead_letter(
+        &mut self,
+        letter: &Message,
+    ) -> Result<(), consumer_core::backend::Error> {
         self.publisher
             .publish_to(
                 self.topology.dead_letter_exchange(),
@@ -130,7 +141,10 @@ impl Acker for AmqpAcker {
         Ok(())
     }
 
-    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_core::Error> {
+    async fn publish_retry(
+        &mut self,
+        copy: &RetryCopy,
+    ) -> Result<(), consumer_core::backend::Error> {
         let queue = self.topology.delay_queue_for(copy.delay);
         self.publisher
             .publish_to("", &queue, &copy.message, Some(copy.delay))
@@ -145,6 +159,10 @@ impl Drop for AmqpAcker {
             return;
         }
         self.done();
+        if let Some(partition) = self._in_flight.take() {
+            partition.requeue_by_channel_close();
+            return;
+        }
         if !self.delivery.usable() {
             return;
         }
@@ -156,7 +174,7 @@ impl Drop for AmqpAcker {
                     ..BasicNackOptions::default()
                 };
                 if let Err(e) = delivery.nack(requeue).await {
-                    tracing::debug!(target: "consumer_amqp", error = %e, "nack of a dropped delivery failed; its channel closing requeues it");
+                    tracing::debug!(target: "consumer::amqp", error = %e, "nack of a dropped delivery failed; its channel closing requeues it");
                 }
             });
         }

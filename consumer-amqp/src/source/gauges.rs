@@ -1,9 +1,10 @@
 //! What an [`AmqpSource`](super::AmqpSource) reports at each metrics
-//! collection: the depths of its work, delay and dead-letter queues, and
-//! how often its channel was opened again.
+//! collection: the depths of its work, delay and dead-letter queues, which
+//! of the queues it consumes RabbitMQ reports crashed, and how often its
+//! channel was opened again.
 //!
 //! Depths come from passive declares, which need the broker: a task reads
-//! them every [`AmqpSource::with_depth_interval`](super::AmqpSource::with_depth_interval)
+//! them every [`AmqpSourceBuilder::with_depth_interval`](super::AmqpSourceBuilder::with_depth_interval)
 //! and a collection reports the last reading, so a scrape never waits for
 //! RabbitMQ. The task ends when the consumer does.
 
@@ -11,13 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use consumer_core::metrics::{QueueRole, SourceGauges, SourceReadings};
+use consumer_core::backend::{QueueRole, SourceGauges, SourceReadings};
 
-use super::metrics::MetricsInner;
+use super::stats::StatsInner;
 use crate::topology::Topology;
 
 pub(super) struct AmqpGauges {
-    metrics: Arc<MetricsInner>,
+    metrics: Arc<StatsInner>,
     /// The queues read: one topology, or every partition of a partitioned
     /// one (whose shared dead-letter queue is reported once).
     topologies: Vec<Arc<Topology>>,
@@ -28,7 +29,7 @@ pub(super) struct AmqpGauges {
 impl AmqpGauges {
     /// The gauges of `metrics`' own topology, with the task that keeps their
     /// depths fresh.
-    pub(super) fn start(metrics: Arc<MetricsInner>, every: Duration) -> Arc<Self> {
+    pub(super) fn start(metrics: Arc<StatsInner>, every: Duration) -> Arc<Self> {
         let topologies = vec![Arc::clone(&metrics.topology)];
         let name = Arc::from(metrics.topology.queue());
         Self::start_for(metrics, topologies, name, every)
@@ -36,7 +37,7 @@ impl AmqpGauges {
 
     /// The gauges of `topologies`, reconnects reported under `name`.
     pub(super) fn start_for(
-        metrics: Arc<MetricsInner>,
+        metrics: Arc<StatsInner>,
         topologies: Vec<Arc<Topology>>,
         name: Arc<str>,
         every: Duration,
@@ -65,7 +66,7 @@ async fn refresh(gauges: Weak<AmqpGauges>, every: Duration) {
             }
             // The last reading stays; the source reconnects on its own.
             Err(e) => {
-                tracing::debug!(target: "consumer_amqp", error = %e, "could not read the queue depths")
+                tracing::debug!(target: "consumer::amqp", error = %e, "could not read the queue depths")
             }
         }
         drop(g);
@@ -96,6 +97,15 @@ impl SourceGauges for AmqpGauges {
             .iter()
         {
             readings.queue(Arc::clone(name), *role, *n);
+        }
+        for (queue, crashed) in self
+            .metrics
+            .crashed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            readings.queue_crashed(Arc::clone(queue), *crashed);
         }
         readings.reconnects(
             Arc::clone(&self.work_queue),

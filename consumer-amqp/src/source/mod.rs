@@ -1,27 +1,35 @@
-//! Consuming a RabbitMQ queue ([`AmqpSource`]), settling each delivery
-//! ([`AmqpAcker`]), and the counters of both ([`AmqpMetrics`]).
+//! Consuming a RabbitMQ queue ([`AmqpSource`], built by
+//! [`AmqpSourceBuilder`]), settling each delivery
+//! ([`AmqpAcker`]), and the counters of both ([`AmqpStats`]).
 
 mod acker;
+mod builder;
+mod crashed;
 mod gauges;
-mod metrics;
+mod options;
 mod partitioned;
+mod stats;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::{Envelope, Source};
+use consumer_core::backend::{Envelope, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
 pub use acker::AmqpAcker;
-pub use metrics::AmqpMetrics;
-pub use partitioned::PartitionedSource;
+pub use builder::AmqpSourceBuilder;
+pub use partitioned::{PartitionedSource, PartitionedSourceBuilder};
+pub use stats::{AmqpStats, AmqpStatsSnapshot};
 
-use crate::error::{Error, Result};
+use crashed::Crashed;
+use options::SourceOptions;
+
+use crate::error::{Error, Result, crashed_reply};
 use crate::headers;
 use crate::names::short;
 use crate::publisher::AmqpPublisher;
@@ -29,7 +37,21 @@ use crate::topology::Topology;
 
 /// Consumes the work queue of a [`Topology`] with manual acks.
 ///
-/// * **In-flight bound**: `basic.qos` with [`with_prefetch`](Self::with_prefetch)
+/// Built with [`AmqpSource::builder`]:
+///
+/// ```no_run
+/// use consumer_amqp::{AmqpSource, Topology};
+/// # async fn demo() -> Result<(), consumer_amqp::Error> {
+/// let source = AmqpSource::builder("amqp://guest:guest@127.0.0.1:5672/%2f", Topology::new("orders")?)
+///     .with_prefetch(64)
+///     .connect()
+///     .await?;
+/// # drop(source);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// * **In-flight bound**: `basic.qos` with [`with_prefetch`](AmqpSourceBuilder::with_prefetch)
 ///   (default 256): RabbitMQ sends no more unacked deliveries than that to
 ///   this consumer, which bounds memory together with the runtime's
 ///   `with_max_in_flight` (the smaller of the two wins).
@@ -40,20 +62,25 @@ use crate::topology::Topology;
 /// * **Message id**: `ce_id`; else the AMQP `message-id` property; else a
 ///   hash of exchange, routing key, headers and payload, which, unlike the
 ///   delivery tag, is the same on every redelivery (see
-///   [`headers`](crate::headers)).
+///   [`headers`]).
 /// * **Reconnects**: when the connection or channel drops, `recv` returns a
 ///   retriable error (the runtime backs off and calls again), and the next
 ///   call reconnects, declares the topology again and resumes consuming.
 ///   RabbitMQ redelivers every delivery that was not acked on the lost
 ///   channel; dedup makes that harmless.
+/// * **A crashed queue** (RabbitMQ: `NOT_FOUND … has crashed and failed to
+///   restart`) is reported once, in an ERROR line and the
+///   `consumer.queue.crashed` gauge, and tried again with backoff (1 s up to
+///   30 s) inside `recv`, until an operator restarted its node or deleted it
+///   (the source then declares it anew).
 pub struct AmqpSource {
-    uri: String,
+    options: SourceOptions,
     topology: Arc<Topology>,
-    prefetch: u16,
     session: Option<Session>,
     publisher: AmqpPublisher,
-    metrics: AmqpMetrics,
-    depth_interval: Duration,
+    metrics: AmqpStats,
+    /// Set while RabbitMQ reports a queue of the topology crashed.
+    crashed: Option<Crashed>,
 }
 
 struct Session {
@@ -66,66 +93,61 @@ impl std::fmt::Debug for AmqpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpSource")
             .field("queue", &self.topology.queue())
-            .field("prefetch", &self.prefetch)
+            .field("prefetch", &self.options.prefetch)
             .field("connected", &self.session.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl AmqpSource {
-    /// A source for `topology` on the broker at `uri`. Nothing is contacted
-    /// until [`connect`](Self::connect) or the first `recv`; the names are
-    /// checked now.
-    pub fn new(uri: impl Into<String>, topology: Topology) -> Result<Self> {
+    /// A builder for a source consuming `topology` on the broker at `uri`
+    /// (`amqp://user:pass@host:port/vhost`); nothing is contacted until
+    /// [`connect`](AmqpSourceBuilder::connect).
+    pub fn builder(uri: impl Into<String>, topology: Topology) -> AmqpSourceBuilder {
+        AmqpSourceBuilder {
+            options: SourceOptions::new(uri.into(), 256),
+            topology,
+        }
+    }
+
+    /// The source, unconnected: `recv` connects, and reconnects after a
+    /// loss, on its own.
+    fn from_builder(builder: AmqpSourceBuilder) -> Result<Self> {
+        let AmqpSourceBuilder { options, topology } = builder;
         topology.validate()?;
-        let uri = uri.into();
-        let publisher = AmqpPublisher::new(uri.clone())
-            .with_connection_name(format!("consumer-settle {}", topology.queue()));
+        let publisher = options.settle_publisher(topology.queue());
         let topology = Arc::new(topology);
         Ok(Self {
-            metrics: AmqpMetrics::new(Arc::clone(&topology), publisher.clone()),
-            uri,
+            metrics: AmqpStats::new(Arc::clone(&topology), publisher.clone()),
+            options,
             topology,
-            prefetch: 256,
             session: None,
             publisher,
-            depth_interval: Duration::from_secs(15),
+            crashed: None,
         })
     }
 
-    /// Most unacked deliveries RabbitMQ sends this consumer (`basic.qos`).
-    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
-        self.prefetch = prefetch.max(1);
-        self
-    }
-
-    /// The largest dead letter or retry copy the settle publisher sends
-    /// (see [`AmqpPublisher::with_max_message_bytes`]); a dead letter over
-    /// it is sent again without its payload. Set it to the broker's
-    /// `max_message_size` when that is lower than RabbitMQ's default.
-    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
-        self.publisher = self.publisher.with_max_message_bytes(n);
-        self.metrics = AmqpMetrics::new(Arc::clone(&self.topology), self.publisher.clone());
-        self
-    }
-
-    /// How often the queue depths behind the metrics
-    /// (`consumer.queue.depth`, `consumer.dead_letter_queue.depth`) are
-    /// read, by passive declares on the settle connection (default 15 s:
-    /// a Prometheus scrape interval).
-    pub fn with_depth_interval(mut self, every: Duration) -> Self {
-        self.depth_interval = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// Connects, declares the topology and starts consuming now, so that
-    /// a broker that cannot be reached or a topology conflict shows at
-    /// start rather than in the consumer's retry loop.
-    pub async fn connect(mut self) -> Result<Self> {
-        if self.session.is_none() {
-            self.session = Some(self.open().await?);
+    /// Opens a session; a crashed queue is noted, not returned.
+    async fn start(&mut self) -> Result<()> {
+        match self.open().await {
+            Ok(session) => {
+                self.session = Some(session);
+                if let Some(c) = self.crashed.take() {
+                    self.metrics.inner.recovered(&c, self.topology.queue());
+                }
+                self.metrics.inner.report_consuming(self.topology.queue());
+                Ok(())
+            }
+            Err(Error::QueueCrashed { queue, reply }) => {
+                let wait = self
+                    .crashed
+                    .get_or_insert_with(Crashed::try_now)
+                    .failed(&queue);
+                self.metrics.inner.report_crashed(&queue, &reply, wait);
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
-        Ok(self)
     }
 
     /// The topology this source consumes.
@@ -135,14 +157,14 @@ impl AmqpSource {
 
     /// Counters and queue depths; clone it before handing the source to the
     /// consumer.
-    pub fn metrics(&self) -> AmqpMetrics {
+    pub fn stats(&self) -> AmqpStats {
         self.metrics.clone()
     }
 
     async fn open(&self) -> Result<Session> {
         let props = ConnectionProperties::default()
             .with_connection_name(format!("consumer {}", self.topology.queue()).into());
-        let connection = Connection::connect(&self.uri, props)
+        let connection = Connection::connect(&self.options.uri, props)
             .await
             .map_err(Error::amqp("connection"))?;
         let channel = connection
@@ -151,7 +173,7 @@ impl AmqpSource {
             .map_err(Error::amqp("channel open"))?;
         self.topology.declare(&channel).await?;
         channel
-            .basic_qos(self.prefetch, BasicQosOptions::default())
+            .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await
             .map_err(Error::amqp("basic.qos"))?;
         let consumer = channel
@@ -162,8 +184,17 @@ impl AmqpSource {
                 FieldTable::default(),
             )
             .await
-            .map_err(Error::amqp("basic.consume"))?;
-        tracing::info!(target: "consumer_amqp", queue = %self.topology.queue(), prefetch = self.prefetch, "consuming");
+            .map_err(|source| match crashed_reply(&source) {
+                Some(reply) => Error::QueueCrashed {
+                    queue: self.topology.queue().to_owned(),
+                    reply,
+                },
+                None => Error::Amqp {
+                    context: "basic.consume",
+                    source,
+                },
+            })?;
+        tracing::info!(target: "consumer::amqp", queue = %self.topology.queue(), prefetch = self.options.prefetch, "consuming");
         Ok(Session {
             connection,
             channel,
@@ -177,7 +208,7 @@ impl AmqpSource {
                 .inner
                 .reconnects
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
+            tracing::warn!(target: "consumer::amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
             let _ = s.connection.close(200, "reconnecting".into()).await;
         }
     }
@@ -191,20 +222,20 @@ impl Source for AmqpSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        server_of(&self.uri)
+        server_of(&self.options.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
         Some(crate::asyncapi::source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
         ))
     }
 
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(gauges::AmqpGauges::start(
             Arc::clone(&self.metrics.inner),
-            self.depth_interval,
+            self.options.depth_interval,
         ))
     }
 
@@ -212,9 +243,14 @@ impl Source for AmqpSource {
         check_delay_queues(&self.topology, longest_delay)
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
-        if self.session.is_none() {
-            self.session = Some(self.open().await?);
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
+        while self.session.is_none() {
+            if let Some(c) = &self.crashed {
+                tokio::time::sleep_until(c.retry_at()).await;
+            }
+            self.start().await?;
         }
         let Some(session) = self.session.as_mut() else {
             return Err(Error::ChannelClosed.into());
@@ -238,11 +274,14 @@ impl Source for AmqpSource {
                 Ok(Some((envelope, acker)))
             }
             Some(Err(e)) => {
+                // The client's own words (a reset, a missed heartbeat) are
+                // what the operator needs in the log line.
+                let reason = format!("consuming failed: {e}");
                 let err = Error::Amqp {
                     context: "consume",
                     source: e,
                 };
-                self.drop_session(&err.to_string()).await;
+                self.drop_session(&reason).await;
                 Err(err.into())
             }
             None => {

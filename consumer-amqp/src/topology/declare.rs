@@ -5,13 +5,15 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 
 use super::{QueueType, Topology};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, crashed_reply, queue_type_found};
 use crate::names::{long, short};
 
 impl Topology {
     /// Declares everything; idempotent: declaring what exists with the same
     /// settings changes nothing. A conflict (a queue declared earlier with
-    /// other arguments) is an [`Error::Topology`] and closes `channel`.
+    /// other arguments) is an [`Error::Topology`], a queue of another type an
+    /// [`Error::QueueTypeMismatch`], a queue RabbitMQ reports crashed an
+    /// [`Error::QueueCrashed`]; each closes `channel`.
     pub async fn declare(&self, channel: &Channel) -> Result<()> {
         self.validate()?;
         let durable = QueueDeclareOptions::durable();
@@ -56,7 +58,7 @@ impl Topology {
             self.declare_queue(channel, &name, durable, self.delay_queue_args())
                 .await?;
         }
-        tracing::debug!(target: "consumer_amqp", queue = %self.queue, "topology declared");
+        tracing::debug!(target: "consumer::amqp", queue = %self.queue, "topology declared");
         Ok(())
     }
 
@@ -120,10 +122,34 @@ impl Topology {
             .queue_declare(short(name)?, options, args)
             .await
             .map(|_| ())
-            .map_err(|source| Error::Topology {
-                what: "queue",
-                name: name.to_owned(),
-                source,
+            .map_err(|source| {
+                if let Some(reply) = crashed_reply(&source) {
+                    return Error::QueueCrashed {
+                        queue: name.to_owned(),
+                        reply,
+                    };
+                }
+                if let Some(found) = queue_type_found(&source) {
+                    return Error::QueueTypeMismatch {
+                        queue: name.to_owned(),
+                        declared: self.queue_type.as_str(),
+                        found,
+                        queues: self.queues_in_words(),
+                    };
+                }
+                Error::Topology {
+                    what: "queue",
+                    name: name.to_owned(),
+                    source,
+                }
             })
+    }
+
+    /// The queues of this topology, for a migration's instructions.
+    fn queues_in_words(&self) -> String {
+        format!(
+            "`{}`, its delay queues `{}.*` and its dead-letter queue `{}`",
+            self.queue, self.delay_prefix, self.dead_letter_queue
+        )
     }
 }

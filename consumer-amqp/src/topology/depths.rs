@@ -4,7 +4,7 @@ use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 
-use consumer_core::metrics::QueueRole;
+use consumer_core::backend::QueueRole;
 
 use super::Topology;
 use crate::error::{Error, Result};
@@ -13,7 +13,7 @@ use crate::names::short;
 /// Message counts of a topology's queues, from passive declares.
 ///
 /// RabbitMQ counts only messages *ready* for delivery: those delivered and
-/// not yet acked are not in these numbers (see `AmqpMetrics` for those).
+/// not yet acked are not in these numbers (see `AmqpStats` for those).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Depths {
     /// Ready in the work queue.
@@ -35,6 +35,8 @@ impl Topology {
                 QueueRole::Work => depths.work += n,
                 QueueRole::DeadLetter => depths.dead_letters += n,
                 QueueRole::Delay => depths.delayed += n,
+                // RabbitMQ's passive declare counts ready messages only.
+                QueueRole::InFlight => {}
             }
         }
         Ok(depths)

@@ -10,10 +10,10 @@
 //! | dead-letter exchange and queue | `orders.dlx`, `orders.dlq` | shared, bound once per partition queue |
 //! | members exchange | `orders.members` | `fanout`, not durable: the instances' heartbeats |
 //!
-//! **Which partition.** The publishers ([`AmqpPublisher::with_partitions`],
+//! **Which partition.** The publishers ([`AmqpPublisherBuilder::with_partitions`],
 //! and so the outbox relay that publishes through it) send a message for
 //! `orders` to `orders.p{partition_for(key, 4)}`, Kafka's partitioner
-//! ([`consumer_core::partition`]); no plugin is involved, so no broker
+//! ([`partition_for`](consumer_core::backend::partition_for)); no plugin is involved, so no broker
 //! restart or binding change can move a key.
 //!
 //! **The count is checked, never assumed.** The partition queues on the
@@ -26,7 +26,19 @@
 //! [`Error::PartitionCount`]: the process refuses to start and says what it
 //! found.
 //!
-//! [`AmqpPublisher::with_partitions`]: crate::AmqpPublisher::with_partitions
+//! **Quorum queues by default.** The partition queues (and their delay
+//! queues and the dead-letter queue) are quorum queues unless
+//! [`with_queue_type`](PartitionedTopology::with_queue_type) says
+//! `Classic`: the whole scheme rests on single active consumer, which quorum
+//! queues keep in their replicated state machine, while RabbitMQ 3.10 and
+//! 3.11 classic queues crash under consumers that come and go
+//! (rabbitmq-server#5460: `{badmatch,false}` in
+//! `rabbit_queue_consumers:deliver_to_consumer`, and the queue does not
+//! restart). Queues that exist with the other type are not converted: the
+//! declare fails with [`Error::QueueTypeMismatch`], which says how to
+//! migrate.
+//!
+//! [`AmqpPublisherBuilder::with_partitions`]: crate::AmqpPublisherBuilder::with_partitions
 
 use std::time::Duration;
 
@@ -54,7 +66,7 @@ pub struct PartitionedTopology {
 
 impl PartitionedTopology {
     /// The logical queue `name` as `partitions` partition queues
-    /// (1 to [`MAX_PARTITIONS`]).
+    /// (1 to 1 024).
     pub fn new(name: impl Into<String>, partitions: u32) -> Result<Self> {
         let name = name.into();
         validate_name("queue", &name)?;
@@ -68,7 +80,7 @@ impl PartitionedTopology {
         let t = Self {
             name,
             partitions,
-            queue_type: QueueType::Classic,
+            queue_type: QueueType::Quorum,
             max_retry_delay: None,
             delivery_limit: None,
             expires: None,
@@ -79,7 +91,8 @@ impl PartitionedTopology {
         Ok(t)
     }
 
-    /// Classic (default) or quorum queues, as [`Topology::with_queue_type`].
+    /// Quorum (default) or classic queues, as [`Topology::with_queue_type`];
+    /// see the module docs for why classic ones are a risk.
     pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
         self.queue_type = queue_type;
         self
@@ -120,10 +133,7 @@ impl PartitionedTopology {
 
     /// The partition queue a message with `key` goes to.
     pub fn queue_for_key(&self, key: &[u8]) -> String {
-        self.partition_queue(consumer_core::partition::partition_for(
-            key,
-            self.partitions,
-        ))
+        self.partition_queue(consumer_core::backend::partition_for(key, self.partitions))
     }
 
     /// The fanout exchange the instances' heartbeats go through.
@@ -160,20 +170,57 @@ impl PartitionedTopology {
 
     /// Checks the partition count against the broker's queues (see the
     /// module docs), then declares every partition's topology on channels of
-    /// `publisher`'s connection.
-    pub(crate) async fn check_and_declare(&self, publisher: &AmqpPublisher) -> Result<()> {
+    /// `publisher`'s connection. Returns the partitions whose declare met a
+    /// queue RabbitMQ reports crashed (they are left as they are: the
+    /// sources report them and try again); any other refusal is an error.
+    pub(crate) async fn check_and_declare(&self, publisher: &AmqpPublisher) -> Result<Vec<u32>> {
         self.check_partition_count(publisher).await?;
-        let channel = publisher.side_channel().await?;
+        let mut channel = publisher.side_channel().await?;
+        let mut crashed = Vec::new();
         // Highest first: an instance checking while another declares sees
         // the last partition (all there is to see) or nothing at all.
         for p in (0..self.partitions).rev() {
-            self.partition(p).declare(&channel).await?;
+            match self.partition(p).declare(&channel).await {
+                Ok(()) => {}
+                // The refusal closed the channel.
+                Err(Error::QueueCrashed { .. }) => {
+                    crashed.push(p);
+                    channel = publisher.side_channel().await?;
+                }
+                Err(e) => return Err(self.in_partitioned_words(e)),
+            }
         }
         let _ = channel.close(200, "partitions declared".into()).await;
         // Two first starts with different counts at the same moment could
         // both see nothing: checking again after declaring catches it (the
         // smaller count then finds the larger one's queues).
-        self.check_partition_count(publisher).await
+        self.check_partition_count(publisher).await?;
+        Ok(crashed)
+    }
+
+    /// `e`, with a migration's instructions naming every queue of this
+    /// topology rather than one partition's.
+    pub(crate) fn in_partitioned_words(&self, e: Error) -> Error {
+        match e {
+            Error::QueueTypeMismatch {
+                queue,
+                declared,
+                found,
+                ..
+            } => Error::QueueTypeMismatch {
+                queue,
+                declared,
+                found,
+                queues: format!(
+                    "the partition queues `{name}.p0` .. `{name}.p{last}`, their delay queues \
+                     `{name}.p*.retry.*` and the shared dead-letter queue `{dlq}`",
+                    name = self.name,
+                    last = self.partitions - 1,
+                    dlq = self.dead_letter_queue(),
+                ),
+            },
+            e => e,
+        }
     }
 
     /// [`Error::PartitionCount`] when the broker holds another number of
@@ -224,6 +271,8 @@ impl PartitionedTopology {
                 Ok(true)
             }
             Err(e) if crate::error::is_not_found(&e) => Ok(false),
+            // It exists; the sources report it when they consume it.
+            Err(e) if crate::error::crashed_reply(&e).is_some() => Ok(true),
             Err(source) => Err(Error::Amqp {
                 context: "passive queue declare",
                 source,
@@ -241,6 +290,11 @@ mod tests {
         let t = PartitionedTopology::new("orders", 4).expect("valid");
         let p2 = t.partition(2);
         assert_eq!(p2.queue(), "orders.p2");
+        assert_eq!(
+            p2.queue_type(),
+            QueueType::Quorum,
+            "quorum unless told otherwise"
+        );
         assert!(p2.single_active_consumer());
         assert_eq!(p2.dead_letter_exchange(), "orders.dlx");
         assert_eq!(p2.dead_letter_queue(), "orders.dlq");
@@ -257,8 +311,22 @@ mod tests {
         let t = PartitionedTopology::new("orders", 8).expect("valid");
         let q = t.queue_for_key(b"order-17");
         assert_eq!(q, t.queue_for_key(b"order-17"));
-        let p = consumer_core::partition::partition_for(b"order-17", 8);
+        let p = consumer_core::backend::partition_for(b"order-17", 8);
         assert_eq!(q, format!("orders.p{p}"));
+    }
+
+    /// The examples docs/guide/rabbitmq_partitions.md gives outside producers.
+    #[test]
+    fn the_documented_examples_hold() {
+        let t = PartitionedTopology::new("orders", 8).expect("valid");
+        for (key, queue) in [
+            ("order-0", "orders.p4"),
+            ("order-1", "orders.p6"),
+            ("order-17", "orders.p1"),
+            ("customer-42", "orders.p1"),
+        ] {
+            assert_eq!(t.queue_for_key(key.as_bytes()), queue, "{key}");
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl DeadLetterTopic {
     /// Produces `letter` to the topic, waiting for its acknowledgement.
     pub async fn append(&mut self, letter: &Letter) -> Result<()> {
         let destination = self.topic.clone();
-        let publisher = self.publisher()?;
+        let publisher = self.publisher().await?;
         let out = [Outgoing {
             destination,
             message: letter.letter.to_message(),
@@ -81,9 +81,9 @@ impl DeadLetterTopic {
         Ok(())
     }
 
-    fn publisher(&mut self) -> Result<&KafkaPublisher> {
+    async fn publisher(&mut self) -> Result<&KafkaPublisher> {
         if self.publisher.is_none() {
-            self.publisher = Some(kafka_publisher(&self.brokers)?);
+            self.publisher = Some(kafka_publisher(&self.brokers).await?);
         }
         self.publisher
             .as_ref()
@@ -93,9 +93,10 @@ impl DeadLetterTopic {
 
 /// A producer on `brokers` for replays and imports: idempotent, each
 /// record confirmed by every in-sync replica.
-pub fn kafka_publisher(brokers: &str) -> Result<KafkaPublisher> {
+pub async fn kafka_publisher(brokers: &str) -> Result<KafkaPublisher> {
     KafkaPublisher::builder(brokers)
-        .build()
+        .connect()
+        .await
         .map_err(|e| Error::Other(format!("creating a Kafka producer for {brokers}: {e}")))
 }
 

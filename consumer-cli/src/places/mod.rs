@@ -1,6 +1,6 @@
 //! The places dead letters live, behind one interface: the store's
-//! dead-letter table ([`table`]) and RabbitMQ dead-letter queues
-//! ([`rabbitmq`]).
+//! dead-letter table ([`table`]), RabbitMQ dead-letter queues
+//! ([`rabbitmq`]), Kafka dead-letter topics and SQS dead-letter queues.
 //!
 //! A [`Letters`] reads a *snapshot*: the letters present when it was
 //! taken, held until [`Letters::release`]; it removes a held letter only
@@ -10,6 +10,8 @@
 pub mod kafka;
 #[cfg(feature = "amqp")]
 pub mod rabbitmq;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 pub mod table;
 
 use crate::args::{PlaceArgs, Services};
@@ -39,6 +41,9 @@ pub struct Snapshot {
     /// (transaction markers, compaction):
     /// said, so a missing letter is never silent.
     pub unread: u64,
+    /// Messages of an SQS FIFO queue the snapshot could not read: SQS hands
+    /// out no more of a group while some of its messages are held.
+    pub held_back: u64,
 }
 
 impl Snapshot {
@@ -57,6 +62,12 @@ impl Snapshot {
                 self.unread
             ));
         }
+        if self.held_back > 0 {
+            parts.push(format!(
+                "{} message(s) of the SQS FIFO queue were not read: SQS hands out no more of a group while some of its messages are held; run again once these are removed",
+                self.held_back
+            ));
+        }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
@@ -72,11 +83,24 @@ pub enum Letters {
     /// A Kafka dead-letter topic.
     #[cfg(feature = "kafka")]
     Topic(kafka::DeadLetterTopic),
+    /// An SQS dead-letter queue.
+    #[cfg(feature = "sqs")]
+    Sqs(Box<sqs::DeadLetterQueue>),
 }
 
 impl Letters {
     /// Opens the place the flags name.
     pub async fn open(services: &Services, place: &PlaceArgs) -> Result<Self> {
+        if let Some(queue) = &place.sqs_queue {
+            #[cfg(feature = "sqs")]
+            return Ok(Self::Sqs(Box::new(
+                sqs::DeadLetterQueue::open(services, queue).await?,
+            )));
+            #[cfg(not(feature = "sqs"))]
+            return Err(Error::Usage(format!(
+                "--sqs-queue {queue} needs the `sqs` feature: build consumer-cli with it"
+            )));
+        }
         if let Some(topic) = &place.topic {
             #[cfg(feature = "kafka")]
             return Ok(Self::Topic(
@@ -108,6 +132,8 @@ impl Letters {
             Self::Queue(q) => q.describe(),
             #[cfg(feature = "kafka")]
             Self::Topic(t) => t.describe(),
+            #[cfg(feature = "sqs")]
+            Self::Sqs(q) => q.describe(),
         }
     }
 
@@ -119,6 +145,8 @@ impl Letters {
             Self::Queue(q) => q.snapshot().await,
             #[cfg(feature = "kafka")]
             Self::Topic(t) => t.snapshot().await,
+            #[cfg(feature = "sqs")]
+            Self::Sqs(q) => q.snapshot().await,
         }
     }
 
@@ -136,6 +164,15 @@ impl Letters {
         !self.removes_letters()
     }
 
+    /// Whether the place is an SQS queue (replays go to SQS queues).
+    pub fn is_sqs(&self) -> bool {
+        match self {
+            #[cfg(feature = "sqs")]
+            Self::Sqs(_) => true,
+            _ => false,
+        }
+    }
+
     /// Removes a held letter from the place for good; on a Kafka topic,
     /// where records cannot be deleted, it stays (the replay journal keeps
     /// a rerun from sending it again).
@@ -146,6 +183,8 @@ impl Letters {
             Self::Queue(q) => q.remove(held.handle).await,
             #[cfg(feature = "kafka")]
             Self::Topic(_) => Ok(()),
+            #[cfg(feature = "sqs")]
+            Self::Sqs(q) => q.remove(held.handle).await,
         }
     }
 
@@ -157,6 +196,8 @@ impl Letters {
             Self::Queue(q) => q.append(letter).await,
             #[cfg(feature = "kafka")]
             Self::Topic(t) => t.append(letter).await,
+            #[cfg(feature = "sqs")]
+            Self::Sqs(q) => q.append(letter).await,
         }
     }
 
@@ -168,6 +209,8 @@ impl Letters {
             Self::Topic(_) => Ok(()),
             #[cfg(feature = "amqp")]
             Self::Queue(q) => (*q).release().await,
+            #[cfg(feature = "sqs")]
+            Self::Sqs(q) => (*q).release().await,
         }
     }
 

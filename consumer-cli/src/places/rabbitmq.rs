@@ -162,7 +162,9 @@ impl DeadLetterQueue {
     pub fn publisher(&mut self) -> AmqpPublisher {
         self.publisher
             .get_or_insert_with(|| {
-                AmqpPublisher::new(self.url.clone()).with_connection_name("consumer-cli-publisher")
+                AmqpPublisher::builder(self.url.clone())
+                    .with_connection_name("consumer-cli-publisher")
+                    .build()
             })
             .clone()
     }

@@ -2,7 +2,7 @@
 //! broker refused for good, whole (payload included).
 
 use consumer_core::store::{LetterRow, headers_from_json};
-use consumer_core::{DeadLetter, DeadLetterKind, Origin, StoreDatabase};
+use consumer_core::{DeadLetter, DeadLetterKind, envelope::Origin, store::StoreDatabase};
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
@@ -115,7 +115,7 @@ fn read_row(row: &sqlx::postgres::PgRow) -> Result<Letter, String> {
         message_id: row.try_get("message_id").map_err(get_err)?,
         key: row.try_get("partition_key").map_err(get_err)?,
         origin: Origin {
-            destination: row
+            channel: row
                 .try_get::<String, _>("destination")
                 .map_err(get_err)?
                 .into(),

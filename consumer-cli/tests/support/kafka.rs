@@ -64,18 +64,18 @@ impl KafkaTopics {
     }
 
     /// A consumer of `book` in the group, on the world's store.
-    pub fn start_consumer(&self, w: &World) -> Running {
-        self.start_consumer_with(w, &[])
+    pub async fn start_consumer(&self, w: &World) -> Running {
+        self.start_consumer_with(w, &[]).await
     }
 
     /// The same, with these properties on its settle producer.
-    pub fn start_consumer_with(&self, w: &World, producer: &[(&str, &str)]) -> Running {
+    pub async fn start_consumer_with(&self, w: &World, producer: &[(&str, &str)]) -> Running {
         let mut source = KafkaSource::builder(&self.brokers, &self.group, self.topics.clone());
         for (k, v) in producer {
             source = source.with_producer_property(*k, *v);
         }
         let consumer = Consumer::new(
-            source.connect().expect("Kafka source"),
+            source.connect().await.expect("Kafka source"),
             PgStore::new(w.schema.pool.clone()),
             book,
         );
@@ -90,7 +90,8 @@ impl KafkaTopics {
     /// Produces bookings to the work topic, message id `m-<id>`, key `<id>`.
     pub async fn publish(&self, ids: &[&str]) {
         let publisher = KafkaPublisher::builder(&self.brokers)
-            .build()
+            .connect()
+            .await
             .expect("publisher");
         let batch: Vec<Outgoing> = ids
             .iter()

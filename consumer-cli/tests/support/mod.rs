@@ -115,7 +115,7 @@ impl World {
         let world = Self {
             schema,
             topology,
-            publisher: AmqpPublisher::new(amqp_url()),
+            publisher: AmqpPublisher::builder(amqp_url()).build(),
         };
         // The source declares the topology.
         world.source().await;
@@ -124,8 +124,7 @@ impl World {
 
     async fn source(&self) -> AmqpSource {
         let url = amqp_url();
-        AmqpSource::new(url.clone(), self.topology.clone())
-            .expect("topology")
+        AmqpSource::builder(url.clone(), self.topology.clone())
             .connect()
             .await
             .unwrap_or_else(|e| {

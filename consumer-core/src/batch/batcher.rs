@@ -13,8 +13,8 @@ use tracing::Instrument;
 
 use super::BatchHandler;
 use super::items::{Batch, BatchItem};
+use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Outcome};
-use crate::runtime::CatchUnwind;
 use crate::store::DedupStore;
 
 /// A message waiting for its batch, and where its outcome goes.
@@ -69,7 +69,9 @@ pub(super) async fn run_batches<S, H>(
                 None => return,
             },
         };
-        let deadline = Instant::now() + max_wait;
+        // A wait past what the clock can count is no deadline: the batch
+        // waits to be full (`with_max_wait(Duration::MAX)` must not overflow).
+        let deadline = Instant::now().checked_add(max_wait);
         let mut keys: HashSet<String> = HashSet::new();
         keys.insert(first.key.clone());
         let mut batch = vec![first];
@@ -77,9 +79,9 @@ pub(super) async fn run_batches<S, H>(
         while batch.len() < max_batch {
             let next = match carried.pop_front() {
                 Some(p) => p,
-                None => match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(p)) => p,
-                    Ok(None) | Err(_) => break,
+                None => match next_within(deadline, &mut rx).await {
+                    Some(p) => p,
+                    None => break,
                 },
             };
             if keys.insert(next.key.clone()) {
@@ -100,6 +102,18 @@ pub(super) async fn run_batches<S, H>(
             run(&*handler, &store, batch).await;
             drop(permit);
         });
+    }
+}
+
+/// The next message handed over before `deadline` (`None`: no deadline),
+/// or `None` when the deadline passed or the lanes are gone.
+async fn next_within<P>(deadline: Option<Instant>, rx: &mut mpsc::Receiver<P>) -> Option<P> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .ok()
+            .flatten(),
+        None => rx.recv().await,
     }
 }
 
@@ -232,6 +246,72 @@ where
 async fn rollback<S: DedupStore>(store: &S, tx: S::Tx) {
     if let Err(e) = store.rollback(tx).await {
         // The connection is gone; the server rolls back on its own.
-        tracing::debug!(target: "consumer", error = %e, "batch rollback failed");
+        tracing::debug!(target: "consumer::runtime", error = %e, "batch rollback failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::batch::{Batch, BatchHandler, Batched};
+    use crate::envelope::Message;
+    use crate::error::BoxError;
+    use crate::memory::MemoryBroker;
+    use crate::retry::RetryPolicy;
+    use crate::runtime::Consumer;
+    use crate::store::{MemoryStore, MemoryTx};
+
+    /// Records the size of each batch it runs.
+    struct Sizes(Arc<Mutex<Vec<usize>>>);
+
+    impl BatchHandler<MemoryStore> for Sizes {
+        type Message = serde_json::Value;
+
+        fn name(&self) -> &'static str {
+            "sizes"
+        }
+
+        fn retry_policy(&self) -> RetryPolicy {
+            RetryPolicy::none()
+        }
+
+        async fn handle_batch(
+            &self,
+            batch: &mut Batch<serde_json::Value>,
+            _: &mut MemoryTx,
+        ) -> Result<(), BoxError> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(batch.len());
+            Ok(())
+        }
+    }
+
+    /// `with_max_wait(Duration::MAX)` used to overflow the batch's
+    /// deadline; it now means "wait until the batch is full".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_max_wait_past_what_the_clock_counts_waits_for_a_full_batch() {
+        let broker = MemoryBroker::new(1);
+        for key in ["a", "b", "c"] {
+            broker
+                .publish("t", Message::raw(&b"{}"[..]).with_key(key))
+                .await
+                .expect("publish");
+        }
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let handler = Batched::new(Sizes(Arc::clone(&sizes)))
+            .with_max_batch(3)
+            .with_max_wait(Duration::MAX);
+        let drained = broker.clone();
+        let run = Consumer::new(broker.source("t"), MemoryStore::new(), handler)
+            .run_until(async move { drained.wait_drained("t").await });
+        tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the batch ran once full, within 60 s")
+            .expect("consumer");
+        assert_eq!(*sizes.lock().expect("sizes"), [3]);
     }
 }

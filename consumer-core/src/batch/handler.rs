@@ -119,12 +119,12 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
         self.handler.event_types()
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         self.handler.payload_type()
     }
 
     async fn handle(&self, invocation: &mut Invocation<'_, S>) -> Outcome {
-        let message: H::Message = match invocation.decode() {
+        let message = match crate::__private::DecodableMessage::decode(invocation) {
             Ok(m) => m,
             Err(poison) => return poison,
         };

@@ -45,8 +45,6 @@ pub use items::{Batch, BatchItem};
 
 use std::future::Future;
 
-use serde::de::DeserializeOwned;
-
 use crate::error::BoxError;
 use crate::handler::{Handler, MessageContext};
 use crate::retry::RetryPolicy;
@@ -55,8 +53,12 @@ use crate::store::DedupStore;
 /// A handler of batches: implement it, and run it as
 /// [`Batched::new(handler)`](Batched::new).
 pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
-    /// The message type payloads decode into (JSON).
-    type Message: DeserializeOwned + Send + Sync + 'static;
+    /// The message type payloads decode into (JSON): any
+    /// `serde::de::DeserializeOwned` type (the bound is implemented for
+    /// each). It is the macro's diagnostic trait, so `#[handler(batch)]` on
+    /// a type that is not `Deserialize` reports one error that names the
+    /// fix.
+    type Message: crate::__private::DecodableMessage + Send + Sync + 'static;
 
     /// Stable name: scopes dedup rows, names the handler in dead letters.
     fn name(&self) -> &'static str;
@@ -74,8 +76,8 @@ pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
     /// then refused, naming it); return
     /// `Some(PayloadType::of::<Self::Message>())` (feature `asyncapi`) for a
     /// type that implements `schemars::JsonSchema`.
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
-        Some(crate::asyncapi::PayloadType::without_schema::<Self::Message>())
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
+        Some(crate::describe::PayloadType::without_schema::<Self::Message>())
     }
 
     /// The key a message is deduplicated on (default: its message id).

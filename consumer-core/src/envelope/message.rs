@@ -75,11 +75,4 @@ impl Message {
         self.headers.insert(name, value);
         self
     }
-
-    /// Injects the current span's W3C trace context (`traceparent`,
-    /// `tracestate`), so the consumer's span becomes its child.
-    pub fn with_current_trace(mut self) -> Self {
-        crate::trace::inject_current(&mut self.headers);
-        self
-    }
 }

@@ -14,7 +14,7 @@ mod origin;
 pub use delivery::Envelope;
 pub use headers::{HeaderError, Headers};
 pub use message::Message;
-pub use origin::{Destination, Origin, Placement, Position};
+pub use origin::{Channel, Origin, Placement, Position};
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Origin {
     /// Topic, queue or stream the message was consumed from.
-    pub destination: Destination,
+    pub channel: Channel,
     /// Position within it (`partition/offset`, delivery tag, ...).
     pub position: Position,
     /// The same position in the broker's own terms, for the span
@@ -47,20 +47,23 @@ pub enum Placement {
     },
 }
 
-/// The name of a topic, queue or stream, shared: a backend makes one per
-/// topic and every delivery from it holds a reference (cloning is a
-/// reference-count bump, never a copy). Reads as a `&str`.
+/// The name of the topic, queue or stream a delivery was consumed from: its
+/// channel, in AsyncAPI's word. (Where a message is *sent* is an
+/// [`Outgoing::destination`](crate::publish::Outgoing::destination).)
+/// Shared: a backend makes one per topic and every delivery from it holds a
+/// reference (cloning is a reference-count bump, never a copy). Reads as a
+/// `&str`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Destination(Arc<str>);
+pub struct Channel(Arc<str>);
 
-impl Destination {
+impl Channel {
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
 
-impl Deref for Destination {
+impl Deref for Channel {
     type Target = str;
 
     fn deref(&self) -> &str {
@@ -68,67 +71,67 @@ impl Deref for Destination {
     }
 }
 
-impl AsRef<str> for Destination {
+impl AsRef<str> for Channel {
     fn as_ref(&self) -> &str {
         &self.0
     }
 }
 
-impl From<Arc<str>> for Destination {
+impl From<Arc<str>> for Channel {
     fn from(name: Arc<str>) -> Self {
         Self(name)
     }
 }
 
-impl From<&str> for Destination {
+impl From<&str> for Channel {
     fn from(name: &str) -> Self {
         Self(Arc::from(name))
     }
 }
 
-impl From<String> for Destination {
+impl From<String> for Channel {
     fn from(name: String) -> Self {
         Self(Arc::from(name))
     }
 }
 
-impl From<&String> for Destination {
+impl From<&String> for Channel {
     fn from(name: &String) -> Self {
         Self(Arc::from(name.as_str()))
     }
 }
 
-impl PartialEq<str> for Destination {
+impl PartialEq<str> for Channel {
     fn eq(&self, other: &str) -> bool {
         *self.0 == *other
     }
 }
 
-impl PartialEq<&str> for Destination {
+impl PartialEq<&str> for Channel {
     fn eq(&self, other: &&str) -> bool {
         *self.0 == **other
     }
 }
 
-impl PartialEq<String> for Destination {
+impl PartialEq<String> for Channel {
     fn eq(&self, other: &String) -> bool {
         *self.0 == **other
     }
 }
 
-impl fmt::Debug for Destination {
+impl fmt::Debug for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
     }
 }
 
-impl fmt::Display for Destination {
+impl fmt::Display for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-/// A delivery's position within its destination as text
+/// A delivery's position within its channel as text
 /// (`partition/offset`, a delivery tag, ...). A backend that has it as a
 /// log's partition and offset gives those ([`Position::log`]): the text is
 /// then written only when something reads it (a dead letter, a log line),
@@ -250,14 +253,14 @@ impl Origin {
             ..
         } = &self.placement
         else {
-            return std::borrow::Cow::Borrowed(self.destination.as_str());
+            return std::borrow::Cow::Borrowed(self.channel.as_str());
         };
-        let routing_key = if self.destination == *routing_key {
+        let routing_key = if self.channel == *routing_key {
             ""
         } else {
             routing_key.as_str()
         };
-        let parts = [exchange.as_str(), routing_key, self.destination.as_str()];
+        let parts = [exchange.as_str(), routing_key, self.channel.as_str()];
         let mut out = String::new();
         for part in parts.into_iter().filter(|p| !p.is_empty()) {
             if !out.is_empty() {
@@ -271,7 +274,7 @@ impl Origin {
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.destination, self.position)
+        write!(f, "{}@{}", self.channel, self.position)
     }
 }
 
@@ -281,7 +284,7 @@ mod tests {
 
     fn amqp(exchange: &str, routing_key: &str, queue: &str) -> Origin {
         Origin {
-            destination: queue.into(),
+            channel: queue.into(),
             position: Position::default(),
             placement: Placement::Exchange {
                 exchange: exchange.into(),
@@ -312,7 +315,7 @@ mod tests {
     #[test]
     fn a_log_destination_is_the_topic() {
         let o = Origin {
-            destination: "orders".into(),
+            channel: "orders".into(),
             position: "0/7".into(),
             placement: Placement::Log {
                 partition: 0,
@@ -330,7 +333,7 @@ mod tests {
         assert_eq!(Position::log(-1, -1).as_str(), "-1/-1");
         assert_ne!(Position::log(3, 42), Position::log(3, 43));
         assert_eq!(format!("{:?}", lazy.clone()), "\"3/42\"");
-        let d = Destination::from("orders");
+        let d = Channel::from("orders");
         assert_eq!(d, "orders");
         assert_eq!(format!("{d}@{lazy}"), "orders@3/42");
     }

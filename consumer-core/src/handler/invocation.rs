@@ -88,7 +88,7 @@ impl<'a, S: DedupStore> Invocation<'a, S> {
     pub async fn fail<E: Into<BoxError>>(&self, tx: S::Tx, terminal: bool, error: E) -> Outcome {
         if let Err(e) = self.store.rollback(tx).await {
             // The connection is gone; the server rolls back on its own.
-            tracing::debug!(target: "consumer", error = %e, "rollback failed");
+            tracing::debug!(target: "consumer::runtime", error = %e, "rollback failed");
         }
         let kind = if terminal {
             FailureKind::Terminal

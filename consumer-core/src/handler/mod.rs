@@ -9,12 +9,15 @@
 mod context;
 mod invocation;
 mod outcome;
+mod panic;
 
 use std::future::Future;
 
 pub use context::MessageContext;
 pub use invocation::Invocation;
 pub use outcome::{DecodeError, Failure, FailureKind, Outcome};
+pub(crate) use panic::CatchUnwind;
+pub use panic::HandlerPanicked;
 
 use crate::retry::RetryPolicy;
 use crate::store::DedupStore;
@@ -45,15 +48,36 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     /// default the name of the message type. Empty (the default here) for
     /// a handler that names none: a router takes it only as its default
     /// route. A consumer running the handler alone ignores it.
-    fn event_types(&self) -> &'static [&'static str] {
+    fn event_types(&self) -> &[&'static str] {
         &[]
     }
 
+    /// Every retry policy an attempt of this handler may run under: its
+    /// [`retry_policy`](Handler::retry_policy), and the ones a failure may
+    /// carry instead ([`Failure::with_retry`]). A consumer checks each
+    /// before it starts (the store's retention, what its source can
+    /// redeliver).
+    fn retry_policies(&self) -> Vec<RetryPolicy> {
+        vec![self.retry_policy()]
+    }
+
+    /// What the service's AsyncAPI document says of this handler: by
+    /// default one description from its name, its event types and its
+    /// payload type. A handler taking several payload types (a
+    /// [saga](crate::saga)) gives one per type.
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
+        vec![crate::describe::HandlerDescription::new(
+            self.name(),
+            self.event_types().to_vec(),
+            self.payload_type(),
+        )]
+    }
+
     /// The message type, for the service's AsyncAPI document
-    /// ([`Service::asyncapi`](crate::Service::asyncapi)). `#[handler]`
+    /// (`consumer::contracts::ServiceContracts::asyncapi`). `#[handler]`
     /// fills it; `None` (the default here) refuses the document with an
     /// error naming the handler.
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         None
     }
 

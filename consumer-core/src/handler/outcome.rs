@@ -1,6 +1,7 @@
 //! What one attempt produced, and how a failure is classified.
 
 use crate::error::BoxError;
+use crate::retry::RetryPolicy;
 
 /// How a failure is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,6 +21,9 @@ pub struct Failure {
     pub kind: FailureKind,
     /// The error, with its cause chain.
     pub error: BoxError,
+    /// For a transient failure, the policy that retries it instead of the
+    /// handler's (declared in [`Handler::retry_policies`](super::Handler::retry_policies)).
+    pub retry: Option<RetryPolicy>,
 }
 
 impl Failure {
@@ -28,7 +32,16 @@ impl Failure {
         Self {
             kind,
             error: error.into(),
+            retry: None,
         }
+    }
+
+    /// A transient failure retried under `policy` rather than the
+    /// handler's own: a saga event waiting for its saga to start
+    /// ([`NotFound::Retry`](crate::saga::NotFound::Retry)).
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
     }
 }
 
@@ -50,4 +63,11 @@ pub struct DecodeError {
     pub(super) type_name: &'static str,
     #[source]
     pub(super) source: serde_json::Error,
+}
+
+impl DecodeError {
+    /// `source` decoding a `type_name`.
+    pub(crate) fn new(type_name: &'static str, source: serde_json::Error) -> Self {
+        Self { type_name, source }
+    }
 }

@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use super::MemoryBroker;
 use crate::envelope::Message;
 use crate::error::Error;
-use crate::settle::RetryCopy;
+use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
 
 /// Settles one delivery of a [`MemorySource`](super::MemorySource);

@@ -25,6 +25,7 @@
 mod acker;
 mod gauges;
 mod partition;
+mod publisher;
 mod source;
 
 use std::collections::HashMap;
@@ -42,7 +43,7 @@ use partition::Partition;
 
 /// Where a published message landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub struct LogOffset {
     /// Partition index.
     pub partition: usize,
     /// Offset within it.
@@ -189,7 +190,7 @@ impl MemoryBroker {
     }
 
     /// Publishes a message; `Ok` means it is stored (the broker's confirm).
-    pub async fn publish(&self, topic: &str, message: Message) -> Result<Position, Error> {
+    pub async fn publish(&self, topic: &str, message: Message) -> Result<LogOffset, Error> {
         let position = {
             let mut state = self.lock();
             Self::check_size(&message, state.max_message_bytes, "message")?;
@@ -206,7 +207,7 @@ impl MemoryBroker {
             };
             let t = Self::topic(&mut state, topic, n);
             let offset = t.partitions[partition].append(message);
-            Position { partition, offset }
+            LogOffset { partition, offset }
         };
         self.inner.notify.notify_waiters();
         Ok(position)

@@ -94,7 +94,7 @@ impl MemorySource {
             );
             // The topic's name shared, the position written only if read.
             let origin = Origin {
-                destination: Arc::clone(&self.topic).into(),
+                channel: Arc::clone(&self.topic).into(),
                 position: Position::log(partition, offset),
                 placement: Placement::Log { partition, offset },
             };
@@ -132,8 +132,8 @@ impl Source for MemorySource {
         }))
     }
 
-    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
-        use crate::asyncapi::{ChannelDescription, SourceChannels};
+    fn channels(&self) -> Option<crate::describe::SourceChannels> {
+        use crate::describe::{ChannelDescription, SourceChannels};
         Some(SourceChannels {
             input: ChannelDescription::new("memory", String::from(&*self.topic)),
             retry: None,

@@ -237,7 +237,7 @@ pub const QUEUE_DEPTH: MetricSpec = MetricSpec::new(
     "consumer.queue.depth",
     Instrument::Gauge,
     "{message}",
-    "Messages ready in a queue the consumer reads or retries through.",
+    "Messages in a queue the consumer reads or retries through, by role: ready (work), waiting for their delay (delay), taken and not settled (in_flight).",
     &[MESSAGING_SYSTEM, DESTINATION_NAME, QUEUE_ROLE],
 );
 
@@ -247,6 +247,18 @@ pub const DEAD_LETTER_QUEUE_DEPTH: MetricSpec = MetricSpec::new(
     Instrument::Gauge,
     "{message}",
     "Messages in a dead-letter queue, waiting for inspection or replay.",
+    &[MESSAGING_SYSTEM, DESTINATION_NAME],
+);
+
+/// `consumer.queue.crashed`: 1 for a queue the source consumes that the
+/// broker reports crashed (RabbitMQ: `NOT_FOUND … has crashed and failed to
+/// restart`), 0 once it consumes it again. Nothing in such a queue can be
+/// consumed until an operator acts; the source keeps trying with backoff.
+pub const QUEUE_CRASHED: MetricSpec = MetricSpec::new(
+    "consumer.queue.crashed",
+    Instrument::Gauge,
+    "{queue}",
+    "1 while the broker reports a queue this consumer reads as crashed, else 0.",
     &[MESSAGING_SYSTEM, DESTINATION_NAME],
 );
 
@@ -389,7 +401,8 @@ pub const RECONNECTS: MetricSpec = MetricSpec::new(
 
 const OUTBOX_SERIES: &[&str] = &[DB_SYSTEM, OUTBOX_TABLE];
 
-/// `consumer.outbox.pending`: events committed and not yet published.
+/// `consumer.outbox.pending`: events committed and not yet published
+/// (scheduled ones once due).
 pub const OUTBOX_PENDING: MetricSpec = MetricSpec::new(
     "consumer.outbox.pending",
     Instrument::Gauge,
@@ -399,7 +412,8 @@ pub const OUTBOX_PENDING: MetricSpec = MetricSpec::new(
 );
 
 /// `consumer.outbox.oldest.age`: how long the oldest unpublished event
-/// has waited since its transaction committed (0 when none).
+/// has waited since its transaction committed, or since it fell due for a
+/// scheduled one (0 when none).
 pub const OUTBOX_OLDEST_AGE: MetricSpec = MetricSpec::new(
     "consumer.outbox.oldest.age",
     Instrument::Gauge,
@@ -418,13 +432,35 @@ pub const OUTBOX_BLOCKED_AGGREGATES: MetricSpec = MetricSpec::new(
     OUTBOX_SERIES,
 );
 
+/// `consumer.outbox.scheduled`: scheduled events not yet due (those due
+/// and waiting for a relay count in `consumer.outbox.pending`).
+pub const OUTBOX_SCHEDULED: MetricSpec = MetricSpec::new(
+    "consumer.outbox.scheduled",
+    Instrument::Gauge,
+    "{event}",
+    "Scheduled outbox events not yet due.",
+    OUTBOX_SERIES,
+);
+
 /// `consumer.outbox.publish.latency`: from an event's commit to the
-/// broker's confirmation of it.
+/// broker's confirmation of it (events enqueued to go at once; scheduled
+/// ones are in `consumer.outbox.scheduled.lateness`).
 pub const OUTBOX_PUBLISH_LATENCY: MetricSpec = MetricSpec::new(
     "consumer.outbox.publish.latency",
     Instrument::Histogram,
     "s",
     "Time from an outbox event's commit to the broker's confirmation.",
+    &[DB_SYSTEM, OUTBOX_TABLE, MESSAGING_SYSTEM, DESTINATION_NAME],
+)
+.buckets(AGE_BUCKETS);
+
+/// `consumer.outbox.scheduled.lateness`: from the time a scheduled event
+/// fell due to the broker's confirmation of it: how late it went out.
+pub const OUTBOX_SCHEDULED_LATENESS: MetricSpec = MetricSpec::new(
+    "consumer.outbox.scheduled.lateness",
+    Instrument::Histogram,
+    "s",
+    "Time from a scheduled outbox event's due time to the broker's confirmation.",
     &[DB_SYSTEM, OUTBOX_TABLE, MESSAGING_SYSTEM, DESTINATION_NAME],
 )
 .buckets(AGE_BUCKETS);
@@ -449,6 +485,86 @@ pub const OUTBOX_ROUND_FAILURES: MetricSpec = MetricSpec::new(
     OUTBOX_SERIES,
 );
 
+/// `consumer.saga.started`: sagas started (their first transition
+/// committed).
+pub const SAGA_STARTED: MetricSpec = MetricSpec::new(
+    "consumer.saga.started",
+    Instrument::Counter,
+    "{saga}",
+    "Sagas started: their first transition committed.",
+    &[SAGA_TYPE],
+);
+
+/// `consumer.saga.finished`: sagas finished, by the status they ended in.
+pub const SAGA_FINISHED: MetricSpec = MetricSpec::new(
+    "consumer.saga.finished",
+    Instrument::Counter,
+    "{saga}",
+    "Sagas finished, by how: completed, compensated, failed, compensation_failed.",
+    &[SAGA_TYPE, SAGA_STATUS],
+);
+
+/// `consumer.saga.timed_out`: timeouts that fired into a saga waiting for
+/// them (stale ones count in `consumer.saga.ignored`).
+pub const SAGA_TIMED_OUT: MetricSpec = MetricSpec::new(
+    "consumer.saga.timed_out",
+    Instrument::Counter,
+    "{timeout}",
+    "Saga timeouts that fired and ran their transition.",
+    &[SAGA_TYPE],
+);
+
+/// `consumer.saga.ignored`: saga events acked without a transition: late
+/// (the saga finished), stale timeouts, events whose policy ignores a
+/// missing saga.
+pub const SAGA_IGNORED: MetricSpec = MetricSpec::new(
+    "consumer.saga.ignored",
+    Instrument::Counter,
+    "{message}",
+    "Saga events acked without a transition, by reason.",
+    &[SAGA_TYPE, SAGA_IGNORED_REASON],
+);
+
+/// `consumer.saga.conflicts`: version conflicts (another transaction
+/// changed the saga first), each retried at once.
+pub const SAGA_CONFLICTS: MetricSpec = MetricSpec::new(
+    "consumer.saga.conflicts",
+    Instrument::Counter,
+    "{conflict}",
+    "Saga version conflicts, each retried at once on the new version.",
+    &[SAGA_TYPE],
+);
+
+/// `consumer.saga.active`: sagas running or compensating (read from the
+/// store by a `SagaMonitor`).
+pub const SAGA_ACTIVE: MetricSpec = MetricSpec::new(
+    "consumer.saga.active",
+    Instrument::Gauge,
+    "{saga}",
+    "Sagas running or compensating.",
+    &[DB_SYSTEM, SAGA_TYPE],
+);
+
+/// `consumer.saga.oldest_active.age`: how long ago the oldest active saga
+/// started (0 when none): a saga stuck waiting shows here.
+pub const SAGA_OLDEST_ACTIVE_AGE: MetricSpec = MetricSpec::new(
+    "consumer.saga.oldest_active.age",
+    Instrument::Gauge,
+    "s",
+    "Age of the oldest saga still running or compensating.",
+    &[DB_SYSTEM, SAGA_TYPE],
+);
+
+/// `consumer.saga.compensation_failed`: sagas whose compensation failed,
+/// waiting for an operator to resume or abandon them.
+pub const SAGA_COMPENSATION_FAILED: MetricSpec = MetricSpec::new(
+    "consumer.saga.compensation_failed",
+    Instrument::Gauge,
+    "{saga}",
+    "Sagas whose compensation failed, waiting for an operator.",
+    &[DB_SYSTEM, SAGA_TYPE],
+);
+
 /// Every metric, in documentation order.
 pub const CATALOGUE: &[MetricSpec] = &[
     PROCESS_DURATION,
@@ -459,6 +575,7 @@ pub const CATALOGUE: &[MetricSpec] = &[
     LAG_AGE,
     QUEUE_DEPTH,
     DEAD_LETTER_QUEUE_DEPTH,
+    QUEUE_CRASHED,
     DELIVERY_DURATION,
     IN_FLIGHT,
     DEAD_LETTERS,
@@ -474,9 +591,19 @@ pub const CATALOGUE: &[MetricSpec] = &[
     OUTBOX_PENDING,
     OUTBOX_OLDEST_AGE,
     OUTBOX_BLOCKED_AGGREGATES,
+    OUTBOX_SCHEDULED,
     OUTBOX_PUBLISH_LATENCY,
+    OUTBOX_SCHEDULED_LATENESS,
     OUTBOX_FAILED,
     OUTBOX_ROUND_FAILURES,
+    SAGA_STARTED,
+    SAGA_FINISHED,
+    SAGA_TIMED_OUT,
+    SAGA_IGNORED,
+    SAGA_CONFLICTS,
+    SAGA_ACTIVE,
+    SAGA_OLDEST_ACTIVE_AGE,
+    SAGA_COMPENSATION_FAILED,
 ];
 
 /// The spec named `name`.

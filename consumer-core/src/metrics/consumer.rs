@@ -144,7 +144,7 @@ impl ConsumerMetrics {
 
     /// `messaging.system`, the group, the destination: to extend.
     fn base(&self, envelope: &Envelope) -> Attrs {
-        self.with_series(&envelope.origin.destination, |s| {
+        self.with_series(&envelope.origin.channel, |s| {
             s.base.iter().cloned().collect()
         })
     }
@@ -158,7 +158,7 @@ impl ConsumerMetrics {
     }
 
     pub(crate) fn received(&self, envelope: &Envelope) {
-        self.with_series(&envelope.origin.destination, |s| {
+        self.with_series(&envelope.origin.channel, |s| {
             self.in_flight.add(1, &s.base);
             self.consumed.add(1, &s.received);
         });
@@ -167,7 +167,7 @@ impl ConsumerMetrics {
     /// The delivery left the runtime: settled after `took` since it was
     /// received, or released (`None`).
     pub(crate) fn left(&self, envelope: &Envelope, took: Option<Duration>) {
-        self.with_series(&envelope.origin.destination, |s| {
+        self.with_series(&envelope.origin.channel, |s| {
             self.in_flight.add(-1, &s.base);
             let Some(took) = took else { return };
             self.delivery.record(took.as_secs_f64(), &s.base);
@@ -196,7 +196,7 @@ impl ConsumerMetrics {
     ) {
         let took = took.as_secs_f64();
         let Some(e) = error else {
-            self.with_series(&envelope.origin.destination, |s| {
+            self.with_series(&envelope.origin.channel, |s| {
                 self.record_processed(s, handler, took);
             });
             return;
@@ -242,7 +242,7 @@ impl ConsumerMetrics {
         error: Option<ErrorType>,
     ) {
         if op == operation::ACK && error.is_none() {
-            self.with_series(&envelope.origin.destination, |s| {
+            self.with_series(&envelope.origin.channel, |s| {
                 self.operation.record(took.as_secs_f64(), &s.acked);
             });
             return;

@@ -19,6 +19,7 @@
 //! | `consumer.lag.age` | gauge | s | per assigned partition: age of the oldest record held unsettled |
 //! | `consumer.queue.depth` | gauge | {message} | RabbitMQ work and delay queues |
 //! | `consumer.dead_letter_queue.depth` | gauge | {message} | RabbitMQ dead-letter queue |
+//! | `consumer.queue.crashed` | gauge | {queue} | 1 while RabbitMQ reports a consumed queue crashed, else 0 |
 //! | `consumer.delivery.duration` | histogram | s | received to settled, retries in place included (the p99 alert) |
 //! | `consumer.in_flight` | updowncounter | {message} | deliveries held |
 //! | `consumer.dead_letters` | counter | {message} | by `consumer.dead_letter.reason` |
@@ -30,13 +31,23 @@
 //! | `consumer.critical_time` | histogram | s | produced (CloudEvents `time`) to settled |
 //! | `consumer.rebalances` | counter | {rebalance} | Kafka: by `consumer.rebalance.event` |
 //! | `consumer.commit.failures` | counter | {commit} | Kafka offset commits that failed |
-//! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened |
-//! | `consumer.outbox.pending` | gauge | {event} | committed, not yet published |
-//! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age |
+//! | `consumer.reconnects` | counter | {reconnect} | RabbitMQ channel re-opened; Kafka broker connections lost (librdkafka reopens them) |
+//! | `consumer.outbox.pending` | gauge | {event} | committed (scheduled: and due), not yet published |
+//! | `consumer.outbox.oldest.age` | gauge | s | the oldest unpublished event's age (scheduled: since due) |
 //! | `consumer.outbox.blocked_aggregates` | gauge | {aggregate} | stopped at a failed event |
+//! | `consumer.outbox.scheduled` | gauge | {event} | scheduled, not yet due |
 //! | `consumer.outbox.publish.latency` | histogram | s | commit to broker confirmation |
+//! | `consumer.outbox.scheduled.lateness` | histogram | s | a scheduled event's due time to broker confirmation |
 //! | `consumer.outbox.failed` | counter | {event} | marked failed |
 //! | `consumer.outbox.round.failures` | counter | {round} | relay rounds that failed |
+//! | `consumer.saga.started` | counter | {saga} | sagas started, by `consumer.saga.type` |
+//! | `consumer.saga.finished` | counter | {saga} | sagas finished, by type and `consumer.saga.status` |
+//! | `consumer.saga.timed_out` | counter | {timeout} | timeouts that fired into a waiting saga |
+//! | `consumer.saga.ignored` | counter | {message} | saga events acked without a transition, by reason |
+//! | `consumer.saga.conflicts` | counter | {conflict} | version conflicts, retried at once |
+//! | `consumer.saga.active` | gauge | {saga} | running or compensating (`SagaMonitor`) |
+//! | `consumer.saga.oldest_active.age` | gauge | s | the oldest active saga's age (`SagaMonitor`) |
+//! | `consumer.saga.compensation_failed` | gauge | {saga} | waiting for an operator (`SagaMonitor`) |
 //!
 //! The attributes of each are in [`catalogue`]; their keys and closed sets
 //! of values in [`attr`]. None carries a message id, key or offset.
@@ -69,7 +80,7 @@ pub fn global_meter() -> Meter {
 /// `error.type` of a failed broker or store operation: see
 /// [`attr::error_type`].
 pub(crate) fn error_type(error: &crate::Error) -> &'static str {
-    use crate::BrokerErrorKind as K;
+    use crate::error::BrokerErrorKind as K;
     use attr::error_type as t;
     match error.broker_kind() {
         Some(K::Unavailable) => t::UNAVAILABLE,

@@ -3,9 +3,9 @@
 //! commit failures, reconnects).
 //!
 //! A backend implements [`SourceGauges`] and returns it from
-//! [`Source::gauges`](crate::Source::gauges); the runtime registers the
+//! [`Source::gauges`](crate::source::Source::gauges); the runtime registers the
 //! instruments (the names and units are core's: see
-//! [`catalogue`](super::catalogue)) and calls [`SourceGauges::observe`] at
+//! [`catalogue`]) and calls [`SourceGauges::observe`] at
 //! each collection. Only what is observed is exported, so a partition that
 //! is revoked stops being reported and its series go away.
 
@@ -35,6 +35,10 @@ pub enum QueueRole {
     Delay,
     /// Where dead letters go.
     DeadLetter,
+    /// Messages of the work queue taken by consumers and not settled yet,
+    /// where the broker counts them (SQS's
+    /// `ApproximateNumberOfMessagesNotVisible`).
+    InFlight,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +61,7 @@ struct Queue {
 pub struct SourceReadings {
     partitions: Vec<Partition>,
     queues: Vec<Queue>,
+    crashed: Vec<(Arc<str>, bool)>,
     rebalances: Option<[u64; 3]>,
     commit_failures: Option<u64>,
     reconnects: Option<(Arc<str>, u64)>,
@@ -84,6 +89,12 @@ impl SourceReadings {
     /// The messages in a queue.
     pub fn queue(&mut self, name: Arc<str>, role: QueueRole, depth: u64) {
         self.queues.push(Queue { name, role, depth });
+    }
+
+    /// Whether the broker reports `queue` (one the source consumes) as
+    /// crashed: its messages are out of reach until an operator acts.
+    pub fn queue_crashed(&mut self, queue: Arc<str>, crashed: bool) {
+        self.crashed.push((queue, crashed));
     }
 
     /// Group membership changes since the source started.
@@ -186,6 +197,9 @@ pub(crate) fn register(
                     match q.role {
                         QueueRole::Work => attrs.push(KeyValue::new(attr::QUEUE_ROLE, "work")),
                         QueueRole::Delay => attrs.push(KeyValue::new(attr::QUEUE_ROLE, "delay")),
+                        QueueRole::InFlight => {
+                            attrs.push(KeyValue::new(attr::QUEUE_ROLE, "in_flight"));
+                        }
                         QueueRole::DeadLetter => {}
                     }
                     out.observe(q.depth, &attrs);
@@ -198,6 +212,27 @@ pub(crate) fn register(
         &catalogue::DEAD_LETTER_QUEUE_DEPTH,
         true,
     )));
+    {
+        let (weak, system) = (Arc::downgrade(gauges), series.system);
+        let spec = &catalogue::QUEUE_CRASHED;
+        handles.push(Box::new(
+            meter
+                .u64_observable_gauge(spec.name)
+                .with_unit(spec.unit)
+                .with_description(spec.description)
+                .with_callback(move |out: &dyn AsyncInstrument<u64>| {
+                    let Some(r) = read(&weak) else { return };
+                    for (queue, crashed) in &r.crashed {
+                        let attrs = [
+                            KeyValue::new(attr::MESSAGING_SYSTEM, system),
+                            KeyValue::new(attr::DESTINATION_NAME, Arc::clone(queue)),
+                        ];
+                        out.observe(u64::from(*crashed), &attrs);
+                    }
+                })
+                .build(),
+        ));
+    }
 
     let counter =
         |spec: &MetricSpec, each: fn(&SourceReadings, &[KeyValue], &dyn AsyncInstrument<u64>)| {

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use super::schedule::{Due, Released, ScheduledEvent};
 use super::{NewEvent, Outbox};
 use crate::error::Error;
 
@@ -23,6 +24,8 @@ pub struct Row {
     pub trace_metadata: Option<String>,
     pub created_at_ms: i64,
     pub attempts: i32,
+    /// When it fell due, for an event that was scheduled (Unix ms).
+    pub due_at_ms: Option<i64>,
     /// Waiting for a retry, failed, or (PostgreSQL) its predecessor version
     /// is unpublished and not in this batch: this aggregate stops here.
     pub held: bool,
@@ -31,12 +34,16 @@ pub struct Row {
 /// What waits in an outbox table ([`OutboxRelay::read_backlog`](super::OutboxRelay::read_backlog)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Backlog {
-    /// Events committed and not published.
+    /// Events committed and not published: enqueued ones, and scheduled
+    /// ones that have fallen due.
     pub pending: i64,
-    /// When the oldest of them was committed (Unix milliseconds).
+    /// When the oldest of them was committed, or fell due for a scheduled
+    /// one (Unix milliseconds).
     pub oldest_ms: Option<i64>,
     /// Aggregates blocked by an event marked failed.
     pub blocked: i64,
+    /// Scheduled events not yet due.
+    pub scheduled: i64,
 }
 
 pub(super) mod sealed {
@@ -67,7 +74,7 @@ impl<DB: OutboxDatabase> InTransaction for crate::store::Tx<DB> {
 }
 
 /// A database the outbox supports; sealed, like
-/// [`StoreDatabase`](crate::StoreDatabase).
+/// [`StoreDatabase`](crate::store::StoreDatabase).
 pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
@@ -80,6 +87,54 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
         headers: Option<&str>,
         trace: Option<&str>,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Writes a scheduled event in the caller's transaction.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn schedule(
+        outbox: &Outbox,
+        conn: &mut Self::Connection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+        due: Due,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Deletes a scheduled event not yet released; whether there was one.
+    #[doc(hidden)]
+    fn cancel(
+        outbox: &Outbox,
+        conn: &mut Self::Connection,
+        id: uuid::Uuid,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// One aggregate's scheduled events, in due order.
+    #[doc(hidden)]
+    fn scheduled_for(
+        outbox: &Outbox,
+        conn: &mut Self::Connection,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> impl Future<Output = Result<Vec<ScheduledEvent>, Error>> + Send;
+
+    /// The `limit` scheduled events due first.
+    #[doc(hidden)]
+    fn scheduled(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<ScheduledEvent>, Error>> + Send;
+
+    /// Moves up to `batch` scheduled events that have fallen due into the
+    /// outbox table, each with its aggregate's next version, in due order.
+    #[doc(hidden)]
+    fn release_due(
+        outbox: &Outbox,
+        pool: &sqlx::Pool<Self>,
+        batch: i64,
+    ) -> impl Future<Output = Result<Released, Error>> + Send;
 
     #[doc(hidden)]
     fn ddl(table: &str) -> String;

@@ -16,6 +16,7 @@ pub struct NewEvent {
     pub(crate) payload: String,
     pub(crate) destination: Option<String>,
     pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) id: Option<uuid::Uuid>,
 }
 
 impl NewEvent {
@@ -39,6 +40,7 @@ impl NewEvent {
             payload,
             destination: None,
             headers: BTreeMap::new(),
+            id: None,
         })
     }
 
@@ -48,9 +50,54 @@ impl NewEvent {
         self
     }
 
+    /// Gives the event this id (its CloudEvents `id`, and the token of a
+    /// scheduled event) instead of a fresh UUIDv7: a deterministic id, so
+    /// the receiver's dedup recognises the same command written again. An
+    /// id already in the outbox table makes the write fail (its primary
+    /// key), so derive it from something written once (a saga derives its
+    /// commands' ids from its id and version).
+    pub fn with_id(mut self, id: uuid::Uuid) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// The id set with [`NewEvent::with_id`], if any.
+    pub fn id(&self) -> Option<uuid::Uuid> {
+        self.id
+    }
+
+    /// The CloudEvents type.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The destination set with [`NewEvent::with_destination`], if any.
+    pub fn destination(&self) -> Option<&str> {
+        self.destination.as_deref()
+    }
+
+    /// The payload, serialised.
+    pub fn payload_json(&self) -> &str {
+        &self.payload
+    }
+
     /// Adds a header to the published message.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());
         self
+    }
+
+    /// The headers as the `headers` column stores them (a JSON object of
+    /// strings), `None` when there are none.
+    pub(super) fn headers_json(&self) -> Result<Option<String>, Error> {
+        if self.headers.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(&self.headers)
+            .map(Some)
+            .map_err(|source| Error::Serialize {
+                what: "event headers",
+                source,
+            })
     }
 }

@@ -1,6 +1,8 @@
 use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
 
 use super::database::sealed;
+use super::postgres_schedule as schedule;
+use super::schedule::{Due, Released, ScheduledEvent};
 use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
@@ -43,12 +45,14 @@ const CLAIM: &str = "SELECT w.id::text, w.aggregate_type, w.aggregate_id, w.vers
             CASE WHEN w.version = 1 THEN false \
                  ELSE EXISTS (SELECT 1 FROM {t} p WHERE p.aggregate_type = w.aggregate_type \
                               AND p.aggregate_id = w.aggregate_id AND p.version = w.version - 1 \
-                              AND p.published_at IS NULL) END \
+                              AND p.published_at IS NULL) END, \
+            w.due_ms \
      FROM ( \
        SELECT e.id, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
               e.payload::text AS payload, e.headers::text AS headers, \
               e.trace_metadata::text AS trace_metadata, \
-              (extract(epoch FROM e.created_at) * 1000)::bigint AS created_ms, e.attempts \
+              (extract(epoch FROM e.created_at) * 1000)::bigint AS created_ms, e.attempts, \
+              (extract(epoch FROM e.due_at) * 1000)::bigint AS due_ms \
        FROM {t} e \
        WHERE e.published_at IS NULL AND e.failed_at IS NULL \
          AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now()) \
@@ -128,8 +132,64 @@ impl OutboxDatabase for Postgres {
         Ok(())
     }
 
+    async fn schedule(
+        outbox: &Outbox,
+        conn: &mut PgConnection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+        due: Due,
+    ) -> Result<(), Error> {
+        schedule::schedule(
+            outbox,
+            conn,
+            id,
+            event,
+            destination,
+            headers,
+            trace,
+            due.millis(),
+        )
+        .await
+    }
+
+    async fn cancel(
+        outbox: &Outbox,
+        conn: &mut PgConnection,
+        id: uuid::Uuid,
+    ) -> Result<bool, Error> {
+        schedule::cancel(outbox, conn, id).await
+    }
+
+    async fn scheduled_for(
+        outbox: &Outbox,
+        conn: &mut PgConnection,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<ScheduledEvent>, Error> {
+        schedule::scheduled_for(outbox, conn, aggregate_type, aggregate_id).await
+    }
+
+    async fn scheduled(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        limit: i64,
+    ) -> Result<Vec<ScheduledEvent>, Error> {
+        schedule::scheduled(outbox, pool, limit).await
+    }
+
+    async fn release_due(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        batch: i64,
+    ) -> Result<Released, Error> {
+        schedule::release_due(outbox, pool, batch).await
+    }
+
     fn ddl(table: &str) -> String {
-        DDL.replace(super::DEFAULT_TABLE, table)
+        format!("{DDL}\n{SCHEDULED_DDL}").replace(super::DEFAULT_TABLE, table)
     }
 
     async fn create_tables(outbox: &Outbox, pool: &Pool<Self>) -> Result<(), Error> {
@@ -199,7 +259,8 @@ impl OutboxDatabase for Postgres {
 
     async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
         Ok(sqlx::query_scalar(sql(
-            "SELECT count(*) FROM {t} WHERE published_at IS NULL",
+            "SELECT (SELECT count(*) FROM {t} WHERE published_at IS NULL) \
+                  + (SELECT count(*) FROM {t}_scheduled WHERE due_at <= now())",
             outbox.table(),
         ))
         .fetch_one(pool)
@@ -209,8 +270,19 @@ impl OutboxDatabase for Postgres {
     const SYSTEM: &'static str = "postgresql";
 
     async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
+        // A released event waits from when it fell due, not from when its
+        // transaction wrote it.
         let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*), (extract(epoch FROM min(created_at)) * 1000)::bigint FROM {t} WHERE published_at IS NULL",
+            "SELECT count(*), (extract(epoch FROM min(coalesce(due_at, created_at))) * 1000)::bigint \
+             FROM {t} WHERE published_at IS NULL",
+            outbox.table(),
+        ))
+        .fetch_one(pool)
+        .await?;
+        let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) = sqlx::query_as(sql(
+            "SELECT count(*) FILTER (WHERE due_at > now()), count(*) FILTER (WHERE due_at <= now()), \
+                    (extract(epoch FROM min(due_at) FILTER (WHERE due_at <= now())) * 1000)::bigint \
+             FROM {t}_scheduled",
             outbox.table(),
         ))
         .fetch_one(pool)
@@ -222,9 +294,10 @@ impl OutboxDatabase for Postgres {
         .fetch_one(pool)
         .await?;
         Ok(Backlog {
-            pending,
-            oldest_ms,
+            pending: pending + due,
+            oldest_ms: oldest_ms.into_iter().chain(oldest_due_ms).min(),
             blocked,
+            scheduled,
         })
     }
 
@@ -262,6 +335,7 @@ impl OutboxDatabase for Postgres {
                 trace_metadata: r.try_get(8)?,
                 created_at_ms: r.try_get(9)?,
                 attempts: r.try_get(10)?,
+                due_at_ms: r.try_get(12)?,
                 held: false,
             };
             claimed.push((row, r.try_get::<bool, _>(11)?));
@@ -317,6 +391,7 @@ impl OutboxDatabase for Postgres {
 }
 
 const DDL: &str = include_str!("../../migrations/postgres/2_outbox.sql");
+const SCHEDULED_DDL: &str = include_str!("../../migrations/postgres/4_outbox_scheduled.sql");
 
 #[cfg(test)]
 mod tests {
@@ -335,6 +410,7 @@ mod tests {
             trace_metadata: None,
             created_at_ms: 0,
             attempts: 0,
+            due_at_ms: None,
             held: false,
         }
     }

@@ -2,21 +2,20 @@
 //! confirmation, marks them published. At least once, per-aggregate order,
 //! never two events of one aggregate in flight.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 use tokio::sync::Notify;
 
-use super::relay_metrics::RelayMetrics;
+use super::relay_metrics::{RelayMetrics, Waited};
 use super::relay_stats::RelayStats;
-use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome};
-use crate::envelope::{Headers, Message, format_time, names};
+use super::waves::Waves;
+use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome, message};
 use crate::error::{BrokerErrorKind, Error};
-use crate::publish::{Outgoing, Publisher};
+use crate::publish::Publisher;
 use crate::retry::RetryPolicy;
 
 /// How an idle relay notices new events.
@@ -25,7 +24,10 @@ pub enum WakeUp {
     /// Poll: right away while batches come back full, then waiting twice
     /// as long after each empty round, from `min` up to `max`. A wake-up
     /// through [`OutboxRelay::waker`] (in-process writers, or a LISTEN task)
-    /// cuts the wait short.
+    /// cuts the wait short, and so does the moment the earliest scheduled
+    /// event falls due (as read at the last round): `max` caps how late a
+    /// relay notices an event scheduled since, by another process, to fall
+    /// due earlier.
     Poll {
         /// First wait after an empty round.
         min: Duration,
@@ -49,12 +51,14 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
     meter: Option<Meter>,
     metrics: OnceLock<RelayMetrics>,
     backlog_every: Duration,
+    /// When the earliest scheduled event falls due, as of the last round.
+    next_due: Mutex<Option<Instant>>,
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// What the service's AsyncAPI document says of this relay: each
     /// event type its outbox declares, with its destination's channel.
-    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
+    pub(crate) fn describe(&self, name: String) -> crate::describe::PartDescription {
         let events = self
             .outbox
             .declared_events()
@@ -73,7 +77,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 (e.clone(), destination, channel)
             })
             .collect();
-        crate::asyncapi::PartDescription::Relay {
+        crate::describe::PartDescription::Relay {
             name,
             system: self.publisher.system(),
             events,
@@ -105,6 +109,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             meter: None,
             metrics: OnceLock::new(),
             backlog_every: Duration::from_secs(15),
+            next_due: Mutex::new(None),
         }
     }
 
@@ -200,7 +205,14 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         result
     }
 
+    /// Releases the scheduled events that fell due, then claims, publishes
+    /// and marks. A release that fails does not stop the claim (the
+    /// events already in the table go out), but fails the round.
     async fn round(&self) -> Result<usize, Error> {
+        let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
+        if let Ok(r) = &released {
+            self.set_next_due(r.next_due_in);
+        }
         let (guard, rows) = DB::claim(
             &self.outbox,
             &self.pool,
@@ -211,7 +223,24 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         let n = rows.len();
         let outcomes = self.publish_in_order(rows).await;
         DB::finish(&self.outbox, &self.pool, guard, &outcomes).await?;
+        released?;
         Ok(n)
+    }
+
+    /// Remembers when the next scheduled event falls due (zero: some are
+    /// due that the release could not take, which the polling retries).
+    fn set_next_due(&self, due_in: Option<Duration>) {
+        let at = due_in.filter(|d| !d.is_zero()).map(|d| Instant::now() + d);
+        *self.next_due.lock().unwrap_or_else(PoisonError::into_inner) = at;
+    }
+
+    /// How long an idle relay sleeps: the polling wait, cut short when the
+    /// next scheduled event falls due sooner.
+    fn idle_wait(&self, wait: Duration) -> Duration {
+        let due = *self.next_due.lock().unwrap_or_else(PoisonError::into_inner);
+        due.map_or(wait, |at| {
+            at.saturating_duration_since(Instant::now()).min(wait)
+        })
     }
 
     /// Relays until `shutdown` completes. Errors (a database or broker
@@ -245,7 +274,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     wait = min;
                     continue;
                 }
-                Ok(0) => wait = (wait * 2).min(max),
+                Ok(0) => wait = wait.saturating_mul(2).min(max),
                 Ok(_) => wait = min,
                 Err(e) => {
                     tracing::warn!(target: "consumer::outbox", error = %e, "relay round failed; trying again");
@@ -256,176 +285,124 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 biased;
                 () = &mut shutdown => return Ok(()),
                 () = self.waker.notified() => wait = min,
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(self.idle_wait(wait)) => {}
             }
         }
     }
 
-    /// Publishes claimed rows in waves: each wave holds at most one event
-    /// per aggregate (the next one in version order), so an aggregate never
-    /// has two events in flight, and an event that is refused stops the
-    /// events behind it while other aggregates keep flowing.
+    /// Publishes claimed rows in waves (see [`Waves`]): an aggregate never
+    /// has two events in flight, and an event that does not go out stops
+    /// the events behind it while other aggregates keep flowing.
     async fn publish_in_order(&self, rows: Vec<Row>) -> Vec<(Row, RowOutcome)> {
-        let mut queues: BTreeMap<(String, String), std::collections::VecDeque<Row>> =
-            BTreeMap::new();
-        for row in rows {
-            queues
-                .entry((row.aggregate_type.clone(), row.aggregate_id.clone()))
-                .or_default()
-                .push_back(row);
-        }
+        let mut waves = Waves::new(rows);
         let mut done = Vec::new();
-        loop {
-            let mut wave = Vec::new();
-            let mut stopped = Vec::new();
-            for (agg, queue) in &mut queues {
-                let Some(row) = queue.pop_front() else {
-                    continue;
-                };
-                if row.held {
-                    stopped.push(agg.clone());
-                    done.push((row, RowOutcome::Skipped));
-                } else {
-                    wave.push(row);
+        while let Some(wave) = waves.next(&mut done) {
+            for (row, outcome) in self.publish_wave(wave).await {
+                if !matches!(outcome, RowOutcome::Published) {
+                    waves.stop(&row, &mut done);
                 }
-            }
-            for agg in stopped {
-                if let Some(rest) = queues.remove(&agg) {
-                    done.extend(rest.into_iter().map(|r| (r, RowOutcome::Skipped)));
-                }
-            }
-            if wave.is_empty() {
-                break;
-            }
-            let batch: Vec<Outgoing> = wave.iter().map(|r| self.outgoing(r)).collect();
-            let started = Instant::now();
-            let results = self.publisher.publish(&batch).await;
-            let took = started.elapsed();
-            let now_ms = crate::store::now_ms();
-            let mut results = results.into_iter();
-            for row in wave {
-                let result = results.next().unwrap_or_else(|| {
-                    Err(Error::broker(
-                        BrokerErrorKind::Unavailable,
-                        "the publisher returned too few results",
-                        None,
-                    ))
-                });
-                let age = Duration::from_millis(
-                    now_ms
-                        .saturating_sub(row.created_at_ms)
-                        .max(0)
-                        .cast_unsigned(),
-                );
-                self.metrics().sent(
-                    &row.destination,
-                    took,
-                    age,
-                    result.as_ref().err().map(crate::metrics::error_type),
-                );
-                match result {
-                    Ok(()) => {
-                        self.stats.published.fetch_add(1, Relaxed);
-                        done.push((row, RowOutcome::Published));
-                    }
-                    Err(e) => {
-                        let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
-                        let give_up = !self.retry.should_retry(attempt);
-                        let retry_after = self.retry.delay(attempt, &mut rand::rng());
-                        let error = e.to_string();
-                        if give_up {
-                            self.metrics().failed(&row.destination);
-                            self.stats.failed.fetch_add(1, Relaxed);
-                            tracing::error!(
-                                target: "consumer::outbox",
-                                event_id = %row.id,
-                                aggregate_type = %row.aggregate_type,
-                                aggregate_id = %row.aggregate_id,
-                                attempts = attempt,
-                                error = %error,
-                                "outbox event failed for good; its aggregate is blocked until Outbox::retry_failed"
-                            );
-                        } else {
-                            self.stats.retried.fetch_add(1, Relaxed);
-                            tracing::warn!(
-                                target: "consumer::outbox",
-                                event_id = %row.id,
-                                attempts = attempt,
-                                ?retry_after,
-                                error = %error,
-                                "broker refused an outbox event; retrying later"
-                            );
-                        }
-                        let agg = (row.aggregate_type.clone(), row.aggregate_id.clone());
-                        done.push((
-                            row,
-                            RowOutcome::Failed {
-                                error,
-                                retry_after,
-                                give_up,
-                            },
-                        ));
-                        if let Some(rest) = queues.remove(&agg) {
-                            done.extend(rest.into_iter().map(|r| (r, RowOutcome::Skipped)));
-                        }
-                    }
-                }
+                done.push((row, outcome));
             }
         }
         done
     }
 
-    /// The broker message of a row: CloudEvents binary mode, the aggregate
-    /// id as partition key, and the trace context restored from the row.
-    fn outgoing(&self, row: &Row) -> Outgoing {
-        let mut headers = Headers::new();
-        if let Some(extra) = &row.headers
-            && let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(extra)
-        {
-            for (k, v) in map {
-                headers.insert(k, v);
+    /// Publishes one wave (one event per aggregate) as one batch, and says
+    /// what happened to each row. A row that cannot become a message fails
+    /// without being sent.
+    async fn publish_wave(&self, wave: Vec<Row>) -> Vec<(Row, RowOutcome)> {
+        let mut outcomes = Vec::with_capacity(wave.len());
+        let mut sent = Vec::with_capacity(wave.len());
+        let mut batch = Vec::with_capacity(wave.len());
+        for mut row in wave {
+            match message::outgoing(&mut row, &self.source) {
+                Ok(out) => {
+                    batch.push(out);
+                    sent.push(row);
+                }
+                Err(unreadable) => {
+                    let outcome = self.refused(&row, &unreadable.to_string(), true);
+                    outcomes.push((row, outcome));
+                }
             }
         }
-        headers.insert(names::ID, row.id.as_str());
-        headers.insert(names::SOURCE, self.source.as_str());
-        headers.insert(names::TYPE, row.event_type.as_str());
-        headers.insert(names::SPEC_VERSION, "1.0");
-        headers.insert(names::SUBJECT, row.aggregate_id.as_str());
-        headers.insert(names::CONTENT_TYPE, "application/json");
-        if let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(
-            i128::from(row.created_at_ms) * 1_000_000,
-        ) {
-            headers.insert(names::TIME, format_time(t));
+        if batch.is_empty() {
+            return outcomes;
         }
-        self.inject_trace(row, &mut headers);
-        Outgoing {
-            destination: row.destination.clone(),
-            message: Message {
-                key: Some(row.aggregate_id.clone()),
-                headers,
-                payload: bytes::Bytes::from(row.payload.clone().into_bytes()),
-            },
+        let started = Instant::now();
+        let results = self.publisher.publish(&batch).await;
+        let took = started.elapsed();
+        let now_ms = crate::store::now_ms();
+        let mut results = results.into_iter();
+        for row in sent {
+            let result = results.next().unwrap_or_else(|| {
+                Err(Error::broker(
+                    BrokerErrorKind::Unavailable,
+                    "the publisher returned too few results",
+                    None,
+                ))
+            });
+            let error = result.as_ref().err().map(crate::metrics::error_type);
+            self.metrics()
+                .sent(&row.destination, took, waited(&row, now_ms), error);
+            let outcome = match result {
+                Ok(()) => {
+                    self.stats.published.fetch_add(1, Relaxed);
+                    RowOutcome::Published
+                }
+                Err(e) => {
+                    let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
+                    self.refused(&row, &e.to_string(), !self.retry.should_retry(attempt))
+                }
+            };
+            outcomes.push((row, outcome));
         }
+        outcomes
     }
 
-    /// Restores the enqueuing transaction's context from the row (never the
-    /// relay's own): the publisher's `send` span is its child (see
-    /// [`trace::Sends`](crate::trace::Sends)), so the trace goes from the
-    /// transaction through the relay to the consumers.
-    fn inject_trace(&self, row: &Row, headers: &mut Headers) {
-        let Some(meta) = &row.trace_metadata else {
-            return;
-        };
-        let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(meta) else {
-            tracing::debug!(target: "consumer::outbox", event_id = %row.id, "unreadable trace_metadata ignored");
-            return;
-        };
-        let mut saved = Headers::new();
-        for (k, v) in map {
-            saved.insert(k, v);
+    /// The outcome of a row that did not go out: retried after the policy's
+    /// delay, or, when `give_up`, marked failed (its aggregate blocked until
+    /// [`Outbox::retry_failed`]), logged with the event id either way.
+    fn refused(&self, row: &Row, error: &str, give_up: bool) -> RowOutcome {
+        let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
+        let retry_after = self.retry.delay(attempt, &mut rand::rng());
+        if give_up {
+            self.metrics().failed(&row.destination);
+            self.stats.failed.fetch_add(1, Relaxed);
+            tracing::error!(
+                target: "consumer::outbox",
+                event_id = %row.id,
+                aggregate_type = %row.aggregate_type,
+                aggregate_id = %row.aggregate_id,
+                attempts = attempt,
+                error = %error,
+                "outbox event failed for good; its aggregate is blocked until Outbox::retry_failed"
+            );
+        } else {
+            self.stats.retried.fetch_add(1, Relaxed);
+            tracing::warn!(
+                target: "consumer::outbox",
+                event_id = %row.id,
+                attempts = attempt,
+                ?retry_after,
+                error = %error,
+                "broker refused an outbox event; retrying later"
+            );
         }
-        if let Ok(Some(parent)) = crate::trace::extract(&saved) {
-            crate::trace::inject(&parent, headers);
+        RowOutcome::Failed {
+            error: error.to_owned(),
+            retry_after,
+            give_up,
         }
+    }
+}
+
+/// How long a row waited for the broker's confirmation at `now_ms`: since
+/// its commit, or since it fell due for a scheduled event.
+fn waited(row: &Row, now_ms: i64) -> Waited {
+    let since = |at: i64| Duration::from_millis(now_ms.saturating_sub(at).max(0).cast_unsigned());
+    match row.due_at_ms {
+        Some(due) => Waited::SinceDue(since(due)),
+        None => Waited::SinceCommit(since(row.created_at_ms)),
     }
 }

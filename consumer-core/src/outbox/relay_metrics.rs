@@ -11,6 +11,15 @@ use super::Backlog;
 use crate::metrics::attr::{self, operation};
 use crate::metrics::catalogue::{self, MetricSpec};
 
+/// How long a published event waited for the broker's confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waited {
+    /// Since its transaction committed (an event enqueued to go at once).
+    SinceCommit(Duration),
+    /// Since it fell due (a scheduled event).
+    SinceDue(Duration),
+}
+
 /// Recorded by the relay as it publishes.
 pub(super) struct RelayMetrics {
     /// `db.system.name`, `consumer.outbox.table`.
@@ -19,6 +28,7 @@ pub(super) struct RelayMetrics {
     sent: Counter<u64>,
     operation: Histogram<f64>,
     latency: Histogram<f64>,
+    lateness: Histogram<f64>,
     failed: Counter<u64>,
     round_failures: Counter<u64>,
     backlog: Arc<Mutex<Option<Backlog>>>,
@@ -59,12 +69,14 @@ impl RelayMetrics {
             Box::new(gauge(&catalogue::OUTBOX_BLOCKED_AGGREGATES, |b| {
                 b.blocked as f64
             })),
+            Box::new(gauge(&catalogue::OUTBOX_SCHEDULED, |b| b.scheduled as f64)),
         ];
         Self {
             system,
             sent: catalogue::SENT_MESSAGES.counter(meter),
             operation: catalogue::CLIENT_OPERATION_DURATION.histogram(meter),
             latency: catalogue::OUTBOX_PUBLISH_LATENCY.histogram(meter),
+            lateness: catalogue::OUTBOX_SCHEDULED_LATENESS.histogram(meter),
             failed: catalogue::OUTBOX_FAILED.counter(meter),
             round_failures: catalogue::OUTBOX_ROUND_FAILURES.counter(meter),
             table,
@@ -91,12 +103,14 @@ impl RelayMetrics {
     }
 
     /// One event was sent and confirmed (`error` `None`) or refused, after
-    /// waiting `took` for the broker; committed `age` ago.
+    /// waiting `took` for the broker; `waited` is how long it had been
+    /// waiting to go out: the publish latency of an enqueued event, the
+    /// lateness of a scheduled one.
     pub(super) fn sent(
         &self,
         destination: &str,
         took: Duration,
-        age: Duration,
+        waited: Waited,
         error: Option<&'static str>,
     ) {
         let mut a = self.send_attrs(destination, error);
@@ -110,7 +124,10 @@ impl RelayMetrics {
                 attr::DESTINATION_NAME,
                 destination.to_owned(),
             ));
-            self.latency.record(age.as_secs_f64(), &l);
+            match waited {
+                Waited::SinceCommit(d) => self.latency.record(d.as_secs_f64(), &l),
+                Waited::SinceDue(d) => self.lateness.record(d.as_secs_f64(), &l),
+            }
         }
     }
 

@@ -1,6 +1,8 @@
 use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
 
 use super::database::sealed;
+use super::schedule::{Due, Released, ScheduledEvent};
+use super::sqlite_schedule as schedule;
 use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
 use crate::error::Error;
 
@@ -31,7 +33,8 @@ const LEASE: &str = "INSERT INTO {t}_lease (id, holder, expires_at) VALUES (1, ?
 
 const CLAIM: &str = "SELECT e.id, e.aggregate_type, e.aggregate_id, e.version, e.event_type, e.destination, \
        e.payload, e.headers, e.trace_metadata, e.created_at, e.attempts, \
-       (e.failed_at IS NOT NULL OR (e.next_attempt_at IS NOT NULL AND e.next_attempt_at > ?2)) \
+       (e.failed_at IS NOT NULL OR (e.next_attempt_at IS NOT NULL AND e.next_attempt_at > ?2)), \
+       e.due_at \
      FROM {t} e WHERE e.published_at IS NULL \
        AND NOT EXISTS (SELECT 1 FROM {t}_aggregates a WHERE a.aggregate_type = e.aggregate_type \
                        AND a.aggregate_id = e.aggregate_id AND a.blocked_at IS NOT NULL) \
@@ -68,14 +71,96 @@ impl OutboxDatabase for Sqlite {
         Ok(())
     }
 
-    fn ddl(table: &str) -> String {
-        DDL.replace(super::DEFAULT_TABLE, table)
+    async fn schedule(
+        outbox: &Outbox,
+        conn: &mut SqliteConnection,
+        id: uuid::Uuid,
+        event: &NewEvent,
+        destination: &str,
+        headers: Option<&str>,
+        trace: Option<&str>,
+        due: Due,
+    ) -> Result<(), Error> {
+        schedule::schedule(
+            outbox,
+            conn,
+            id,
+            event,
+            destination,
+            headers,
+            trace,
+            due.millis(),
+            now_ms(),
+        )
+        .await
     }
 
+    async fn cancel(
+        outbox: &Outbox,
+        conn: &mut SqliteConnection,
+        id: uuid::Uuid,
+    ) -> Result<bool, Error> {
+        schedule::cancel(outbox, conn, id).await
+    }
+
+    async fn scheduled_for(
+        outbox: &Outbox,
+        conn: &mut SqliteConnection,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<ScheduledEvent>, Error> {
+        schedule::scheduled_for(outbox, conn, aggregate_type, aggregate_id).await
+    }
+
+    async fn scheduled(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        limit: i64,
+    ) -> Result<Vec<ScheduledEvent>, Error> {
+        schedule::scheduled(outbox, pool, limit).await
+    }
+
+    async fn release_due(
+        outbox: &Outbox,
+        pool: &Pool<Self>,
+        batch: i64,
+    ) -> Result<Released, Error> {
+        schedule::release_due(outbox, pool, batch, now_ms).await
+    }
+
+    fn ddl(table: &str) -> String {
+        format!("{DDL}\n{SCHEDULED_DDL}").replace(super::DEFAULT_TABLE, table)
+    }
+
+    /// SQLite has no `ADD COLUMN IF NOT EXISTS`: the scheduling migration's
+    /// `ALTER TABLE` runs only when the column is missing, the rest (all
+    /// `IF NOT EXISTS`) every time.
     async fn create_tables(outbox: &Outbox, pool: &Pool<Self>) -> Result<(), Error> {
-        sqlx::raw_sql(AssertSqlSafe(Self::ddl(outbox.table())))
-            .execute(pool)
+        let table = outbox.table();
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql(AssertSqlSafe(DDL.replace(super::DEFAULT_TABLE, table)))
+            .execute(&mut *tx)
             .await?;
+        let has_due: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = 'due_at')",
+        )
+        .bind(table)
+        .fetch_one(&mut *tx)
+        .await?;
+        let scheduled = SCHEDULED_DDL.replace(super::DEFAULT_TABLE, table);
+        let scheduled: String = if has_due {
+            scheduled
+                .lines()
+                .filter(|l| !l.starts_with("ALTER TABLE"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        } else {
+            scheduled
+        };
+        sqlx::raw_sql(AssertSqlSafe(scheduled))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -128,9 +213,11 @@ impl OutboxDatabase for Sqlite {
 
     async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
         Ok(sqlx::query_scalar(sql(
-            "SELECT count(*) FROM {t} WHERE published_at IS NULL",
+            "SELECT (SELECT count(*) FROM {t} WHERE published_at IS NULL) \
+                  + (SELECT count(*) FROM {t}_scheduled WHERE due_at <= ?1)",
             outbox.table(),
         ))
+        .bind(now_ms())
         .fetch_one(pool)
         .await?)
     }
@@ -138,10 +225,20 @@ impl OutboxDatabase for Sqlite {
     const SYSTEM: &'static str = "sqlite";
 
     async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
+        // A released event waits from when it fell due, not from when its
+        // transaction wrote it.
         let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*), min(created_at) FROM {t} WHERE published_at IS NULL",
+            "SELECT count(*), min(coalesce(due_at, created_at)) FROM {t} WHERE published_at IS NULL",
             outbox.table(),
         ))
+        .fetch_one(pool)
+        .await?;
+        let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) = sqlx::query_as(sql(
+            "SELECT count(*) FILTER (WHERE due_at > ?1), count(*) FILTER (WHERE due_at <= ?1), \
+                    min(due_at) FILTER (WHERE due_at <= ?1) FROM {t}_scheduled",
+            outbox.table(),
+        ))
+        .bind(now_ms())
         .fetch_one(pool)
         .await?;
         let blocked: i64 = sqlx::query_scalar(sql(
@@ -151,9 +248,10 @@ impl OutboxDatabase for Sqlite {
         .fetch_one(pool)
         .await?;
         Ok(Backlog {
-            pending,
-            oldest_ms,
+            pending: pending + due,
+            oldest_ms: oldest_ms.into_iter().chain(oldest_due_ms).min(),
             blocked,
+            scheduled,
         })
     }
 
@@ -201,6 +299,7 @@ impl OutboxDatabase for Sqlite {
                     .try_get::<i64, _>(10)
                     .map(|a| i32::try_from(a).unwrap_or(i32::MAX))?,
                 held: r.try_get(11)?,
+                due_at_ms: r.try_get(12)?,
             });
         }
         Ok(((), claimed))
@@ -267,3 +366,4 @@ impl OutboxDatabase for Sqlite {
 }
 
 const DDL: &str = include_str!("../../migrations/sqlite/2_outbox.sql");
+const SCHEDULED_DDL: &str = include_str!("../../migrations/sqlite/4_outbox_scheduled.sql");

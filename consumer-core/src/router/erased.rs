@@ -16,9 +16,13 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     /// [`Handler::retry_policy`].
     fn retry_policy(&self) -> RetryPolicy;
     /// [`Handler::event_types`].
-    fn event_types(&self) -> &'static [&'static str];
+    fn event_types(&self) -> &[&'static str];
+    /// [`Handler::retry_policies`].
+    fn retry_policies(&self) -> Vec<RetryPolicy>;
+    /// [`Handler::describe`].
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription>;
     /// [`Handler::payload_type`].
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType>;
+    fn payload_type(&self) -> Option<crate::describe::PayloadType>;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -35,11 +39,19 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
         Handler::retry_policy(self)
     }
 
-    fn event_types(&self) -> &'static [&'static str] {
+    fn event_types(&self) -> &[&'static str] {
         Handler::event_types(self)
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn retry_policies(&self) -> Vec<RetryPolicy> {
+        Handler::retry_policies(self)
+    }
+
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
+        Handler::describe(self)
+    }
+
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         Handler::payload_type(self)
     }
 
@@ -60,11 +72,19 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
         ErasedHandler::retry_policy(self)
     }
 
-    fn event_types(&self) -> &'static [&'static str] {
+    fn event_types(&self) -> &[&'static str] {
         ErasedHandler::event_types(self)
     }
 
-    fn payload_type(&self) -> Option<crate::asyncapi::PayloadType> {
+    fn retry_policies(&self) -> Vec<RetryPolicy> {
+        ErasedHandler::retry_policies(self)
+    }
+
+    fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
+        ErasedHandler::describe(self)
+    }
+
+    fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         ErasedHandler::payload_type(self)
     }
 

@@ -36,7 +36,7 @@ mod erased;
 mod routes;
 
 pub use erased::ErasedHandler;
-pub use routes::{Route, Routes, Single, UnknownEventType};
+pub use routes::{OneHandler, Route, Routes, UnknownEventType};
 
 use crate::envelope::Envelope;
 use crate::error::Error;

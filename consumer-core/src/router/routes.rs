@@ -54,9 +54,9 @@ pub struct UnknownEventType {
 /// One handler taking every delivery: what [`Consumer::new`](crate::Consumer::new)
 /// runs.
 #[derive(Debug, Clone)]
-pub struct Single<H>(pub H);
+pub struct OneHandler<H>(pub H);
 
-impl<S: DedupStore, H: Handler<S>> Routes<S> for Single<H> {
+impl<S: DedupStore, H: Handler<S>> Routes<S> for OneHandler<H> {
     type Handler = H;
 
     fn route(&self, _: &Envelope) -> Route<'_, H> {

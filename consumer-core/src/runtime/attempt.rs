@@ -8,20 +8,22 @@ use std::time::Instant;
 
 use opentelemetry::Context;
 use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use super::panic::CatchUnwind;
+use super::jitter;
 use super::settle::Redelivered;
-use super::{Shared, jitter};
+use super::worker::Worker;
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::{Envelope, HeaderError};
 use crate::error::BoxError;
+use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::metrics::attr::error_type;
-use crate::retry::RetryMode;
+use crate::retry::{RetryMode, RetryPolicy};
+use crate::retry_copy::RetryCopy;
 use crate::router::{Route, Routes};
-use crate::settle::RetryCopy;
 use crate::source::Acker;
 use crate::stats::Counter;
 use crate::store::{DedupStore, FailureRecord};
@@ -44,6 +46,14 @@ pub enum InputError {
     },
 }
 
+/// What follows a failed attempt.
+enum Next<A> {
+    /// Settled (`true`) or released (`false`): the delivery is done here.
+    Settled(bool),
+    /// Try again in place with this envelope (the next attempt's number).
+    Again(Arc<Envelope>, A),
+}
+
 /// Runs `step` in `cx`, or in the current context when `cx` is `None`.
 async fn within<F: Future>(cx: Option<Context>, step: F) -> F::Output {
     match cx {
@@ -60,7 +70,7 @@ fn join(errors: &[HeaderError]) -> String {
         .join("; ")
 }
 
-impl<S, R, A> Shared<S, R, A>
+impl<S, R, A> Worker<S, R, A>
 where
     S: DedupStore,
     R: Routes<S>,
@@ -74,21 +84,22 @@ where
             Route::Ignore => {
                 self.metrics.unknown_type(&envelope);
                 self.stats.incr(Counter::UnknownTypesIgnored);
-                tracing::debug!(target: "consumer", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
-                self.ack(&envelope, acker).await
+                tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
+                self.settler.ack(&envelope, acker).await
             }
             Route::Unknown { router, error } => {
                 let attempts = envelope.attempt;
-                self.dead_letter(
-                    router,
-                    &envelope,
-                    acker,
-                    DeadLetterKind::Poison,
-                    &error,
-                    attempts,
-                    None,
-                )
-                .await
+                self.settler
+                    .dead_letter(
+                        router,
+                        &envelope,
+                        acker,
+                        DeadLetterKind::Poison,
+                        &error,
+                        attempts,
+                        None,
+                    )
+                    .await
             }
         }
     }
@@ -112,84 +123,109 @@ where
                     if (failed_here || envelope.attempt > 1)
                         && let Err(e) = self.store.clear_failures(name, &envelope.id).await
                     {
-                        tracing::debug!(target: "consumer", error = %e, "could not clear failure records; purge will");
+                        tracing::debug!(target: "consumer::runtime", error = %e, "could not clear failure records; purge will");
                     }
-                    return within(cx, self.ack(&envelope, acker)).await;
+                    return within(cx, self.settler.ack(&envelope, acker)).await;
                 }
                 Outcome::Duplicate => {
                     self.metrics.duplicate(&envelope, name);
                     self.stats.incr(Counter::Duplicates);
-                    tracing::debug!(target: "consumer", message_id = %envelope.id, "duplicate delivery skipped");
-                    return within(cx, self.ack(&envelope, acker)).await;
+                    tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, "duplicate delivery skipped");
+                    return within(cx, self.settler.ack(&envelope, acker)).await;
                 }
                 Outcome::Failed(f) => f,
             };
-            let kind = match failure.kind {
-                FailureKind::Poison => Some(DeadLetterKind::Poison),
-                FailureKind::Terminal => Some(DeadLetterKind::Terminal),
-                FailureKind::Transient => None,
-            };
-            if let Some(kind) = kind {
-                let attempts = envelope.attempt;
-                let letter = self.dead_letter(
-                    name,
-                    &envelope,
-                    acker,
-                    kind,
-                    &*failure.error,
-                    attempts,
-                    None,
-                );
-                return within(cx, letter).await;
+            failed_here |= failure.kind == FailureKind::Transient;
+            match self
+                .after_failure(name, &policy, envelope, acker, failure, cx)
+                .await
+            {
+                Next::Settled(settled) => return settled,
+                Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
+        }
+    }
 
-            failed_here = true;
-            let record = self.record_failure(name, &envelope, &failure.error).await;
-            if !policy.should_retry(record.attempts) {
-                let letter = self.dead_letter(
-                    name,
-                    &envelope,
-                    acker,
-                    DeadLetterKind::Exhausted,
-                    &*failure.error,
-                    record.attempts,
-                    Some(record.first_failure),
-                );
-                return within(cx, letter).await;
-            }
-            let delay = jitter(&policy, record.attempts);
-            self.stats.incr(Counter::Retries);
-            tracing::warn!(
-                target: "consumer",
-                handler = name,
-                message_id = %envelope.id,
-                attempt = record.attempts,
-                ?delay,
-                error = %failure.error,
-                "transient failure; retrying"
+    /// Decides what follows a failed attempt: a dead letter (poison,
+    /// terminal, or out of attempts), a retry copy through the broker, or
+    /// an in-place retry after its delay, with the next attempt's envelope.
+    async fn after_failure(
+        &self,
+        name: &'static str,
+        policy: &RetryPolicy,
+        envelope: Arc<Envelope>,
+        acker: A,
+        failure: Failure,
+        cx: Option<Context>,
+    ) -> Next<A> {
+        let kind = match failure.kind {
+            FailureKind::Poison => Some(DeadLetterKind::Poison),
+            FailureKind::Terminal => Some(DeadLetterKind::Terminal),
+            FailureKind::Transient => None,
+        };
+        if let Some(kind) = kind {
+            let attempts = envelope.attempt;
+            let letter = self.settler.dead_letter(
+                name,
+                &envelope,
+                acker,
+                kind,
+                &*failure.error,
+                attempts,
+                None,
             );
-            let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
-            if policy.mode() == RetryMode::Redeliver {
-                match within(cx.clone(), self.redeliver(name, &envelope, acker, &copy)).await {
-                    Redelivered::Refused(refused) => acker = refused,
-                    Redelivered::Settled(settled) => {
-                        if settled {
-                            self.metrics.retry(&envelope, name, "redeliver");
-                        }
-                        return settled;
+            return Next::Settled(within(cx, letter).await);
+        }
+        // A failure may carry its own policy (a saga event that overtook its
+        // start retries under its not-found policy, not the saga's).
+        let policy = &failure.retry.unwrap_or(*policy);
+        let record = self.record_failure(name, &envelope, &failure.error).await;
+        if !policy.should_retry(record.attempts) {
+            let letter = self.settler.dead_letter(
+                name,
+                &envelope,
+                acker,
+                DeadLetterKind::Exhausted,
+                &*failure.error,
+                record.attempts,
+                Some(record.first_failure),
+            );
+            return Next::Settled(within(cx, letter).await);
+        }
+        let delay = jitter(policy, record.attempts);
+        self.stats.incr(Counter::Retries);
+        tracing::warn!(
+            target: "consumer::runtime",
+            handler = name,
+            message_id = %envelope.id,
+            attempt = record.attempts,
+            ?delay,
+            error = %failure.error,
+            "transient failure; retrying"
+        );
+        let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
+        let mut acker = acker;
+        if policy.mode() == RetryMode::Redeliver {
+            let copied = self.settler.redeliver(name, &envelope, acker, &copy);
+            match within(cx.clone(), copied).await {
+                Redelivered::Refused(refused) => acker = refused,
+                Redelivered::Settled(settled) => {
+                    if settled {
+                        self.metrics.retry(&envelope, name, "redeliver");
                     }
+                    return Next::Settled(settled);
                 }
             }
-            // In place (the mode, or the fallback for a refused copy).
-            self.metrics.retry(&envelope, name, "in_place");
-            if !self.sleep_unless_stopping(delay).await {
-                return within(cx, self.release(&envelope, acker)).await;
-            }
-            let mut next = Envelope::clone(&envelope);
-            next.attempt = copy.attempt;
-            next.first_failure = Some(copy.first_failure);
-            envelope = Arc::new(next);
         }
+        // In place (the mode, or the fallback for a refused copy).
+        self.metrics.retry(&envelope, name, "in_place");
+        if !self.stopping.sleep_unless_stopping(delay).await {
+            return Next::Settled(within(cx, self.settler.release(&envelope, acker)).await);
+        }
+        let mut next = Envelope::clone(&envelope);
+        next.attempt = copy.attempt;
+        next.first_failure = Some(copy.first_failure);
+        Next::Again(Arc::new(next), acker)
     }
 
     fn precheck(&self, envelope: &Envelope) -> Result<(), InputError> {
@@ -217,10 +253,16 @@ where
         let mut invocation = Invocation::new(envelope, &self.store, handler.name());
         let started = Instant::now();
         let run = CatchUnwind::new(handler.handle(&mut invocation));
-        // A span not recorded leaves `cx` the current context: attaching
-        // it again on every poll would change nothing, at a cost.
+        // A span not recorded leaves `cx` the current context (attaching it
+        // again on every poll would change nothing, at a cost), or a fresh
+        // root when the delivery had no valid parent: the handler runs in
+        // that, so what it sends carries a `traceparent` at any log level.
         let (ran, cx) = if span.is_disabled() {
-            (run.await, None)
+            if Context::current().span().span_context().is_valid() {
+                (run.await, None)
+            } else {
+                (run.with_context(cx).await, None)
+            }
         } else {
             let recorded = span.clone();
             (
@@ -271,7 +313,7 @@ where
             Err(e) => {
                 // The count still travels with the message (in-memory attempt
                 // number, header on redelivery); only a crash now resets it.
-                tracing::warn!(target: "consumer", error = %e, "could not record the failed attempt");
+                tracing::warn!(target: "consumer::runtime", error = %e, "could not record the failed attempt");
                 FailureRecord {
                     attempts: envelope.attempt,
                     first_failure: envelope

@@ -16,27 +16,23 @@
 //! 64-bit hashes collide would share a lane, which costs parallelism, never
 //! order.
 
-use std::collections::hash_map::Entry;
+use std::collections::hash_map::{Entry, RandomState};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use opentelemetry::context::FutureExt as _;
-use opentelemetry::trace::TraceContextExt as _;
+use tokio::sync::Notify;
 
-use super::{Job, Shared};
+use super::Job;
 use crate::envelope::Envelope;
-use crate::router::Routes;
-use crate::source::Acker;
-use crate::store::DedupStore;
 
 /// Queued jobs by lane id (the keyed hash of their partition key): one
 /// hash per delivery, and no copy of the key.
-pub(super) type Lanes<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
+type Lanes<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
 
 /// Hashes a lane id, already a keyed hash, as itself.
 #[derive(Default)]
-pub(super) struct LaneIdHasher(u64);
+struct LaneIdHasher(u64);
 
 impl Hasher for LaneIdHasher {
     fn finish(&self) -> u64 {
@@ -55,7 +51,7 @@ impl Hasher for LaneIdHasher {
 }
 
 /// Lanes started and handed to idle lane tasks, and the tasks waiting.
-pub(super) struct IdleLanes<A> {
+struct IdleLanes<A> {
     /// Handed over, not picked up yet.
     handed: VecDeque<(u64, Job<A>)>,
     /// Idle tasks not handed a lane yet.
@@ -74,16 +70,34 @@ impl<A> Default for IdleLanes<A> {
     }
 }
 
+/// The lanes of one consumer: each key's queued jobs, and the lane tasks
+/// that wait, idle, to be handed a lane.
+pub(super) struct LaneTable<A> {
+    lanes: Mutex<Lanes<A>>,
+    /// Lane tasks whose key ran out of deliveries, waiting for another key.
+    idle: Mutex<IdleLanes<A>>,
+    /// Wakes an idle lane task handed a key.
+    idle_wake: Notify,
+    /// Hashes partition keys into lane ids.
+    lane_keys: RandomState,
+}
+
+impl<A> Default for LaneTable<A> {
+    fn default() -> Self {
+        Self {
+            lanes: Mutex::new(Lanes::default()),
+            idle: Mutex::new(IdleLanes::default()),
+            idle_wake: Notify::new(),
+            lane_keys: RandomState::new(),
+        }
+    }
+}
+
 fn lane_key(envelope: &Envelope) -> &str {
     envelope.key.as_deref().unwrap_or(&envelope.id)
 }
 
-impl<S, R, A> Shared<S, R, A>
-where
-    S: DedupStore,
-    R: Routes<S>,
-    A: Acker,
-{
+impl<A> LaneTable<A> {
     /// Queues `job` behind its key's lane, or returns it with its lane id
     /// when the key has no lane and one must be started.
     pub(super) fn enqueue(&self, job: Job<A>) -> Option<(u64, Job<A>)> {
@@ -125,18 +139,8 @@ where
         self.idle_wake.notify_waiters();
     }
 
-    /// A lane task: runs its lane, then every lane it is handed while idle,
-    /// until the idle tasks are closed.
-    pub(super) async fn run_lanes(self: Arc<Self>, lane: u64, first: Job<A>) {
-        let mut next = Some((lane, first));
-        while let Some((lane, first)) = next {
-            self.run_lane(lane, first).await;
-            next = self.next_lane().await;
-        }
-    }
-
     /// Waits, idle, to be handed a lane; `None` once closed.
-    async fn next_lane(&self) -> Option<(u64, Job<A>)> {
+    pub(super) async fn next_lane(&self) -> Option<(u64, Job<A>)> {
         loop {
             let woken = self.idle_wake.notified();
             tokio::pin!(woken);
@@ -157,56 +161,19 @@ where
         }
     }
 
-    /// Runs the lane's deliveries until its queue is empty; after shutdown
-    /// began, releases them instead.
-    async fn run_lane(&self, lane: u64, first: Job<A>) {
-        let mut job = first;
-        loop {
-            // Everything done for the delivery continues the producer's
-            // trace, whatever the subscriber records. Without one, the
-            // lane's own (empty) context is the same thing, and attaching
-            // it on every poll would cost for nothing.
-            let cx = crate::trace::delivery_context(&job.envelope);
-            let traced = cx.span().span_context().is_valid();
-            if *self.stop.borrow() {
-                let release = self.release(&job.envelope, job.acker);
-                if traced {
-                    release.with_context(cx).await;
-                } else {
-                    release.await;
+    /// The lane's next job; `None` when its queue is empty, which ends the
+    /// lane (the key's next delivery starts a new one).
+    pub(super) fn next_in_lane(&self, lane: u64) -> Option<Job<A>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        match lanes.entry(lane) {
+            Entry::Occupied(mut queue) => {
+                let next = queue.get_mut().pop_front();
+                if next.is_none() {
+                    queue.remove();
                 }
-                self.metrics.left(&job.envelope, None);
-                self.stats.leave(None);
-            } else {
-                let received = job.received;
-                let envelope = Arc::clone(&job.envelope);
-                let process = self.process(job.envelope, job.acker);
-                let settled = if traced {
-                    process.with_context(cx).await
-                } else {
-                    process.await
-                };
-                let took = settled.then(|| received.elapsed());
-                self.metrics.left(&envelope, took);
-                self.stats.leave(took);
+                next
             }
-            let next = {
-                let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-                match lanes.entry(lane) {
-                    Entry::Occupied(mut queue) => {
-                        let next = queue.get_mut().pop_front();
-                        if next.is_none() {
-                            queue.remove();
-                        }
-                        next
-                    }
-                    Entry::Vacant(_) => None,
-                }
-            };
-            match next {
-                Some(j) => job = j,
-                None => return,
-            }
+            Entry::Vacant(_) => None,
         }
     }
 }

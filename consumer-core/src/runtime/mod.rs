@@ -5,11 +5,11 @@
 //!   once (queued in a lane, running, or waiting for an in-place retry);
 //!   when none is free the loop stops taking from the source, which is the
 //!   backpressure.
-//! * Each partition key has at most one lane task at a time ([`lanes`]),
+//! * Each partition key has at most one lane task at a time (`lanes`),
 //!   which runs the key's deliveries strictly in arrival order; different
 //!   keys run in parallel.
-//! * Each delivery runs attempts until it is settled ([`attempt`]); the
-//!   settle steps and their fallbacks are in [`settle`].
+//! * Each delivery runs attempts until it is settled (`attempt`); the
+//!   settle steps and their fallbacks are in `settle`.
 //! * Shutdown stops taking deliveries, lets running attempts finish (up to
 //!   the shutdown timeout), and releases everything else unsettled: queued
 //!   deliveries and in-place retries that are waiting. Released deliveries
@@ -17,43 +17,43 @@
 
 mod attempt;
 mod lanes;
-mod panic;
 mod settle;
+mod worker;
 
-use std::collections::hash_map::RandomState;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
-use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
-pub(crate) use panic::CatchUnwind;
-pub use panic::HandlerPanicked;
 
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::metrics::consumer::ConsumerMetrics;
-use crate::retry::{RetryMode, RetryPolicy};
-use crate::router::{Router, Routes, Single};
+use crate::retry::RetryPolicy;
+use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
-use lanes::{IdleLanes, Lanes};
+use crate::trace::SpanScope;
+use lanes::LaneTable;
+use settle::Settler;
+use worker::Worker;
 
 /// Backoff for settle steps (dead letter, retry copy) and source errors.
 const STEP_BACKOFF: RetryPolicy =
     RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(5), u32::MAX);
 
-/// Runs a handler, or a [`Router`](crate::Router) of handlers, over one
+/// Runs a handler, or a [`Router`] of handlers, over one
 /// source with one store.
 ///
 /// ```no_run
 /// # async fn demo<S, H>(source: S, store: consumer_core::SqliteStore, handler: H)
-/// # where S: consumer_core::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
+/// # where S: consumer_core::source::Source, H: consumer_core::Handler<consumer_core::SqliteStore> {
 /// use consumer_core::Consumer;
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
 /// # drop(stop);
@@ -76,7 +76,7 @@ pub struct Consumer<Src, S, R> {
     meter: Option<Meter>,
 }
 
-impl<Src, S, H> Consumer<Src, S, Single<H>>
+impl<Src, S, H> Consumer<Src, S, OneHandler<H>>
 where
     Src: Source,
     S: DedupStore,
@@ -87,7 +87,7 @@ where
     /// finish running work at shutdown, 30 s for a settle step that can
     /// heal.
     pub fn new(source: Src, store: S, handler: H) -> Self {
-        Self::routed(source, store, Single(handler))
+        Self::routed(source, store, OneHandler(handler))
     }
 }
 
@@ -167,8 +167,8 @@ where
     }
 
     /// What the service's AsyncAPI document says of this consumer.
-    pub(crate) fn describe(&self, name: String) -> crate::asyncapi::PartDescription {
-        crate::asyncapi::PartDescription::Consumer {
+    pub(crate) fn describe(&self, name: String) -> crate::describe::PartDescription {
+        crate::describe::PartDescription::Consumer {
             name,
             system: self.source.system(),
             channels: self.source.channels().map(Box::new),
@@ -176,34 +176,30 @@ where
                 .routes
                 .handlers()
                 .into_iter()
-                .map(|h| crate::asyncapi::HandlerDescription {
-                    name: h.name(),
-                    event_types: h.event_types(),
-                    payload: h.payload_type(),
-                })
+                .flat_map(|h| h.describe())
                 .collect(),
         }
     }
 
-    /// Refuses, before the first delivery, what could only fail at run time.
-    fn check(&self) -> Result<(), Error> {
+    /// Refuses, before the first delivery, what could only fail at run
+    /// time; tells the source every handler's retry policy.
+    fn check(&mut self) -> Result<(), Error> {
         for handler in self.routes.handlers() {
-            let policy = handler.retry_policy();
-            if self.store.retention() <= policy.max_window() {
-                return Err(Error::RetentionTooShort {
-                    handler: handler.name().to_owned(),
-                    retention: self.store.retention(),
-                    window: policy.max_window(),
-                });
-            }
-            if policy.mode() == RetryMode::Redeliver && policy.max_attempts() > 1 {
-                self.source
-                    .check_redelivery(policy.longest_delay())
-                    .map_err(|reason| Error::RetryUnsupported {
+            for policy in handler.retry_policies() {
+                if self.store.retention() <= policy.max_window() {
+                    return Err(Error::RetentionTooShort {
+                        handler: handler.name().to_owned(),
+                        retention: self.store.retention(),
+                        window: policy.max_window(),
+                    });
+                }
+                self.source.accept_retry_policy(&policy).map_err(|reason| {
+                    Error::RetryUnsupported {
                         handler: handler.name().to_owned(),
                         system: self.source.system(),
                         reason,
-                    })?;
+                    }
+                })?;
             }
         }
         Ok(())
@@ -215,117 +211,157 @@ where
     /// is shorter than a handler's longest retry window or when the source
     /// cannot serve a handler's retry mode; later only on a source error
     /// that is not retriable.
-    pub async fn run_until<F>(self, shutdown: F) -> Result<(), Error>
+    pub async fn run_until<F>(mut self, shutdown: F) -> Result<(), Error>
     where
         F: Future<Output = ()> + Send,
     {
         self.check()?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut source = self.source;
+        let max_in_flight = self.max_in_flight;
+        let shutdown_timeout = self.shutdown_timeout;
+        let (mut source, worker) = self.into_worker(Stopping(stop_rx));
+        let worker = Arc::new(worker);
+        let permits = Arc::new(Semaphore::new(max_in_flight));
+        let mut lanes: JoinSet<()> = JoinSet::new();
+        worker.stats.set_running();
+        let result = dispatch(
+            &mut source,
+            &worker,
+            &permits,
+            &mut lanes,
+            refill_batch(max_in_flight),
+            shutdown,
+        )
+        .await;
+
+        worker.stats.set_draining();
+        let _ = stop_tx.send(true);
+        let all = u32::try_from(max_in_flight).unwrap_or(u32::MAX);
+        let drained = tokio::time::timeout(shutdown_timeout, permits.acquire_many(all)).await;
+        if drained.is_err() {
+            tracing::error!(
+                target: "consumer::runtime",
+                in_flight = worker.stats.snapshot().in_flight,
+                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
+            );
+            lanes.abort_all();
+        }
+        worker.lanes.close_idle_lanes();
+        while lanes.join_next().await.is_some() {}
+        drop(worker);
+        source.close().await;
+        result
+    }
+
+    /// The source, and what the lane tasks share: the routes, the settle
+    /// loop, the lanes, the instruments.
+    fn into_worker(self, stopping: Stopping) -> (Src, Worker<S, R, Src::Acker>) {
+        let source = self.source;
         let meter = self.meter.unwrap_or_else(crate::metrics::global_meter);
-        let metrics = ConsumerMetrics::new(
+        let metrics = Arc::new(ConsumerMetrics::new(
             &meter,
             source.system(),
             source.consumer_group(),
             source.server(),
             source.gauges(),
-        );
-        let shared = Arc::new(Shared {
-            metrics,
-            spans: crate::trace::SpanScope {
-                system: source.system(),
-                group: source.consumer_group().map(Box::from),
-                server: source.server().map(|(a, p)| (Box::from(a), p)),
-            },
-            store: self.store,
-            routes: self.routes,
-            stats: self.stats,
-            max_payload_bytes: self.max_payload_bytes,
-            settle_timeout: self.settle_timeout,
-            lanes: Mutex::new(Lanes::default()),
-            idle: Mutex::new(IdleLanes::default()),
-            idle_wake: Notify::new(),
-            lane_keys: RandomState::new(),
-            stop: stop_rx,
-        });
-        let permits = Arc::new(Semaphore::new(self.max_in_flight));
-        let mut lanes: JoinSet<()> = JoinSet::new();
-        shared.stats.set_running();
-        let mut source_errors = 0u32;
-        tokio::pin!(shutdown);
-
-        let batch = refill_batch(self.max_in_flight);
-        // Permits taken for deliveries not received yet (see `next_permit`).
-        let mut reserve: Option<OwnedSemaphorePermit> = None;
-
-        let result = loop {
-            while lanes.try_join_next().is_some() {}
-            let permit = tokio::select! {
-                biased;
-                () = &mut shutdown => break Ok(()),
-                p = next_permit(&permits, &mut reserve, batch) => match p {
-                    Ok(p) => p,
-                    Err(_) => break Ok(()),
-                },
-            };
-            let next = tokio::select! {
-                biased;
-                () = &mut shutdown => break Ok(()),
-                r = source.recv() => r,
-            };
-            match next {
-                Ok(Some((envelope, acker))) => {
-                    source_errors = 0;
-                    // Metrics first: a test that waits on the stats then
-                    // reads the metrics sees them up to date.
-                    shared.metrics.received(&envelope);
-                    shared.stats.incr(Counter::Received);
-                    shared.stats.enter();
-                    let job = Job {
-                        envelope: Arc::new(envelope),
-                        acker,
-                        received: Instant::now(),
-                        _permit: permit,
-                    };
-                    if let Some((lane, first)) = shared.enqueue(job)
-                        && let Some((lane, first)) = shared.hand_to_idle(lane, first)
-                    {
-                        lanes.spawn(Arc::clone(&shared).run_lanes(lane, first));
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) if e.is_retriable() => {
-                    source_errors = source_errors.saturating_add(1);
-                    let delay = jitter(&STEP_BACKOFF, source_errors);
-                    tracing::warn!(target: "consumer", error = %e, ?delay, "source failed; trying again");
-                    tokio::select! {
-                        () = &mut shutdown => break Ok(()),
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                }
-                Err(e) => break Err(e),
-            }
+        ));
+        let spans = SpanScope {
+            system: source.system(),
+            group: source.consumer_group().map(Box::from),
+            server: source.server().map(|(a, p)| (Box::from(a), p)),
         };
-        // The drain below waits for every permit.
-        drop(reserve);
+        let settler = Settler {
+            store: self.store.clone(),
+            stats: Arc::clone(&self.stats),
+            metrics: Arc::clone(&metrics),
+            spans: spans.clone(),
+            timeout: self.settle_timeout,
+            stopping: stopping.clone(),
+        };
+        let worker = Worker {
+            routes: self.routes,
+            store: self.store,
+            settler,
+            lanes: LaneTable::default(),
+            metrics,
+            stats: self.stats,
+            spans,
+            max_payload_bytes: self.max_payload_bytes,
+            stopping,
+        };
+        (source, worker)
+    }
+}
 
-        shared.stats.set_draining();
-        let _ = stop_tx.send(true);
-        let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
-        let drained = tokio::time::timeout(self.shutdown_timeout, permits.acquire_many(all)).await;
-        if drained.is_err() {
-            tracing::error!(
-                target: "consumer",
-                in_flight = shared.stats.snapshot().in_flight,
-                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
-            );
-            lanes.abort_all();
+/// Takes deliveries, each with an in-flight permit, and hands them to their
+/// key's lane until `shutdown` completes, the source ends, or it fails for
+/// good; retriable source errors are retried with backoff.
+async fn dispatch<Src, S, R, F>(
+    source: &mut Src,
+    worker: &Arc<Worker<S, R, Src::Acker>>,
+    permits: &Arc<Semaphore>,
+    lanes: &mut JoinSet<()>,
+    batch: u32,
+    shutdown: F,
+) -> Result<(), Error>
+where
+    Src: Source,
+    S: DedupStore,
+    R: Routes<S>,
+    F: Future<Output = ()> + Send,
+{
+    tokio::pin!(shutdown);
+    let mut source_errors = 0u32;
+    // Permits taken for deliveries not received yet (see `next_permit`);
+    // dropped on return, as the drain waits for every permit.
+    let mut reserve: Option<OwnedSemaphorePermit> = None;
+    loop {
+        while lanes.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            p = next_permit(permits, &mut reserve, batch) => match p {
+                Ok(p) => p,
+                Err(_) => return Ok(()),
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            r = source.recv() => r,
+        };
+        match next {
+            Ok(Some((envelope, acker))) => {
+                source_errors = 0;
+                // Metrics first: a test that waits on the stats then
+                // reads the metrics sees them up to date.
+                worker.metrics.received(&envelope);
+                worker.stats.incr(Counter::Received);
+                worker.stats.enter();
+                let job = Job {
+                    envelope: Arc::new(envelope),
+                    acker,
+                    received: Instant::now(),
+                    _permit: permit,
+                };
+                if let Some((lane, first)) = worker.lanes.enqueue(job)
+                    && let Some((lane, first)) = worker.lanes.hand_to_idle(lane, first)
+                {
+                    lanes.spawn(Arc::clone(worker).run_lanes(lane, first));
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_retriable() => {
+                source_errors = source_errors.saturating_add(1);
+                let delay = jitter(&STEP_BACKOFF, source_errors);
+                tracing::warn!(target: "consumer::runtime", error = %e, ?delay, "source failed; trying again");
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(e) => return Err(e),
         }
-        shared.close_idle_lanes();
-        while lanes.join_next().await.is_some() {}
-        drop(shared);
-        source.close().await;
-        result
     }
 }
 
@@ -397,30 +433,18 @@ struct Job<A> {
     _permit: OwnedSemaphorePermit,
 }
 
-/// What every lane task of one consumer shares.
-struct Shared<S, R, A> {
-    metrics: ConsumerMetrics,
-    /// What every span of this consumer carries.
-    spans: crate::trace::SpanScope,
-    store: S,
-    routes: R,
-    stats: Arc<Stats>,
-    max_payload_bytes: usize,
-    settle_timeout: Duration,
-    lanes: Mutex<Lanes<A>>,
-    /// Lane tasks whose key ran out of deliveries, waiting for another key.
-    idle: Mutex<IdleLanes<A>>,
-    /// Wakes an idle lane task handed a key.
-    idle_wake: Notify,
-    /// Hashes partition keys into lane ids.
-    lane_keys: RandomState,
-    stop: watch::Receiver<bool>,
-}
+/// Whether shutdown began, for what must not start after it.
+#[derive(Clone)]
+struct Stopping(watch::Receiver<bool>);
 
-impl<S, R, A> Shared<S, R, A> {
+impl Stopping {
+    fn has_begun(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Sleeps; `false` when shutdown began first.
     async fn sleep_unless_stopping(&self, delay: Duration) -> bool {
-        let mut stop = self.stop.clone();
+        let mut stop = self.0.clone();
         tokio::select! {
             () = tokio::time::sleep(delay) => true,
             _ = stop.wait_for(|s| *s) => false,
@@ -439,6 +463,7 @@ mod tests {
     use crate::envelope::Message;
     use crate::handler::{Invocation, Outcome};
     use crate::memory::{MemoryAcker, MemoryBroker, MemorySource};
+    use crate::retry::RetryMode;
     use crate::store::MemoryStore;
 
     /// A source that serves no retries through the broker (the default).
@@ -470,6 +495,49 @@ mod tests {
         async fn handle(&self, _: &mut Invocation<'_, MemoryStore>) -> Outcome {
             Outcome::Processed
         }
+    }
+
+    /// Fails every message for good, so each one is dead-lettered.
+    struct Refusing;
+
+    impl Handler<MemoryStore> for Refusing {
+        fn name(&self) -> &'static str {
+            "refusing"
+        }
+
+        fn retry_policy(&self) -> RetryPolicy {
+            RetryPolicy::none()
+        }
+
+        async fn handle(&self, _: &mut Invocation<'_, MemoryStore>) -> Outcome {
+            Outcome::Failed(crate::handler::Failure::new(
+                crate::handler::FailureKind::Terminal,
+                "refused",
+            ))
+        }
+    }
+
+    /// `with_settle_timeout(Duration::MAX)` used to overflow the deadline
+    /// of the dead letter's settle step; it now means "no deadline".
+    #[tokio::test]
+    async fn a_settle_timeout_past_what_the_clock_counts_saturates() {
+        let broker = MemoryBroker::new(1);
+        broker
+            .publish("t", Message::raw(&b"{}"[..]).with_id("m-1"))
+            .await
+            .expect("publish");
+        let drained = broker.clone();
+        let run = Consumer::new(broker.source("t"), MemoryStore::new(), Refusing)
+            .with_settle_timeout(Duration::MAX)
+            .run_until(async move { drained.wait_drained("t").await });
+        // A panicking settle step leaves the delivery unsettled for good.
+        tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the dead letter settled within 60 s")
+            .expect("consumer");
+        let letters = broker.dead_letter_records("t");
+        assert_eq!(letters.len(), 1, "{letters:?}");
+        assert_eq!(letters[0].message_id, "m-1");
     }
 
     #[tokio::test]

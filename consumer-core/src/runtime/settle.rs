@@ -35,27 +35,46 @@
 //! fallback completed.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
 use time::OffsetDateTime;
 
-use super::{STEP_BACKOFF, Shared, jitter};
+use super::{STEP_BACKOFF, Stopping, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
+use crate::metrics::consumer::ConsumerMetrics;
 use crate::metrics::{self, attr::fallback, attr::operation};
-use crate::router::Routes;
-use crate::settle::RetryCopy;
+use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
-use crate::stats::Counter;
+use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
-use crate::trace;
+use crate::trace::{self, SpanScope};
+
+/// The settle loop: ack, release, retry copy and dead letter, each step
+/// retried while its failure can heal and otherwise taken down its
+/// fallback. It holds what the steps need, and nothing of the lanes or the
+/// handlers.
+pub(super) struct Settler<S> {
+    /// Where dead letters are marked, and kept when the broker refuses them.
+    pub(super) store: S,
+    pub(super) stats: Arc<Stats>,
+    pub(super) metrics: Arc<ConsumerMetrics>,
+    /// What every settle span carries.
+    pub(super) spans: SpanScope,
+    /// How long a step may keep failing with what can heal.
+    pub(super) timeout: Duration,
+    pub(super) stopping: Stopping,
+}
 
 /// What a settle step may still spend on failures that can heal.
 struct StepBudget {
-    deadline: Instant,
+    /// `None`: a settle timeout past what the clock can count, so no
+    /// deadline (`with_settle_timeout(Duration::MAX)` must not overflow).
+    deadline: Option<Instant>,
     failures: u32,
 }
 
@@ -109,15 +128,10 @@ fn chain(error: &Error) -> String {
     out
 }
 
-impl<S, R, A> Shared<S, R, A>
-where
-    S: DedupStore,
-    R: Routes<S>,
-    A: Acker,
-{
+impl<S: DedupStore> Settler<S> {
     fn budget(&self) -> StepBudget {
         StepBudget {
-            deadline: Instant::now() + self.settle_timeout,
+            deadline: Instant::now().checked_add(self.timeout),
             failures: 0,
         }
     }
@@ -126,17 +140,20 @@ where
     async fn after_failure(&self, budget: &mut StepBudget, step: &str, error: &Error) -> Next {
         self.stats.incr(Counter::SettleErrors);
         if !error.is_retriable() {
-            tracing::warn!(target: "consumer", step, error = %chain(error), "settle step refused for good; taking its fallback");
+            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), "settle step refused for good; taking its fallback");
             return Next::GiveUp;
         }
         budget.failures = budget.failures.saturating_add(1);
         let delay: Duration = jitter(&STEP_BACKOFF, budget.failures);
-        if Instant::now() + delay > budget.deadline {
-            tracing::warn!(target: "consumer", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
+        if budget
+            .deadline
+            .is_some_and(|deadline| Instant::now() + delay > deadline)
+        {
+            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
             return Next::GiveUp;
         }
-        tracing::warn!(target: "consumer", step, error = %chain(error), ?delay, "settle step failed; trying again");
-        if self.sleep_unless_stopping(delay).await {
+        tracing::warn!(target: "consumer::runtime", step, error = %chain(error), ?delay, "settle step failed; trying again");
+        if self.stopping.sleep_unless_stopping(delay).await {
             Next::TryAgain
         } else {
             Next::Stopping
@@ -167,24 +184,24 @@ where
 
     /// Acks: the delivery is settled (`true`, whether or not the broker
     /// heard: a lost ack is a redelivery that dedup skips).
-    pub(super) async fn ack(&self, envelope: &Envelope, acker: A) -> bool {
+    pub(super) async fn ack<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
         let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
-            tracing::warn!(target: "consumer", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
+            tracing::warn!(target: "consumer::runtime", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
         }
         true
     }
 
     /// Gives the delivery back unsettled (`false`).
-    pub(super) async fn release(&self, envelope: &Envelope, acker: A) -> bool {
+    pub(super) async fn release<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
         self.metrics.released(envelope);
         self.stats.incr(Counter::Released);
         let r = self
             .settle_op(envelope, operation::RELEASE, acker.release())
             .await;
         if let Err(e) = r {
-            tracing::warn!(target: "consumer", error = %e, "release failed; the broker redelivers unsettled deliveries");
+            tracing::warn!(target: "consumer::runtime", error = %e, "release failed; the broker redelivers unsettled deliveries");
         }
         false
     }
@@ -193,7 +210,7 @@ where
     /// confirmed. A copy the broker refuses for good, or that still fails
     /// at the settle timeout, gives the acker back: the caller retries in
     /// place.
-    pub(super) async fn redeliver(
+    pub(super) async fn redeliver<A: Acker>(
         &self,
         handler: &str,
         envelope: &Envelope,
@@ -220,7 +237,7 @@ where
                     self.metrics.fallback(envelope, fallback::RETRY_IN_PLACE);
                     self.stats.incr(Counter::RetryFallbacks);
                     tracing::warn!(
-                        target: "consumer",
+                        target: "consumer::runtime",
                         handler,
                         message_id = %envelope.id,
                         attempt = copy.attempt,
@@ -236,7 +253,7 @@ where
     /// Dead-letters the delivery down the fallback chain (see the module
     /// docs), then settles it; `false` when it was released instead.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn dead_letter(
+    pub(super) async fn dead_letter<A: Acker>(
         &self,
         name: &str,
         envelope: &Envelope,
@@ -248,7 +265,7 @@ where
     ) -> bool {
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         tracing::error!(
-            target: "consumer",
+            target: "consumer::runtime",
             handler = name,
             message_id = %envelope.id,
             origin = %envelope.origin,
@@ -260,7 +277,7 @@ where
 
         match self.was_dead_lettered(&dl).await {
             Some(true) => {
-                tracing::info!(target: "consumer", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
+                tracing::info!(target: "consumer::runtime", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
                 return self.ack(envelope, acker).await;
             }
             Some(false) => {}
@@ -279,7 +296,7 @@ where
                 {
                     // The letter is on the broker; only a redelivery of the
                     // original (a lost ack) would send it again.
-                    tracing::warn!(target: "consumer", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
+                    tracing::warn!(target: "consumer::runtime", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
                 }
                 self.count_dead_letter(envelope, name, kind);
                 return self.ack(envelope, acker).await;
@@ -301,7 +318,7 @@ where
                     self.count_dead_letter(envelope, name, kind);
                 }
                 tracing::error!(
-                    target: "consumer",
+                    target: "consumer::runtime",
                     handler = name,
                     message_id = %dl.message_id,
                     refusal = %refusal,
@@ -342,7 +359,7 @@ where
     /// the store's table (on AMQP nothing else keeps the payload once the
     /// original is acked), then announced on the destination by a letter
     /// without its payload.
-    async fn store_too_large(
+    async fn store_too_large<A: Acker>(
         &self,
         name: &str,
         envelope: &Envelope,
@@ -366,7 +383,7 @@ where
             {
                 Published::Yes => {}
                 Published::No(e) => tracing::warn!(
-                    target: "consumer",
+                    target: "consumer::runtime",
                     message_id = %dl.message_id,
                     error = %chain(&e),
                     "the letter without its payload was refused too; the whole letter is in the store's dead-letter table"
@@ -383,7 +400,7 @@ where
             self.count_dead_letter(envelope, name, dl.kind);
         }
         tracing::warn!(
-            target: "consumer",
+            target: "consumer::runtime",
             message_id = %dl.message_id,
             size = dl.payload.len(),
             error = %chain(refused),
@@ -411,7 +428,7 @@ where
         }
     }
 
-    async fn publish_letter(
+    async fn publish_letter<A: Acker>(
         &self,
         envelope: &Envelope,
         acker: &mut A,
@@ -451,7 +468,7 @@ where
 
     /// The last resort: nothing took the letter, so the original goes back
     /// to the broker and comes again.
-    async fn settle_failed(
+    async fn settle_failed<A: Acker>(
         &self,
         envelope: &Envelope,
         acker: A,
@@ -461,7 +478,7 @@ where
         self.metrics.fallback(envelope, fallback::RELEASE);
         self.stats.incr(Counter::SettleFailures);
         tracing::error!(
-            target: "consumer",
+            target: "consumer::runtime",
             handler = %dl.handler,
             message_id = %dl.message_id,
             kind = %dl.kind,

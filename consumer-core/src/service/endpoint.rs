@@ -20,8 +20,9 @@ pub(super) type Scrape = std::sync::Arc<dyn Fn() -> Result<String, String> + Sen
 pub(super) struct Served {
     pub(super) health: Health,
     pub(super) metrics: Option<Scrape>,
-    /// The AsyncAPI document, rendered once at start.
-    pub(super) asyncapi: Option<std::sync::Arc<String>>,
+    /// JSON documents by path (the AsyncAPI document), rendered before
+    /// the start.
+    pub(super) documents: Vec<(&'static str, std::sync::Arc<String>)>,
 }
 
 /// Longest request head read; probes send a few hundred bytes.
@@ -63,12 +64,12 @@ pub(super) fn serve(
     } else {
         ""
     };
-    let asyncapi = if served.asyncapi.is_some() {
-        ", /asyncapi.json"
-    } else {
-        ""
-    };
-    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}{asyncapi}");
+    let documents: String = served
+        .documents
+        .iter()
+        .map(|(path, _)| format!(", {path}"))
+        .collect();
+    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}{documents}");
     Ok(tokio::spawn(accept(listener, served)))
 }
 
@@ -135,14 +136,16 @@ fn respond(method: &str, path: &str, served: &Served) -> Response {
         return Response::text("405 Method Not Allowed", "use GET\n".to_owned());
     }
     let health = &served.health;
+    if let Some((_, body)) = served.documents.iter().find(|(p, _)| *p == path) {
+        return Response {
+            status: "200 OK",
+            content_type: "application/json",
+            body: body.as_ref().clone(),
+        };
+    }
     match (path, &served.metrics) {
         ("/livez", _) => probe(health.is_live(), "live", health),
         ("/readyz", _) => probe(health.is_ready(), "ready", health),
-        ("/asyncapi.json", _) if served.asyncapi.is_some() => Response {
-            status: "200 OK",
-            content_type: "application/json",
-            body: served.asyncapi.as_deref().cloned().unwrap_or_default(),
-        },
         ("/metrics", Some(scrape)) => match scrape() {
             Ok(body) => Response {
                 status: "200 OK",
@@ -247,7 +250,7 @@ mod tests {
             Served {
                 health,
                 metrics: None,
-                asyncapi: None,
+                documents: Vec::new(),
             },
         )
         .expect("serve");

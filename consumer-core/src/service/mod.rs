@@ -6,7 +6,7 @@
 //! # async fn demo<C1, C2>(orders: C1, billing: C2) {}
 //! use consumer_core::Service;
 //! # async fn run(
-//! #     orders: consumer_core::Consumer<consumer_core::MemorySource, consumer_core::MemoryStore, consumer_core::Single<Noop>>,
+//! #     orders: consumer_core::Consumer<consumer_core::memory::MemorySource, consumer_core::MemoryStore, consumer_core::router::OneHandler<Noop>>,
 //! # ) -> Result<(), consumer_core::Error> {
 //! Service::new("orders-service")
 //!     .consumer("orders", orders)
@@ -18,7 +18,7 @@
 //! # impl consumer_core::Handler<consumer_core::MemoryStore> for Noop {
 //! #     fn name(&self) -> &'static str { "noop" }
 //! #     fn retry_policy(&self) -> consumer_core::RetryPolicy { consumer_core::RetryPolicy::none() }
-//! #     async fn handle(&self, _: &mut consumer_core::Invocation<'_, consumer_core::MemoryStore>) -> consumer_core::Outcome { consumer_core::Outcome::Processed }
+//! #     async fn handle(&self, _: &mut consumer_core::handler::Invocation<'_, consumer_core::MemoryStore>) -> consumer_core::handler::Outcome { consumer_core::handler::Outcome::Processed }
 //! # }
 //! ```
 //!
@@ -96,8 +96,8 @@ pub struct Service {
     metrics: Option<endpoint::Scrape>,
     stopping: Arc<AtomicBool>,
     version: &'static str,
-    described: Vec<crate::asyncapi::PartDescription>,
-    asyncapi: Option<Arc<String>>,
+    described: Vec<crate::describe::PartDescription>,
+    documents: Vec<(&'static str, Arc<String>)>,
 }
 
 impl std::fmt::Debug for Service {
@@ -124,7 +124,7 @@ impl Service {
             stopping: Arc::new(AtomicBool::new(false)),
             version: "0.0.0",
             described: Vec::new(),
-            asyncapi: None,
+            documents: Vec::new(),
         }
     }
 
@@ -205,49 +205,27 @@ impl Service {
         self
     }
 
-    /// The AsyncAPI 3.1.0 document of the parts added so far: a channel per
-    /// source, retry, dead-letter and outbox destination, the handlers'
-    /// receive operations, the sends of retries, dead letters and outbox
-    /// events, payload schemas in draft-07 (see [`crate::asyncapi`]).
-    /// `Err` names every handler, event and type that keeps it from being
-    /// made (a message type without `schemars::JsonSchema`, a source that
-    /// does not describe its channels).
-    #[cfg(feature = "asyncapi")]
-    pub fn asyncapi(&self) -> Result<serde_json::Value, crate::asyncapi::AsyncApiError> {
-        crate::asyncapi::build(
-            &crate::asyncapi::ServiceInfo {
-                name: self.name,
-                version: self.version,
-            },
-            &self.described,
-        )
+    /// What the parts added so far read and write: the channels of each
+    /// source and relay, each handler's event types and payload type, the
+    /// events each outbox declares. The contract tooling reads it: the
+    /// AsyncAPI document and the payload-schema snapshots
+    /// (`consumer::contracts`, feature `asyncapi`).
+    pub fn description(&self) -> crate::describe::ServiceDescription {
+        crate::describe::ServiceDescription {
+            name: self.name,
+            version: self.version,
+            parts: self.described.clone(),
+        }
     }
 
-    /// Each event type's payload schema per contract, as its own draft-07
-    /// document, made as [`Service::asyncapi`] makes the document's: what
-    /// handlers read (`Deserialize`) and what the outbox writes
-    /// (`Serialize`), one per event type and contract, sorted. Snapshot and
-    /// check them with [`crate::compat::SnapshotDir`], one directory per
-    /// contract ([`Contract::dir_name`](crate::asyncapi::Contract::dir_name)).
-    /// `Err` names each type without a schema, and an event type read (or
-    /// written) as two types whose schemas differ.
-    #[cfg(feature = "asyncapi")]
-    pub fn payload_schemas(
-        &self,
-    ) -> Result<Vec<crate::asyncapi::PayloadSchema>, crate::asyncapi::AsyncApiError> {
-        crate::asyncapi::payload_schemas(self.name, &self.described)
-    }
-
-    /// Serves [`Service::asyncapi`] as `GET /asyncapi.json` on the health
-    /// endpoint. Call it after the parts are added: the document is made
-    /// here, so one that cannot be made fails the service before it starts.
-    #[cfg(feature = "asyncapi")]
-    pub fn with_asyncapi_endpoint(mut self) -> Result<Self, Error> {
-        let document = self.asyncapi().map_err(|e| Error::Config(e.to_string()))?;
-        let text = serde_json::to_string_pretty(&document)
-            .map_err(|e| Error::Config(format!("the AsyncAPI document cannot be rendered: {e}")))?;
-        self.asyncapi = Some(Arc::new(text));
-        Ok(self)
+    /// Serves `json` as `GET {path}` (`application/json`) on the health
+    /// endpoint: what `consumer::contracts` uses to serve the service's
+    /// AsyncAPI document at `/asyncapi.json`.
+    #[must_use]
+    pub fn with_json_document(mut self, path: &'static str, json: String) -> Self {
+        self.documents.retain(|(p, _)| *p != path);
+        self.documents.push((path, Arc::new(json)));
+        self
     }
 
     /// How long the parts may drain, in all, after the stop (default 60 s).
@@ -313,7 +291,7 @@ impl Service {
                     endpoint::Served {
                         health: health.clone(),
                         metrics: self.metrics.clone(),
-                        asyncapi: self.asyncapi.clone(),
+                        documents: self.documents.clone(),
                     },
                 )
                 .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,
@@ -532,74 +510,34 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "asyncapi")]
     #[tokio::test]
-    async fn the_asyncapi_document_is_served_and_one_that_cannot_be_made_stops_the_start() {
-        use crate::asyncapi::PayloadType;
-        use crate::{Handler, Invocation, MemoryBroker, MemoryStore, Outcome, RetryPolicy};
-
-        #[derive(serde::Deserialize, schemars::JsonSchema)]
-        #[allow(dead_code)]
-        struct Ping {
-            n: u32,
-        }
-        /// Says its message type only when `.0`.
-        struct Takes(bool);
-        impl Handler<MemoryStore> for Takes {
-            fn name(&self) -> &'static str {
-                "takes"
-            }
-            fn retry_policy(&self) -> RetryPolicy {
-                RetryPolicy::none()
-            }
-            fn event_types(&self) -> &'static [&'static str] {
-                &["Ping"]
-            }
-            fn payload_type(&self) -> Option<PayloadType> {
-                self.0.then(PayloadType::of::<Ping>)
-            }
-            async fn handle(&self, _: &mut Invocation<'_, MemoryStore>) -> Outcome {
-                Outcome::Processed
-            }
-        }
-        let broker = MemoryBroker::new(1);
-        let consumer =
-            |says| crate::Consumer::new(broker.source("pings"), MemoryStore::new(), Takes(says));
-
-        let err = Service::new("s")
-            .consumer("pings", consumer(false))
-            .with_asyncapi_endpoint()
-            .expect_err("no message type");
-        assert!(
-            err.to_string()
-                .contains("handler `takes` does not say its message type"),
-            "{err}"
-        );
-
+    async fn a_json_document_is_served_at_its_path_beside_the_probes() {
+        // A part that runs until the stop: a service without parts ends at once.
         let service = Service::new("s")
-            .consumer("pings", consumer(true))
+            .task("idle", |stop: StopSignal| async move {
+                stop.stopped().await;
+                Ok(())
+            })
             .with_health_endpoint("127.0.0.1:0".parse().expect("addr"))
             .expect("bind")
-            .with_asyncapi_endpoint()
-            .expect("a document");
+            .with_json_document("/doc.json", "{\"a\": 1}".to_owned())
+            .with_json_document("/doc.json", "{\"a\": 2}".to_owned());
         let addr = service.health_endpoint().expect("listening");
         let (stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
         let run = tokio::spawn(service.run_until(async move {
             let _ = stop.await;
         }));
-        let answer = get(addr, "/asyncapi.json").await;
+        let answer = get(addr, "/doc.json").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(
             answer.contains("content-type: application/json"),
             "{answer}"
         );
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        let document: serde_json::Value = serde_json::from_str(body).expect("JSON");
-        assert_eq!(document["asyncapi"], "3.1.0");
-        assert_eq!(
-            document["operations"]["pings.takes.Ping"]["action"],
-            "receive"
+        assert!(
+            answer.ends_with("{\"a\": 2}"),
+            "the last one given: {answer}"
         );
+        assert!(get(addr, "/livez").await.starts_with("HTTP/1.1 200"));
         let _ = stop_tx.send(());
         run.await.expect("join").expect("no part failed");
     }

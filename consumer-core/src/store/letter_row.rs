@@ -53,7 +53,7 @@ impl<'a> LetterRow<'a> {
             attempts: i32::try_from(letter.attempts).unwrap_or(i32::MAX),
             first_failure_ms: ms(letter.first_failure),
             last_failure_ms: ms(letter.last_failure),
-            destination: storable(&letter.origin.destination),
+            destination: storable(&letter.origin.channel),
             position: storable(&letter.origin.position),
             key: letter.key.as_deref().map(storable),
             headers: headers_json(&letter.original_headers),

@@ -34,6 +34,7 @@ mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod text;
+pub(crate) use text::storable;
 mod tx;
 
 /// Name of the table that records which of this crate's migrations ran;

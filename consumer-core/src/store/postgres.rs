@@ -180,6 +180,18 @@ impl StoreDatabase for Postgres {
         .execute(pool)
         .await?
         .rows_affected();
-        Ok(processed.max(attempts))
+        // Saga tombstones (a late event is recognised until they go), but
+        // never a saga whose compensation failed: an operator settles it.
+        let sagas = sqlx::query(
+            "DELETE FROM consumer_sagas WHERE ctid IN (SELECT ctid FROM consumer_sagas \
+             WHERE finished_at < to_timestamp($1::double precision / 1000) \
+               AND status <> 'compensation_failed' LIMIT $2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        Ok(processed.max(attempts).max(sagas))
     }
 }

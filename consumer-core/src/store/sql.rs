@@ -71,7 +71,8 @@ impl<DB: StoreDatabase> Store<DB> {
     }
 
     /// Creates or upgrades the tables (`consumer_processed`,
-    /// `consumer_attempts`, `consumer_dead_letters` and the outbox's),
+    /// `consumer_attempts`, `consumer_dead_letters`, `consumer_sagas` and
+    /// the outbox's),
     /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE).
     pub async fn migrate(&self) -> Result<(), Error> {
         DB::migrate(&self.pool).await
@@ -165,10 +166,19 @@ impl<DB: StoreDatabase> Store<DB> {
         Ok(true)
     }
 
-    /// Deletes dedup and attempt rows older than the retention, in batches
-    /// of [`Store::with_purge_batch`] rows; returns how many went.
+    /// Deletes dedup and attempt rows older than the retention, and the
+    /// tombstones of sagas that finished before it (not those whose
+    /// compensation failed: an operator settles them), in batches of
+    /// [`Store::with_purge_batch`] rows; returns how many went.
     pub async fn purge(&self) -> Result<u64, Error> {
-        let cutoff = OffsetDateTime::now_utc() - self.retention;
+        // A retention longer than the calendar reaches back (`Duration::MAX`:
+        // keep every row) leaves nothing old enough to go.
+        let Some(cutoff) = time::Duration::try_from(self.retention)
+            .ok()
+            .and_then(|retention| OffsetDateTime::now_utc().checked_sub(retention))
+        else {
+            return Ok(0);
+        };
         let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut total = 0;
         loop {
@@ -242,5 +252,29 @@ impl<DB: StoreDatabase> DedupStore for Store<DB> {
 
     fn retention(&self) -> Duration {
         self.retention
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    /// `with_retention(Duration::MAX)`, "keep every row", used to overflow
+    /// the purge's cutoff.
+    #[tokio::test]
+    async fn a_retention_past_the_calendar_keeps_every_row() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("in-memory SQLite");
+        let store = Store::new(pool).with_retention(Duration::MAX);
+        store.migrate().await.expect("migrations");
+        let claim = store.claim("h", "k", "m").await.expect("claim");
+        let Claim::Fresh(tx) = claim else {
+            panic!("a first claim is fresh");
+        };
+        tx.commit().await.expect("commit");
+        assert_eq!(store.purge().await.expect("purge"), 0);
     }
 }

@@ -178,6 +178,16 @@ impl StoreDatabase for Sqlite {
         .execute(pool)
         .await?
         .rows_affected();
-        Ok(processed.max(attempts))
+        let sagas = sqlx::query(
+            "DELETE FROM consumer_sagas WHERE (saga_type, saga_id) IN \
+               (SELECT saga_type, saga_id FROM consumer_sagas WHERE finished_at < ?1 \
+                AND status <> 'compensation_failed' LIMIT ?2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        Ok(processed.max(attempts).max(sagas))
     }
 }

@@ -4,7 +4,7 @@ use super::Faults;
 use super::source::Hold;
 use crate::envelope::Message;
 use crate::error::Error;
-use crate::settle::RetryCopy;
+use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
 
 /// Wraps the acker of a [`FaultySource`](super::FaultySource).
@@ -52,6 +52,9 @@ impl<A: Acker> FaultyAcker<A> {
 
 impl<A: Acker> Acker for FaultyAcker<A> {
     async fn ack(mut self) -> Result<(), Error> {
+        if self.faults.acks_stalled() {
+            std::future::pending::<()>().await;
+        }
         if self.faults.take_lost_ack() {
             if let Some(inner) = self.inner.take() {
                 // The process died after its commit: nothing reaches the

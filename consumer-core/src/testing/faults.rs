@@ -15,6 +15,7 @@ pub struct Faults {
 struct Inner {
     duplicate_publishes: AtomicU32,
     lost_acks: AtomicU32,
+    stalled_acks: std::sync::atomic::AtomicBool,
     failed_publishes: AtomicU32,
     refused_dead_letters: Mutex<Option<BrokerErrorKind>>,
     refused_retries: Mutex<Option<BrokerErrorKind>>,
@@ -43,6 +44,17 @@ impl Faults {
     /// The next `n` acks are lost in a crash (see the module docs).
     pub fn lose_next_acks(&self, n: u32) {
         self.inner.lost_acks.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Every ack from now on hangs for ever, after the handler's commit:
+    /// a process to SIGKILL between a commit and its ack (the crash tests
+    /// of real processes wait for the commit in the database, then kill).
+    pub fn stall_acks(&self) {
+        self.inner.stalled_acks.store(true, Ordering::SeqCst);
+    }
+
+    pub(super) fn acks_stalled(&self) -> bool {
+        self.inner.stalled_acks.load(Ordering::SeqCst)
     }
 
     /// The next `n` dead-letter, retry-copy or publisher sends fail with an

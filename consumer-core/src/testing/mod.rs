@@ -2,7 +2,7 @@
 //! backend, a fresh PostgreSQL schema per test, spans exported to memory.
 //!
 //! One set of fault-injecting wrappers, written once: [`FaultySource`] and its
-//! [`FaultyAcker`] wrap any [`Source`](crate::Source) and its acker;
+//! [`FaultyAcker`] wrap any [`Source`](crate::source::Source) and its acker;
 //! [`FaultyPublisher`] wraps any [`Publisher`](crate::Publisher). They share
 //! one [`Faults`] handle, through which a test arms what goes wrong next:
 //!
@@ -25,15 +25,23 @@
 //! backend's tests where the broker can produce them; these wrappers are
 //! for what cannot be arranged from outside (exactly N failures, then
 //! recovery).
+//!
+//! The network between a client and its broker is [`LinkProxy`]'s: a TCP
+//! proxy whose link a test cuts, takes down, stalls, slows and restores;
+//! what the framework logged meanwhile is [`captured_logs`]'.
 
 mod acker;
 mod faults;
+mod link;
+mod logs;
 pub mod metrics;
 mod publisher;
 mod source;
 
 pub use acker::FaultyAcker;
 pub use faults::Faults;
+pub use link::LinkProxy;
+pub use logs::{CapturedLogs, LineWriter, captured_logs};
 pub use metrics::MetricsRecorder;
 pub use publisher::FaultyPublisher;
 pub use source::{FaultySource, Restart};

@@ -30,7 +30,7 @@ impl<P: Publisher> Publisher for FaultyPublisher<P> {
         self.inner.system()
     }
 
-    fn channel(&self, destination: &str) -> Option<crate::asyncapi::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<crate::describe::ChannelDescription> {
         self.inner.channel(destination)
     }
 

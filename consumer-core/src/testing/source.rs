@@ -69,6 +69,8 @@ pub struct FaultySource<S> {
     faults: Faults,
     restart: Option<Restart<S>>,
     incarnation: Arc<Incarnation>,
+    /// The policies told so far, told again to a restarted source.
+    policies: Vec<crate::retry::RetryPolicy>,
 }
 
 impl<S> std::fmt::Debug for FaultySource<S> {
@@ -89,6 +91,7 @@ impl<S: Source> FaultySource<S> {
             faults,
             restart: None,
             incarnation: Arc::default(),
+            policies: Vec::new(),
         }
     }
 
@@ -111,7 +114,13 @@ impl<S: Source> FaultySource<S> {
         if let Some(old) = self.inner.take() {
             old.close().await;
         }
-        self.inner = Some(restart().await?);
+        let mut fresh = restart().await?;
+        for policy in &self.policies {
+            if let Err(reason) = fresh.accept_retry_policy(policy) {
+                return Err(Error::Config(reason));
+            }
+        }
+        self.inner = Some(fresh);
         self.incarnation = Arc::default();
         Ok(())
     }
@@ -128,7 +137,7 @@ impl<S: Source> Source for FaultySource<S> {
         self.inner.as_ref()?.consumer_group()
     }
 
-    fn channels(&self) -> Option<crate::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<crate::describe::SourceChannels> {
         self.inner.as_ref()?.channels()
     }
 
@@ -144,6 +153,14 @@ impl<S: Source> Source for FaultySource<S> {
     fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
         match &self.inner {
             Some(s) => s.check_redelivery(longest_delay),
+            None => Ok(()),
+        }
+    }
+
+    fn accept_retry_policy(&mut self, policy: &crate::retry::RetryPolicy) -> Result<(), String> {
+        self.policies.push(*policy);
+        match &mut self.inner {
+            Some(s) => s.accept_retry_policy(policy),
             None => Ok(()),
         }
     }
@@ -209,7 +226,7 @@ mod tests {
 
     use super::*;
     use crate::envelope::{Headers, Message, Origin};
-    use crate::settle::RetryCopy;
+    use crate::retry_copy::RetryCopy;
     use crate::source::Acker;
 
     type Log = Arc<Mutex<Vec<String>>>;

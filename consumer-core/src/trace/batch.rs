@@ -17,7 +17,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// spans, or their producers' when those spans are not recorded).
 pub fn batch_span<'a>(handler: &str, messages: impl ExactSizeIterator<Item = &'a Context>) -> Span {
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "handle_batch",
         otel.name = %format_args!("handle_batch {handler}"),
         otel.kind = "internal",

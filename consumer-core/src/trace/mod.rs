@@ -13,11 +13,13 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 mod batch;
+pub(crate) mod metadata;
 mod send;
 mod span;
 mod traceparent;
 
 pub use batch::batch_span;
+pub use metadata::TRACE_METADATA;
 pub use send::{SendTarget, Sends};
 pub use span::{SpanScope, consume_span, delivery_context, record_error, settle_span};
 use traceparent::is_w3c_traceparent;
@@ -119,35 +121,16 @@ pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> 
     }
 }
 
-/// Header carrying an outbox row's `trace_metadata` JSON, as a CDC pipeline
-/// (Debezium's outbox event router) places it.
-pub const TRACE_METADATA: &str = "trace_metadata";
-
 /// Without `traceparent`, the context may arrive as the outbox's
 /// `trace_metadata` JSON (`{"traceparent": "...", "tracestate": "..."}`).
 fn extract_trace_metadata(headers: &Headers) -> Result<Option<Context>, TraceContextError> {
     let Ok(Some(raw)) = headers.get(TRACE_METADATA) else {
         return Ok(None);
     };
-    if raw.len() > MAX_TRACEPARENT_LEN + MAX_TRACESTATE_LEN + 64 {
-        return Err(TraceContextError::Oversized {
-            name: TRACE_METADATA,
-            len: raw.len(),
-            max: MAX_TRACEPARENT_LEN + MAX_TRACESTATE_LEN + 64,
-        });
+    match metadata::decode(raw)? {
+        Some(inner) => extract(&inner),
+        None => Ok(None),
     }
-    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(raw)
-        .map_err(|_| TraceContextError::Malformed(raw.chars().take(64).collect()))?;
-    let mut inner = Headers::new();
-    for name in [names::TRACEPARENT, names::TRACESTATE] {
-        if let Some(v) = map.get(name) {
-            inner.insert(name, v.as_str());
-        }
-    }
-    if inner.get_bytes(names::TRACEPARENT).is_none() {
-        return Ok(None);
-    }
-    extract(&inner)
 }
 
 /// Injects `cx` as `traceparent`/`tracestate` headers.
@@ -171,6 +154,17 @@ pub fn current() -> Context {
 /// Injects [`current`]'s context as `traceparent`/`tracestate`.
 pub fn inject_current(headers: &mut Headers) {
     inject(&current(), headers);
+}
+
+// Here rather than beside `Message`'s other builders: the envelope module
+// knows nothing of tracing, so trace can depend on it and not the reverse.
+impl crate::envelope::Message {
+    /// Injects the current span's W3C trace context (`traceparent`,
+    /// `tracestate`), so the consumer's span becomes its child.
+    pub fn with_current_trace(mut self) -> Self {
+        inject_current(&mut self.headers);
+        self
+    }
 }
 
 #[cfg(test)]

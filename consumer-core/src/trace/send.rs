@@ -21,10 +21,30 @@ use crate::publish::Outgoing;
 ///
 /// Every [`Publisher`](crate::Publisher) runs its batch through this:
 ///
-/// ```ignore
-/// let sends = Sends::start(self.system(), batch);
-/// let results = self.publish_unspanned(sends.batch()).await;
-/// sends.finish(&results);
+/// ```
+/// use consumer_core::backend::{Error, Outgoing, Publisher, Sends};
+///
+/// struct Discard;
+///
+/// impl Discard {
+///     /// The broker's own publish, without spans.
+///     async fn publish_unspanned(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+///         batch.iter().map(|_| Ok(())).collect()
+///     }
+/// }
+///
+/// impl Publisher for Discard {
+///     fn system(&self) -> &'static str {
+///         "discard"
+///     }
+///
+///     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+///         let sends = Sends::start(self.system(), batch);
+///         let results = self.publish_unspanned(sends.batch()).await;
+///         sends.finish(&results);
+///         results
+///     }
+/// }
 /// ```
 ///
 /// When no subscriber records the spans, the batch goes out untouched
@@ -148,7 +168,7 @@ where
 {
     // Names are only worked out for a span that is recorded.
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "send",
         otel.name = Empty,
         otel.kind = "producer",

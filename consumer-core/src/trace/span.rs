@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Context;
-use opentelemetry::trace::TraceContextExt;
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceState};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use tracing::Span;
 use tracing::field::{Empty, display};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -34,8 +35,9 @@ pub struct SpanScope {
 }
 
 /// The context a delivery is processed in: the producer's, from its
-/// headers, or none (a root). A malformed trace context is logged (at most
-/// once per [`MALFORMED_LOG_EVERY_SECS`]) and ignored.
+/// headers, or none (a root: its handler gets a fresh one, see
+/// [`consume_span`]). A malformed trace context is logged (at most once
+/// every 10 s) and ignored.
 ///
 /// The runtime attaches it to everything it does for the delivery, so the
 /// handler's span ([`consume_span`]) and the settle spans
@@ -61,13 +63,15 @@ pub fn delivery_context(envelope: &Envelope) -> Context {
 /// application's subscriber filters the span out (a global filter at
 /// WARN, say), the context is the producer's own, so what the handler
 /// sends on ([`trace::inject_current`](super::inject_current), the outbox)
-/// still continues the producer's trace.
+/// still continues the producer's trace; and a delivery without a valid
+/// parent gets a fresh root (new random trace and span ids, sampled), so
+/// what its handler sends still carries a `traceparent`.
 pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (Span, Context) {
     let parent = Context::current();
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "process",
-        otel.name = %format_args!("process {}", envelope.origin.destination),
+        otel.name = %format_args!("process {}", envelope.origin.channel),
         otel.kind = "consumer",
         otel.status_code = Empty,
         messaging.system = scope.system,
@@ -91,7 +95,7 @@ pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (S
         consumer.offset = Empty,
     );
     if span.is_disabled() {
-        return (span, parent);
+        return (span, or_fresh_root(parent));
     }
     record_delivery(&span, envelope, scope);
     if let Some(key) = &envelope.key {
@@ -107,9 +111,36 @@ pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (S
         // Recorded by no OpenTelemetry layer (a fmt-only subscriber, or an
         // OpenTelemetry layer with a filter of its own): go on in the
         // producer's context.
-        return (span, parent);
+        return (span, or_fresh_root(parent));
     }
     (span, cx)
+}
+
+/// `parent` when it holds a valid span context, else a fresh root: the
+/// context of a handler whose span no OpenTelemetry layer records.
+fn or_fresh_root(parent: Context) -> Context {
+    if parent.span().span_context().is_valid() {
+        parent
+    } else {
+        parent.with_remote_span_context(fresh_root())
+    }
+}
+
+/// A new trace's root span context, for a delivery without a valid parent
+/// whose handler span is not recorded: random trace and span ids (the
+/// SDK's own generator), sampled as the SDK's default sampler
+/// (`ParentBased(AlwaysOn)`) samples a root, so downstream services record
+/// what follows. The span itself is never exported: what the handler sends
+/// names it as parent, and all of it shares the trace id.
+fn fresh_root() -> SpanContext {
+    let ids = RandomIdGenerator::default();
+    SpanContext::new(
+        ids.new_trace_id(),
+        ids.new_span_id(),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    )
 }
 
 /// A span for one settle operation on a delivery (`ack`, `release`,
@@ -118,9 +149,9 @@ pub fn consume_span(envelope: &Envelope, handler: &str, scope: &SpanScope) -> (S
 /// context: the handler's last attempt, else the delivery's.
 pub fn settle_span(envelope: &Envelope, operation: &'static str, scope: &SpanScope) -> Span {
     let span = tracing::info_span!(
-        target: "consumer",
+        target: "consumer::runtime",
         "settle",
-        otel.name = %format_args!("{operation} {}", envelope.origin.destination),
+        otel.name = %format_args!("{operation} {}", envelope.origin.channel),
         otel.kind = "client",
         otel.status_code = Empty,
         messaging.system = scope.system,
@@ -206,7 +237,7 @@ fn log_malformed(message_id: &str, error: &super::TraceContextError) {
     {
         let unlogged = MALFORMED_UNLOGGED.swap(0, Ordering::Relaxed);
         tracing::warn!(
-            target: "consumer",
+            target: "consumer::runtime",
             message_id,
             error = %error,
             unlogged_since_last = unlogged,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::{Acker, BrokerErrorKind, Message, RetryCopy};
+use consumer_core::backend::{Acker, BrokerErrorKind, Message, RetryCopy};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 
@@ -59,7 +59,9 @@ impl KafkaAcker {
         }
     }
 
-    fn settle(&mut self, done: bool) {
+    /// Takes the record off its partition's ledger: done (its offset may be
+    /// committed past) or given back.
+    fn leave_ledger(&mut self, done: bool) {
         if self.settled {
             return;
         }
@@ -106,26 +108,32 @@ impl KafkaAcker {
 }
 
 impl Acker for KafkaAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::Error> {
-        self.settle(true);
+    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
+        self.leave_ledger(true);
         Ok(())
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::Error> {
-        self.settle(false);
+    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
+        self.leave_ledger(false);
         Ok(())
     }
 
-    async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), consumer_core::Error> {
+    async fn publish_dead_letter(
+        &mut self,
+        letter: &Message,
+    ) -> Result<(), consumer_core::backend::Error> {
         let topic = self.link.topics.dead_letter_topic();
         Ok(self.produce(topic, letter).await?)
     }
 
-    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_core::Error> {
+    async fn publish_retry(
+        &mut self,
+        copy: &RetryCopy,
+    ) -> Result<(), consumer_core::backend::Error> {
         // The runtime checked at start that a handler retrying through the
         // broker runs on a source with a retry topic.
         let Some(topic) = self.link.topics.retry_topic() else {
-            return Err(consumer_core::Error::broker(
+            return Err(consumer_core::backend::Error::broker(
                 BrokerErrorKind::NoDestination,
                 format!("{} has no retry topic", self.link.topics.topic()),
                 None,
@@ -137,6 +145,6 @@ impl Acker for KafkaAcker {
 
 impl Drop for KafkaAcker {
     fn drop(&mut self) {
-        self.settle(false);
+        self.leave_ledger(false);
     }
 }

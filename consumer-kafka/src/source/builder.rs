@@ -10,12 +10,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
-use super::ledger::Shared;
+use super::ledger::Ledger;
 use super::poller::Poller;
 use super::rebalance::Ctx;
 use super::{KafkaSource, Link};
 use crate::error::Error;
 use crate::topics::Topics;
+use crate::tracing_context::TracingContext;
 
 /// Properties set on the consumer unless overridden with
 /// [`KafkaSourceBuilder::with_property`].
@@ -26,6 +27,14 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("auto.offset.reset", "earliest"),
     ("partition.assignment.strategy", "cooperative-sticky"),
     ("statistics.interval.ms", "1000"),
+    // What librdkafka prefetches is most of what a consumer holds under a
+    // backlog: its defaults (64 MiB, 100 000 records a partition) took a
+    // consumer to 125 MiB resident (benches/backlog_memory.rs). A queue that
+    // small fills often, and librdkafka then waits fetch.queue.backoff.ms
+    // (1 s by default) before fetching again: 10 ms keeps the throughput.
+    ("queued.max.messages.kbytes", "4096"),
+    ("queued.min.messages", "10000"),
+    ("fetch.queue.backoff.ms", "10"),
 ];
 
 /// Properties set on the producer of retry copies and dead letters unless
@@ -135,7 +144,7 @@ impl KafkaSourceBuilder {
     /// [`Error::Fenced`] (not retriable: the consumer stops rather than
     /// rejoining in a loop).
     ///
-    /// [`close`]: consumer_core::Source::close
+    /// [`close`]: consumer_core::backend::Source::close
     pub fn with_static_membership(mut self, instance_id: impl Into<String>) -> Self {
         self.instance_id = Some(instance_id.into());
         self
@@ -143,13 +152,19 @@ impl KafkaSourceBuilder {
 
     /// Creates the consumer and the settle producer, subscribes, and starts
     /// the poll thread. Topics are not created (see [`Topics::create`]).
-    pub fn connect(self) -> Result<KafkaSource, Error> {
+    ///
+    /// Async like every backend's `connect` (RabbitMQ's opens its
+    /// connection here); librdkafka connects in the background, so this
+    /// returns without waiting for the brokers.
+    #[allow(clippy::unused_async)]
+    pub async fn connect(self) -> Result<KafkaSource, Error> {
         if let Some(id) = &self.instance_id {
             validate_instance_id(id)?;
         }
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &self.brokers)
-            .set("group.id", &self.group_id);
+            .set("group.id", &self.group_id)
+            .set_log_level(crate::tracing_context::log_level());
         for (k, v) in CONSUMER_DEFAULTS {
             cc.set(*k, *v);
         }
@@ -163,20 +178,27 @@ impl KafkaSourceBuilder {
             cc.set(*k, *v);
         }
         let mut pc = ClientConfig::new();
-        pc.set("bootstrap.servers", &self.brokers);
+        pc.set("bootstrap.servers", &self.brokers)
+            .set_log_level(crate::tracing_context::log_level());
         for (k, v) in SETTLE_PRODUCER_DEFAULTS {
             pc.set(*k, *v);
         }
         for (k, v) in &self.producer {
             pc.set(k, v);
         }
-        let producer: FutureProducer = pc.create().map_err(|source| Error::Config {
-            context: "creating the settle producer",
-            source,
-        })?;
+        let producer: FutureProducer<TracingContext> = pc
+            .create_with_context(TracingContext::new("settle producer"))
+            .map_err(|source| Error::Config {
+                context: "creating the settle producer",
+                source,
+            })?;
 
-        let shared = Arc::new(Shared::default());
-        let context = Ctx::new(Arc::clone(&shared), self.revoke_timeout);
+        let shared = Arc::new(Ledger::default());
+        let context = Ctx::new(
+            Arc::clone(&shared),
+            self.revoke_timeout,
+            self.group_id.clone(),
+        );
         let consumer: BaseConsumer<Ctx> =
             cc.create_with_context(context)
                 .map_err(|source| Error::Config {
@@ -215,7 +237,7 @@ impl KafkaSourceBuilder {
                 let _ = done_tx.send(result);
             })
             .map_err(|_| Error::PollThread("could not be started"))?;
-        tracing::info!(target: "consumer_kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
+        tracing::info!(target: "consumer::kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
             rx,
             link: Arc::new(Link {
@@ -308,15 +330,15 @@ mod static_membership_tests {
         )
     }
 
-    #[test]
-    fn instance_ids_kafka_would_refuse_are_refused_with_a_sentence() {
+    #[tokio::test]
+    async fn instance_ids_kafka_would_refuse_are_refused_with_a_sentence() {
         for id in ["", " ", "a b", "pod/0", ".", "..", &"x".repeat(250)] {
-            let Err(e) = builder().with_static_membership(id).connect() else {
+            let Err(e) = builder().with_static_membership(id).connect().await else {
                 panic!("{id:?} was accepted");
             };
             assert!(matches!(e, Error::InvalidInstanceId { .. }), "{id:?}: {e}");
             assert!(!e.is_retriable());
-            let core: consumer_core::Error = e.into();
+            let core: consumer_core::backend::Error = e.into();
             assert!(
                 core.to_string().contains("group.instance.id"),
                 "{id:?}: {core}"
@@ -327,13 +349,14 @@ mod static_membership_tests {
         }
     }
 
-    #[test]
-    fn a_valid_instance_id_connects_as_a_static_member() {
+    #[tokio::test]
+    async fn a_valid_instance_id_connects_as_a_static_member() {
         // librdkafka does not reach the broker in `connect`; closing is not
         // awaited here (nothing was joined).
         let source = builder()
             .with_static_membership("billing-0")
             .connect()
+            .await
             .expect("a valid instance id connects");
         drop(source);
     }

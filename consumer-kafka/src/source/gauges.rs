@@ -1,24 +1,29 @@
 //! What a [`KafkaSource`](super::KafkaSource) reports at each metrics
 //! collection: per assigned partition its lag and the age of its oldest
-//! pending record, and the group's rebalances and failed commits. A
-//! revoked partition leaves the ledger, so its series go away.
+//! pending record, the group's rebalances and failed commits, and the
+//! broker connections lost. A revoked partition leaves the ledger, so its
+//! series go away.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::metrics::{SourceGauges, SourceReadings};
+use consumer_core::backend::{SourceGauges, SourceReadings};
 
-use super::ledger::Shared;
+use super::ledger::Ledger;
 use super::poller::now_ms;
 
-pub(super) struct KafkaGauges(pub(super) Arc<Shared>);
+pub(super) struct KafkaGauges {
+    pub(super) shared: Arc<Ledger>,
+    /// The subscribed topic, the destination reconnects are reported under.
+    pub(super) topic: Arc<str>,
+}
 
 impl SourceGauges for KafkaGauges {
     fn observe(&self, readings: &mut SourceReadings) {
         let now = now_ms();
         {
-            let state = self.0.lock();
+            let state = self.shared.lock();
             for (tp, p) in &state.partitions {
                 // Behind the end of the partition: from the high watermark
                 // librdkafka reported, else what is pending here.
@@ -37,12 +42,16 @@ impl SourceGauges for KafkaGauges {
                 );
             }
         }
-        let s = &self.0;
+        let s = &self.shared;
         readings.rebalances(
             s.assigns.load(Ordering::Relaxed),
             s.revokes.load(Ordering::Relaxed),
             s.lost.load(Ordering::Relaxed),
         );
         readings.commit_failures(s.commit_failures.load(Ordering::Relaxed));
+        readings.reconnects(
+            Arc::clone(&self.topic),
+            s.broker_disconnects.load(Ordering::Relaxed),
+        );
     }
 }

@@ -56,8 +56,11 @@ impl Hasher for TpHasher {
     }
 }
 
+/// What the source's poll thread, its ackers and its rebalance callbacks
+/// share: each partition's records in flight (the lowest unfinished offset
+/// is what may be committed), and the source's counters.
 #[derive(Default)]
-pub(super) struct Shared {
+pub(super) struct Ledger {
     pub(super) state: Mutex<State>,
     /// Signalled when a record of a revoking partition settles.
     pub(super) settled: Condvar,
@@ -75,9 +78,16 @@ pub(super) struct Shared {
     pub(super) lost: AtomicU64,
     pub(super) commit_failures: AtomicU64,
     pub(super) close_timeouts: AtomicU64,
+    /// Broker connections librdkafka lost (it reconnects by itself), from
+    /// its statistics: the consumer's `consumer.reconnects`.
+    pub(super) broker_disconnects: AtomicU64,
+    /// The longest delay a handler of this source gives a retry copy, in
+    /// milliseconds (the runtime says so before the first delivery): a
+    /// retry record is never due later than that after it was written.
+    pub(super) longest_retry_delay_ms: AtomicU64,
 }
 
-impl Shared {
+impl Ledger {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -1,5 +1,5 @@
 //! The consuming side: [`KafkaSource`], its settle glue [`KafkaAcker`], and
-//! [`KafkaMetrics`].
+//! [`KafkaStats`].
 //!
 //! # How offsets stay safe
 //!
@@ -55,36 +55,41 @@
 //! The consumer subscribes to the retry topic too. A retry copy carries its
 //! due time (`x-consumer-due`); a copy that is not due yet is *parked*: its
 //! partition is paused until then (no thread waits, other partitions flow),
-//! and it stays pending so the committed offset does not pass it.
+//! and it stays pending so the committed offset does not pass it. A copy is
+//! never due later than the longest retry delay of the source's handlers
+//! after it was written (its timestamp): one whose header says later (year
+//! 9999) is taken as due then, with a warning, instead of pausing its
+//! partition for years.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::{Envelope, Source};
+use consumer_core::backend::{Envelope, Source};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
 use crate::topics::Topics;
-use ledger::{Shared, Tp};
+use ledger::{Ledger, Tp};
 
 mod acker;
 mod builder;
+mod due;
 mod gauges;
 mod ledger;
-mod metrics;
 mod poller;
 mod rebalance;
+mod stats;
 
 pub use acker::KafkaAcker;
 pub use builder::{CONSUMER_DEFAULTS, KafkaSourceBuilder, SETTLE_PRODUCER_DEFAULTS};
-pub use metrics::{KafkaMetrics, KafkaMetricsSnapshot, PartitionMetrics};
+pub use stats::{KafkaStats, KafkaStatsSnapshot, PartitionStats};
 
 /// Header of a retry copy: when it is due (RFC 3339). The framework's own
 /// name, kept here for compatibility.
-pub const DUE: &str = consumer_core::envelope::names::DUE;
+pub const DUE: &str = consumer_core::backend::names::DUE;
 
 /// A Kafka consumer-group member as a [`Source`].
 ///
@@ -95,13 +100,14 @@ pub const DUE: &str = consumer_core::envelope::names::DUE;
 /// ```no_run
 /// use consumer_kafka::{KafkaSource, Topics};
 ///
-/// # async fn demo() -> Result<(), consumer_core::Error> {
+/// # async fn demo() -> Result<(), consumer_core::backend::Error> {
 /// let topics = Topics::new("orders")?;
 /// topics.create("127.0.0.1:9092", 6, 1).await?;
 /// let source = KafkaSource::builder("127.0.0.1:9092", "billing", topics)
 ///     .with_property("session.timeout.ms", "10000")
 ///     .with_max_per_partition(128)
-///     .connect()?;
+///     .connect()
+///     .await?;
 /// # drop(source); Ok(())
 /// # }
 /// ```
@@ -148,7 +154,7 @@ impl KafkaSource {
                     .close_timeouts
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
-                    target: "consumer_kafka",
+                    target: "consumer::kafka",
                     timeout = ?self.close_timeout,
                     "close timeout: the consumer could not leave its group in time (coordinator unreachable?); the group notices after session.timeout.ms"
                 );
@@ -169,7 +175,7 @@ impl Source for KafkaSource {
         Some(&self.group)
     }
 
-    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
         Some(crate::asyncapi::source_channels(
             &self.link.topics,
             &self.group,
@@ -182,12 +188,21 @@ impl Source for KafkaSource {
             .map(|(host, port)| (host.as_str(), *port))
     }
 
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
-        Some(Arc::new(gauges::KafkaGauges(Arc::clone(&self.link.shared))))
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
+        Some(Arc::new(gauges::KafkaGauges {
+            shared: Arc::clone(&self.link.shared),
+            topic: Arc::from(self.link.topics.topic()),
+        }))
     }
 
-    fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {
-        // A retry copy waits on the retry topic for as long as it has to.
+    fn check_redelivery(&self, longest_delay: Duration) -> Result<(), String> {
+        // A retry copy waits on the retry topic for as long as it has to,
+        // and never longer than the longest delay of any handler here.
+        let ms = u64::try_from(longest_delay.as_millis()).unwrap_or(u64::MAX);
+        self.link
+            .shared
+            .longest_retry_delay_ms
+            .fetch_max(ms, Ordering::Relaxed);
         match self.link.topics.retry_topic() {
             Some(_) => Ok(()),
             None => Err(format!(
@@ -199,7 +214,9 @@ impl Source for KafkaSource {
         }
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, KafkaAcker)>, consumer_core::Error> {
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, KafkaAcker)>, consumer_core::backend::Error> {
         loop {
             let Some(d) = self.rx.recv().await else {
                 // The poll thread ended: closed, or a fatal client error.
@@ -229,7 +246,7 @@ impl Source for KafkaSource {
 
     async fn close(mut self) {
         if let Err(e) = self.stop_thread().await {
-            tracing::warn!(target: "consumer_kafka", error = %e, "consumer closed with an error");
+            tracing::warn!(target: "consumer::kafka", error = %e, "consumer closed with an error");
         }
     }
 }
@@ -244,8 +261,8 @@ impl Drop for KafkaSource {
 
 /// What the source, its ackers and the poll thread share.
 struct Link {
-    shared: Arc<Shared>,
-    producer: FutureProducer,
+    shared: Arc<Ledger>,
+    producer: FutureProducer<crate::tracing_context::TracingContext>,
     topics: Arc<Topics>,
 }
 

@@ -5,15 +5,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use consumer_core::settle::due_in;
+use consumer_core::backend::due_in;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
-use super::Delivery;
-use super::ledger::{Parked, Shared, Tp};
+use super::ledger::{Ledger, Parked, Tp};
 use super::rebalance::Ctx;
+use super::{Delivery, due};
 use crate::error::Error;
 use crate::headers;
 use crate::topics::Topics;
@@ -21,7 +21,7 @@ use crate::topics::Topics;
 /// Owns the consumer; runs on its own thread.
 pub(super) struct Poller {
     consumer: BaseConsumer<Ctx>,
-    shared: Arc<Shared>,
+    shared: Arc<Ledger>,
     tx: mpsc::UnboundedSender<Delivery>,
     topics: Arc<Topics>,
     max_per_partition: usize,
@@ -35,7 +35,7 @@ const STORE_EVERY: Duration = Duration::from_millis(5);
 impl Poller {
     pub(super) fn new(
         consumer: BaseConsumer<Ctx>,
-        shared: Arc<Shared>,
+        shared: Arc<Ledger>,
         tx: mpsc::UnboundedSender<Delivery>,
         topics: Arc<Topics>,
         max_per_partition: usize,
@@ -79,7 +79,7 @@ impl Poller {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
                         break Err(Error::Fatal { code, reason });
                     }
-                    tracing::warn!(target: "consumer_kafka", error = %e, "poll error (librdkafka retries by itself)");
+                    tracing::warn!(target: "consumer::kafka", error = %e, "poll error (librdkafka retries by itself)");
                     true
                 }
             };
@@ -142,9 +142,9 @@ impl Poller {
                 }
             }
             if let Some(pause) = pause {
-                tracing::debug!(target: "consumer_kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
+                tracing::debug!(target: "consumer::kafka", partitions = pause.count(), "partitions stayed full past the stall limit: pausing them");
                 if let Err(e) = self.consumer.pause(&pause) {
-                    tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                    tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
                 }
                 return;
             }
@@ -165,6 +165,7 @@ impl Poller {
         let envelope = headers::envelope_of(record, Arc::clone(&tp.topic).into());
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope.headers)
+                .map(|said| self.bounded(said, produced_ms, &envelope, &tp, offset))
         } else {
             None
         };
@@ -211,9 +212,39 @@ impl Poller {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&tp.topic, tp.partition);
             if let Err(e) = self.consumer.pause(&tpl) {
-                tracing::warn!(target: "consumer_kafka", error = %e, "could not pause a partition");
+                tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
             }
         }
+    }
+
+    /// How long a retry record whose header says `said` waits: never
+    /// longer than the handlers' longest delay after it was written (see
+    /// [`due`](super::due)), with a warning when the header said more.
+    fn bounded(
+        &self,
+        said: Duration,
+        written_ms: i64,
+        envelope: &consumer_core::backend::Envelope,
+        tp: &Tp,
+        offset: i64,
+    ) -> Duration {
+        let longest =
+            Duration::from_millis(self.shared.longest_retry_delay_ms.load(Ordering::Relaxed));
+        let wait = due::wait(said, written_ms, now_ms(), longest);
+        if let due::Wait::Bounded { said, wait } = wait {
+            tracing::warn!(
+                target: "consumer::kafka",
+                topic = %tp.topic,
+                partition = tp.partition,
+                offset,
+                message_id = %envelope.id,
+                ?said,
+                ?wait,
+                ?longest,
+                "a retry record is due later than the longest retry delay after it was written; taking it as due then"
+            );
+        }
+        wait.duration()
     }
 
     /// Stores moved positions, releases parked records that are due,
@@ -254,12 +285,12 @@ impl Poller {
         if store.count() > 0
             && let Err(e) = self.consumer.store_offsets(&store)
         {
-            tracing::debug!(target: "consumer_kafka", error = %e, "could not store offsets (partition no longer assigned?)");
+            tracing::debug!(target: "consumer::kafka", error = %e, "could not store offsets (partition no longer assigned?)");
         }
         if resume.count() > 0
             && let Err(e) = self.consumer.resume(&resume)
         {
-            tracing::warn!(target: "consumer_kafka", error = %e, "could not resume partitions");
+            tracing::warn!(target: "consumer::kafka", error = %e, "could not resume partitions");
         }
         waiting
     }
@@ -282,7 +313,7 @@ impl Poller {
             && let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync)
         {
             self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
+            tracing::warn!(target: "consumer::kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
         }
     }
 }

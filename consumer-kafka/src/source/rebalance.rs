@@ -11,43 +11,35 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use std::sync::PoisonError;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
-use super::ledger::{Partition, Shared, State, Tp};
+use super::ledger::{Ledger, Partition, State, Tp};
 
 /// The consumer's context: rebalance callbacks (run on the poll thread),
 /// statistics and librdkafka's logs.
 pub(super) struct Ctx {
-    shared: Arc<Shared>,
+    shared: Arc<Ledger>,
     revoke_timeout: Duration,
+    /// The group, named in the log line of a lost broker connection.
+    group: String,
+    /// Each broker handle's disconnect count at the last statistics: the
+    /// counts are per handle, and handles come and go (bootstrap ones), so
+    /// only increases are added up.
+    disconnects: Mutex<HashMap<String, i64>>,
 }
 
 impl ClientContext for Ctx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "consumer_kafka::librdkafka", facility = fac, "{message}");
-            }
-        }
+        crate::tracing_context::log("consumer", level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "consumer_kafka", %error, reason, "client error (librdkafka retries by itself)");
+        tracing::warn!(target: "consumer::kafka", %error, reason, "client error (librdkafka retries by itself)");
     }
 
     fn stats(&self, statistics: Statistics) {
+        self.count_disconnects(&statistics);
         let mut state = self.shared.lock();
         for (tp, p) in &mut state.partitions {
             if let Some(s) = statistics
@@ -78,7 +70,7 @@ impl ConsumerContext for Ctx {
                 return;
             }
             self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(target: "consumer_kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
+            tracing::debug!(target: "consumer::kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
         }
     }
 
@@ -96,24 +88,66 @@ impl ConsumerContext for Ctx {
                     let epoch = state.next_epoch;
                     state.partitions.insert(tp, Partition::new(epoch));
                 }
-                tracing::info!(target: "consumer_kafka", partitions = tpl.count(), "partitions assigned");
+                tracing::info!(target: "consumer::kafka", partitions = tpl.count(), "partitions assigned");
             }
             Rebalance::Revoke(tpl) => {
                 self.shared.revokes.fetch_add(1, Ordering::Relaxed);
                 self.revoke(consumer, tpl);
             }
             Rebalance::Error(e) => {
-                tracing::warn!(target: "consumer_kafka", error = %e, "rebalance error");
+                tracing::warn!(target: "consumer::kafka", error = %e, "rebalance error");
             }
         }
     }
 }
 
 impl Ctx {
-    pub(super) fn new(shared: Arc<Shared>, revoke_timeout: Duration) -> Self {
+    pub(super) fn new(shared: Arc<Ledger>, revoke_timeout: Duration, group: String) -> Self {
         Self {
             shared,
             revoke_timeout,
+            group,
+            disconnects: Mutex::default(),
+        }
+    }
+
+    /// Adds the broker connections lost since the last statistics to the
+    /// source's count, with a log line naming the brokers. librdkafka
+    /// reconnects by itself; this is how the application hears of it.
+    fn count_disconnects(&self, statistics: &Statistics) {
+        let mut seen = self
+            .disconnects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut lost = 0u64;
+        let mut brokers = Vec::new();
+        for (name, broker) in &statistics.brokers {
+            // Logical handles (the group coordinator) share a real
+            // broker's connection: counting them would count it twice.
+            if broker.source == "logical" || broker.source == "internal" {
+                continue;
+            }
+            let now = broker.disconnects.unwrap_or(0);
+            let before = seen.insert(name.clone(), now).unwrap_or(0);
+            if now > before {
+                lost += u64::try_from(now - before).unwrap_or(0);
+                brokers.push(name.as_str());
+            }
+        }
+        if lost > 0 {
+            let total = self
+                .shared
+                .broker_disconnects
+                .fetch_add(lost, Ordering::Relaxed)
+                + lost;
+            tracing::warn!(
+                target: "consumer::kafka",
+                group = %self.group,
+                brokers = ?brokers,
+                lost,
+                total,
+                "lost connections to Kafka brokers; librdkafka reconnects by itself"
+            );
         }
     }
 
@@ -134,7 +168,9 @@ impl Ctx {
                 p.parked = None;
             }
         }
-        let deadline = Instant::now() + self.revoke_timeout;
+        // A timeout past what the clock can count is no deadline, not a
+        // panic on the poll thread.
+        let deadline = Instant::now().checked_add(self.revoke_timeout);
         let held = |s: &State| {
             targets
                 .iter()
@@ -143,23 +179,27 @@ impl Ctx {
                 .sum::<usize>()
         };
         while !lost && held(&state) > 0 {
-            let now = Instant::now();
-            if now >= deadline {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
                 self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
-                    target: "consumer_kafka",
+                    target: "consumer::kafka",
                     held = held(&state),
                     timeout = ?self.revoke_timeout,
                     "revoke timeout: giving up partitions with records still running; the next owner gets them again"
                 );
                 break;
             }
-            state = self
-                .shared
-                .settled
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            let settled = &self.shared.settled;
+            state = match left {
+                Some(left) => {
+                    settled
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => settled.wait(state).unwrap_or_else(PoisonError::into_inner),
+            };
         }
         let mut commit = TopicPartitionList::new();
         for tp in &targets {
@@ -173,25 +213,25 @@ impl Ctx {
         drop(state);
         if lost {
             self.shared.lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer_kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
+            tracing::warn!(target: "consumer::kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
             return;
         }
         if self.shared.closing.load(Ordering::SeqCst) {
             // Leaving the group on close: the final commit already covered
             // these positions (or could not reach the coordinator, and a
             // second attempt would wait another `session.timeout.ms`).
-            tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions released on close");
+            tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions released on close");
             return;
         }
         if commit.count() > 0 {
             if let Err(e) = consumer.store_offsets(&commit) {
-                tracing::debug!(target: "consumer_kafka", error = %e, "could not store final offsets");
+                tracing::debug!(target: "consumer::kafka", error = %e, "could not store final offsets");
             }
             if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
                 self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: "consumer_kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
+                tracing::warn!(target: "consumer::kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
             }
         }
-        tracing::info!(target: "consumer_kafka", partitions = targets.len(), "partitions revoked");
+        tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions revoked");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Every instance binds an exclusive queue of its own to the logical
 //! queue's fanout members exchange and publishes a heartbeat there every
-//! [`heartbeat`](super::PartitionedSource::with_heartbeat) interval; an
+//! [`heartbeat`](super::PartitionedSourceBuilder::with_heartbeat) interval; an
 //! instance not heard from for three intervals is gone, one that closes says
 //! so. The partitions are dealt out over the live instances sorted by id:
 //! partition `p` goes to the `(p mod M)`-th of `M`, so each takes
@@ -29,6 +29,14 @@ use crate::names::short;
 
 /// How many heartbeat intervals of silence make an instance gone.
 const MISSED_BEATS: u32 = 3;
+
+/// A configured heartbeat interval within what works: at least 50 ms (the
+/// broker round trip), at most an hour (a dead instance's partitions wait
+/// three intervals; longer would also overflow the interval's arithmetic at
+/// `Duration::MAX`).
+pub(super) fn bounded_heartbeat(every: Duration) -> Duration {
+    every.clamp(Duration::from_millis(50), Duration::from_secs(3600))
+}
 
 /// The partitions of `me` among `members` (sorted, deduplicated ids).
 pub(super) fn assign(members: &[&str], me: &str, partitions: u32) -> Vec<u32> {
@@ -119,7 +127,11 @@ impl Membership {
 
     async fn say(&self, word: &str) -> Result<()> {
         let body = format!("{word} {}", self.me);
-        let ttl = (self.heartbeat * MISSED_BEATS).as_millis().to_string();
+        let ttl = self
+            .heartbeat
+            .saturating_mul(MISSED_BEATS)
+            .as_millis()
+            .to_string();
         self.channel
             .basic_publish(
                 short(&self.exchange)?,
@@ -146,7 +158,7 @@ impl Membership {
         let started = Instant::now();
         let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
         let mut tick = tokio::time::interval(self.heartbeat);
-        let gone_after = self.heartbeat * MISSED_BEATS;
+        let gone_after = self.heartbeat.saturating_mul(MISSED_BEATS);
         loop {
             tokio::select! {
                 biased;
@@ -156,7 +168,7 @@ impl Membership {
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.say("hb").await {
-                        tracing::warn!(target: "consumer_amqp", error = %e, "heartbeat failed");
+                        tracing::warn!(target: "consumer::amqp", error = %e, "heartbeat failed");
                         return;
                     }
                 }
@@ -166,7 +178,7 @@ impl Membership {
                         match text.split_once(' ') {
                             Some(("hb", id)) => { seen.insert(id.to_owned(), Instant::now()); }
                             Some(("bye", id)) => { seen.remove(id); }
-                            _ => tracing::debug!(target: "consumer_amqp", "ignored a malformed heartbeat"),
+                            _ => tracing::debug!(target: "consumer::amqp", "ignored a malformed heartbeat"),
                         }
                     }
                     _ => return,
@@ -187,7 +199,7 @@ impl Membership {
                 if current.as_ref() == Some(&mine) {
                     return false;
                 }
-                tracing::info!(target: "consumer_amqp", instance = %self.me, members = members.len(), partitions = ?mine, "partitions assigned");
+                tracing::info!(target: "consumer::amqp", instance = %self.me, members = members.len(), partitions = ?mine, "partitions assigned");
                 *current = Some(mine);
                 true
             });
@@ -197,7 +209,19 @@ impl Membership {
 
 #[cfg(test)]
 mod tests {
-    use super::assign;
+    use std::time::Duration;
+
+    use super::{assign, bounded_heartbeat};
+
+    #[test]
+    fn a_heartbeat_saturates_within_50_ms_and_an_hour() {
+        assert_eq!(bounded_heartbeat(Duration::MAX), Duration::from_secs(3600));
+        assert_eq!(bounded_heartbeat(Duration::ZERO), Duration::from_millis(50));
+        assert_eq!(
+            bounded_heartbeat(Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
+    }
 
     #[test]
     fn partitions_are_dealt_evenly_and_completely() {

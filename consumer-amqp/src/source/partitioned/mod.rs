@@ -1,25 +1,29 @@
 //! [`PartitionedSource`]: one instance among several consuming a
 //! [`PartitionedTopology`], each partition by one instance at a time.
 
+mod builder;
 mod lease;
 mod membership;
+mod session;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::{Envelope, Source};
+use consumer_core::backend::{Envelope, Source};
 use lapin::{Connection, ConnectionProperties};
-use tokio::sync::{Notify, mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, watch};
 
 pub(crate) use lease::InFlightGuard;
-use lease::{Item, Lease};
+use lease::Item;
 use membership::Membership;
+use session::{Partitions, Session};
+
+pub use builder::PartitionedSourceBuilder;
 
 use super::acker::AmqpAcker;
-use super::metrics::AmqpMetrics;
+use super::options::SourceOptions;
+use super::stats::AmqpStats;
 use crate::error::{Error, Result};
 use crate::headers;
 use crate::publisher::AmqpPublisher;
@@ -38,17 +42,34 @@ pub const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 ///   one subscriber and, when that one's channel closes (a crash included),
 ///   to the next.
 /// * **Balance**: the instances hear each other's heartbeats and deal the
-///   partitions out evenly (see [`with_heartbeat`](Self::with_heartbeat));
+///   partitions out evenly (see [`with_heartbeat`](PartitionedSourceBuilder::with_heartbeat));
 ///   an instance subscribes only to its share. When one joins, the others
 ///   hand over what is now its share; when one leaves or dies, the others
 ///   take its share after three missed heartbeats (3 s by default).
 /// * **Hand-over keeps order**: a partition given up forwards nothing more,
-///   waits until its deliveries in flight are settled, then closes its
-///   channel; RabbitMQ requeues what it had sent ahead, in order, to the
-///   next subscriber. A crash loses the channel instead: RabbitMQ requeues
-///   the unacked deliveries, and the dedup claim (a PostgreSQL row lock
-///   while the dead process's transaction is open, then the committed row)
-///   keeps the next holder from running one twice.
+///   waits until its deliveries in flight are settled (still the active
+///   consumer, so nobody else is given the partition meanwhile), then closes
+///   its channel; RabbitMQ requeues what it had sent ahead, in order, and
+///   activates the next subscriber in the same step. The subscription is
+///   never cancelled first: a cancelled single active consumer hands the
+///   queue over at once while it still holds unacked deliveries, which come
+///   back to the next subscriber after later ones. A crash loses the channel
+///   instead: RabbitMQ requeues the unacked deliveries, and the dedup claim
+///   (a PostgreSQL row lock while the dead process's transaction is open,
+///   then the committed row) keeps the next holder from running one twice.
+/// * **Deliveries given back** (a shutdown releasing what it did not run,
+///   the last settle fallback) are not nacked, which would put them behind
+///   what was prefetched after them: the partition's channel is closed and
+///   opened again, so RabbitMQ requeues them in order.
+/// * **Deliveries without a key** (no `ce-partitionkey` header, published to
+///   the partition queue through the default exchange) take their partition
+///   queue's name as key: they run one at a time, in queue order, as the
+///   records of a Kafka partition would. Outside producers should send the
+///   header, so that different keys run in parallel (docs/guide/rabbitmq_partitions.md).
+/// * **A crashed partition queue** (RabbitMQ: `NOT_FOUND … has crashed and
+///   failed to restart`) is reported, in one ERROR line and the
+///   `consumer.queue.crashed` gauge, and tried again with backoff (1 s up to
+///   30 s) while the other partitions go on.
 /// * **Settling** is [`AmqpAcker`]'s, per partition: retry copies go to the
 ///   partition's own delay queues and come back to it; dead letters go to
 ///   the shared dead-letter queue.
@@ -56,51 +77,18 @@ pub const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 ///   is declared ([`Error::PartitionCount`] on a mismatch; see
 ///   [`PartitionedTopology`]).
 pub struct PartitionedSource {
-    uri: String,
+    options: SourceOptions,
     topology: PartitionedTopology,
     partitions: Vec<Arc<Topology>>,
     instance: String,
-    prefetch: u16,
     heartbeat: Duration,
     publisher: AmqpPublisher,
-    metrics: AmqpMetrics,
-    depth_interval: Duration,
+    metrics: AmqpStats,
     /// The partitions this instance is assigned, as the membership sees it.
     assigned: watch::Sender<Option<Vec<u32>>>,
     session: Option<Session>,
-}
-
-struct Session {
-    connection: Connection,
-    tx: mpsc::Sender<Item>,
-    rx: mpsc::Receiver<Item>,
-    desired: watch::Receiver<Option<Vec<u32>>>,
-    leases: BTreeMap<u32, Lease>,
-    releasing: Vec<JoinHandle<()>>,
-    leave: Arc<Notify>,
-    membership: Option<JoinHandle<()>>,
-}
-
-impl Session {
-    /// Stops every task at once: nothing is forwarded or handed over any
-    /// more, and once the connection goes RabbitMQ requeues what it holds.
-    fn abort_all(&mut self) {
-        if let Some(m) = self.membership.take() {
-            m.abort();
-        }
-        self.leases.clear();
-        for h in self.releasing.drain(..) {
-            h.abort();
-        }
-    }
-}
-
-impl Drop for Session {
-    /// A source dropped without `close` (a crash in a test, a panic):
-    /// the tasks stop, so the connection closes and the others take over.
-    fn drop(&mut self) {
-        self.abort_all();
-    }
+    /// Whether a delivery without a key was logged already.
+    told_unkeyed: bool,
 }
 
 impl std::fmt::Debug for PartitionedSource {
@@ -109,24 +97,36 @@ impl std::fmt::Debug for PartitionedSource {
             .field("queue", &self.topology.name())
             .field("partitions", &self.topology.partitions())
             .field("instance", &self.instance)
-            .field(
-                "consuming",
-                &self
-                    .session
-                    .as_ref()
-                    .map(|s| s.leases.keys().copied().collect::<Vec<_>>()),
-            )
+            .field("consuming", &self.session.as_ref().map(Session::leased))
             .finish_non_exhaustive()
     }
 }
 
 impl PartitionedSource {
-    /// A source for `topology` on the broker at `uri`; nothing is contacted
-    /// until [`connect`](Self::connect) or the first `recv`.
-    pub fn new(uri: impl Into<String>, topology: PartitionedTopology) -> Self {
-        let uri = uri.into();
-        let publisher = AmqpPublisher::new(uri.clone())
-            .with_connection_name(format!("consumer-settle {}", topology.name()));
+    /// A builder for one instance consuming `topology` on the broker at
+    /// `uri`; nothing is contacted until
+    /// [`connect`](PartitionedSourceBuilder::connect).
+    pub fn builder(
+        uri: impl Into<String>,
+        topology: PartitionedTopology,
+    ) -> PartitionedSourceBuilder {
+        PartitionedSourceBuilder {
+            options: SourceOptions::new(uri.into(), 64),
+            topology,
+            instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+
+    /// The source, unconnected.
+    fn from_builder(builder: PartitionedSourceBuilder) -> Self {
+        let PartitionedSourceBuilder {
+            options,
+            topology,
+            instance,
+            heartbeat,
+        } = builder;
+        let publisher = options.settle_publisher(topology.name());
         let partitions: Vec<Arc<Topology>> = (0..topology.partitions())
             .map(|p| Arc::new(topology.partition(p)))
             .collect();
@@ -134,17 +134,16 @@ impl PartitionedSource {
             .first()
             .map_or_else(|| Arc::new(topology.partition(0)), Arc::clone);
         Self {
-            metrics: AmqpMetrics::new(first, publisher.clone()),
-            instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
-            uri,
+            metrics: AmqpStats::new(first, publisher.clone()),
+            instance,
+            options,
             topology,
             partitions,
-            prefetch: 64,
-            heartbeat: Duration::from_secs(1),
+            heartbeat,
             publisher,
             assigned: watch::Sender::new(None),
-            depth_interval: Duration::from_secs(15),
             session: None,
+            told_unkeyed: false,
         }
     }
 
@@ -154,57 +153,6 @@ impl PartitionedSource {
     /// source subscribes to these partitions and hands over the others.
     pub fn assignment(&self) -> watch::Receiver<Option<Vec<u32>>> {
         self.assigned.subscribe()
-    }
-
-    /// Most unacked deliveries RabbitMQ sends per partition (`basic.qos` on
-    /// each partition's channel; default 64).
-    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
-        self.prefetch = prefetch.max(1);
-        self
-    }
-
-    /// The largest dead letter or retry copy the settle publisher sends
-    /// (see [`AmqpPublisher::with_max_message_bytes`]).
-    pub fn with_max_message_bytes(mut self, n: usize) -> Self {
-        self.publisher = self.publisher.with_max_message_bytes(n);
-        let first = self
-            .partitions
-            .first()
-            .map_or_else(|| Arc::new(self.topology.partition(0)), Arc::clone);
-        self.metrics = AmqpMetrics::new(first, self.publisher.clone());
-        self
-    }
-
-    /// How often the queue depths behind the metrics are read (default
-    /// 15 s), as [`AmqpSource::with_depth_interval`](crate::AmqpSource::with_depth_interval).
-    pub fn with_depth_interval(mut self, every: Duration) -> Self {
-        self.depth_interval = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// This instance's id among the others (default: process id and a
-    /// random suffix). Ids must differ between running instances.
-    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
-        self.instance = id.into();
-        self
-    }
-
-    /// How often this instance says it is alive (default 1 s). An instance
-    /// silent for three intervals is taken as gone and its partitions are
-    /// dealt to the others: the longest a dead instance's partitions wait.
-    pub fn with_heartbeat(mut self, every: Duration) -> Self {
-        self.heartbeat = every.max(Duration::from_millis(50));
-        self
-    }
-
-    /// Checks the partition count, declares the topology and joins the
-    /// other instances now, so that a mismatch or an unreachable broker
-    /// shows at start.
-    pub async fn connect(mut self) -> Result<Self> {
-        if self.session.is_none() {
-            self.session = Some(self.open().await?);
-        }
-        Ok(self)
     }
 
     /// The topology this source consumes.
@@ -218,16 +166,16 @@ impl PartitionedSource {
     }
 
     /// Counters of this source (deliveries, redeliveries, reconnects).
-    pub fn metrics(&self) -> AmqpMetrics {
+    pub fn stats(&self) -> AmqpStats {
         self.metrics.clone()
     }
 
     async fn open(&self) -> Result<Session> {
-        self.topology.check_and_declare(&self.publisher).await?;
+        let crashed = self.topology.check_and_declare(&self.publisher).await?;
         let props = ConnectionProperties::default().with_connection_name(
             format!("consumer {} {}", self.topology.name(), self.instance).into(),
         );
-        let connection = Connection::connect(&self.uri, props)
+        let connection = Connection::connect(&self.options.uri, props)
             .await
             .map_err(Error::amqp("connection"))?;
         let control = connection
@@ -249,64 +197,39 @@ impl PartitionedSource {
         let leave = Arc::new(Notify::new());
         let membership =
             tokio::spawn(membership.run(beats, self.assigned.clone(), Arc::clone(&leave)));
-        let capacity = usize::from(self.prefetch).max(16);
-        let (tx, rx) = mpsc::channel(capacity);
-        tracing::info!(target: "consumer_amqp", queue = %self.topology.name(), partitions = self.topology.partitions(), instance = %self.instance, "joined");
-        Ok(Session {
+        let capacity = usize::from(self.options.prefetch).max(16);
+        tracing::info!(target: "consumer::amqp", queue = %self.topology.name(), partitions = self.topology.partitions(), instance = %self.instance, "joined");
+        Ok(Session::new(
             connection,
-            tx,
-            rx,
             desired,
-            leases: BTreeMap::new(),
-            releasing: Vec::new(),
-            leave,
-            membership: Some(membership),
-        })
+            (leave, membership),
+            capacity,
+            crashed,
+        ))
     }
 
-    /// Subscribes to the partitions newly assigned and hands over those no
-    /// longer assigned.
+    fn partitions(&self) -> Partitions<'_> {
+        Partitions {
+            topology: &self.topology,
+            partitions: &self.partitions,
+            prefetch: self.options.prefetch,
+            metrics: &self.metrics.inner,
+        }
+    }
+
+    /// Subscribes to the partitions newly assigned (and to crashed ones
+    /// whose retry is due) and hands over those no longer assigned.
     async fn reconcile(&mut self) -> Result<()> {
-        let Some(s) = self.session.as_mut() else {
-            return Ok(());
+        let with = Partitions {
+            topology: &self.topology,
+            partitions: &self.partitions,
+            prefetch: self.options.prefetch,
+            metrics: &self.metrics.inner,
         };
-        let desired: BTreeSet<u32> = s
-            .desired
-            .borrow_and_update()
-            .iter()
-            .flatten()
-            .copied()
-            .collect();
-        let gone: Vec<u32> = s
-            .leases
-            .keys()
-            .copied()
-            .filter(|p| !desired.contains(p))
-            .collect();
-        for p in gone {
-            if let Some(lease) = s.leases.remove(&p) {
-                s.releasing.push(tokio::spawn(lease.release()));
-            }
+        match self.session.as_mut() {
+            Some(s) => s.reconcile(&with).await,
+            None => Ok(()),
         }
-        s.releasing.retain(|h| !h.is_finished());
-        for p in desired {
-            if s.leases.contains_key(&p) {
-                continue;
-            }
-            let Some(topology) = self.partitions.get(p as usize) else {
-                continue;
-            };
-            let lease = Lease::open(
-                &s.connection,
-                p,
-                topology.queue(),
-                self.prefetch,
-                s.tx.clone(),
-            )
-            .await?;
-            s.leases.insert(p, lease);
-        }
-        Ok(())
     }
 
     async fn drop_session(&mut self, reason: &str) {
@@ -315,10 +238,23 @@ impl PartitionedSource {
                 .inner
                 .reconnects
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(target: "consumer_amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
+            tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
             s.abort_all();
             let _ = s.connection.close(200, "reconnecting".into()).await;
         }
+    }
+
+    /// `envelope`, from partition queue `queue`, with a key: its own, else
+    /// the partition queue's (see the type's docs).
+    fn keyed(&mut self, mut envelope: Envelope, queue: &str) -> Envelope {
+        if envelope.key.is_none() {
+            if !self.told_unkeyed {
+                self.told_unkeyed = true;
+                tracing::warn!(target: "consumer::amqp", queue, "a delivery without a partition key (no ce-partitionkey header): such deliveries run one at a time per partition, in queue order; producers should send the key");
+            }
+            envelope.key = Some(queue.to_owned());
+        }
+        envelope
     }
 }
 
@@ -330,10 +266,10 @@ impl Source for PartitionedSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        super::server_of(&self.uri)
+        super::server_of(&self.options.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::asyncapi::SourceChannels> {
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
         Some(crate::asyncapi::partitioned_source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
@@ -342,13 +278,13 @@ impl Source for PartitionedSource {
 
     /// The depths of every partition's work and delay queues and of the
     /// shared dead-letter queue, read every
-    /// [`with_depth_interval`](Self::with_depth_interval).
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::metrics::SourceGauges>> {
+    /// [`with_depth_interval`](PartitionedSourceBuilder::with_depth_interval).
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
         Some(super::gauges::AmqpGauges::start_for(
             Arc::clone(&self.metrics.inner),
             self.partitions.clone(),
             Arc::from(self.topology.name()),
-            self.depth_interval,
+            self.options.depth_interval,
         ))
     }
 
@@ -359,14 +295,23 @@ impl Source for PartitionedSource {
         }
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::Error> {
+    async fn recv(
+        &mut self,
+    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
         loop {
             if self.session.is_none() {
                 self.session = Some(self.open().await?);
             }
+            if self.session.as_ref().is_some_and(|s| s.stale)
+                && let Err(e) = self.reconcile().await
+            {
+                self.drop_session(&e.to_string()).await;
+                return Err(e.into());
+            }
             let Some(s) = self.session.as_mut() else {
                 return Err(Error::ChannelClosed.into());
             };
+            let retry = s.next_retry();
             let item = tokio::select! {
                 biased;
                 changed = s.desired.changed() => {
@@ -374,17 +319,22 @@ impl Source for PartitionedSource {
                         self.drop_session("the heartbeat channel closed").await;
                         return Err(Error::ChannelClosed.into());
                     }
-                    if let Err(e) = self.reconcile().await {
-                        self.drop_session(&e.to_string()).await;
-                        return Err(e.into());
-                    }
+                    s.stale = true;
+                    continue;
+                }
+                Some(lease) = s.requeue_rx.recv() => {
+                    s.requeue(lease);
+                    continue;
+                }
+                () = sleep_until(retry), if retry.is_some() => {
+                    s.stale = true;
                     continue;
                 }
                 item = s.rx.recv() => item,
             };
             match item {
                 Some(Item::Delivery(p, delivery, guard)) => {
-                    let Some(topology) = self.partitions.get(p as usize) else {
+                    let Some(topology) = self.partitions.get(p as usize).map(Arc::clone) else {
                         continue;
                     };
                     let m = &self.metrics.inner;
@@ -396,18 +346,23 @@ impl Source for PartitionedSource {
                     }
                     let payload = Bytes::copy_from_slice(&delivery.data);
                     let envelope = headers::to_envelope(topology.queue(), &delivery, payload);
+                    let envelope = self.keyed(envelope, topology.queue());
                     let acker = AmqpAcker::new(
                         delivery.acker,
                         self.publisher.clone(),
-                        Arc::clone(topology),
+                        topology,
                         Arc::clone(&self.metrics.inner),
                     )
                     .holding(guard);
                     return Ok(Some((envelope, acker)));
                 }
-                Some(Item::Lost(p, reason)) => {
-                    self.drop_session(&format!("partition {p}: {reason}")).await;
-                    return Err(Error::ChannelClosed.into());
+                Some(Item::Lost(p, lease, reason)) => {
+                    if !s.connection.status().connected() {
+                        self.drop_session(&format!("partition {p}: {reason}")).await;
+                        return Err(Error::ChannelClosed.into());
+                    }
+                    let queue = self.topology.partition_queue(p);
+                    s.lost(p, lease, &reason, &queue);
                 }
                 None => {
                     self.drop_session("the partitions' forwarders stopped")
@@ -420,7 +375,7 @@ impl Source for PartitionedSource {
 
     /// Says goodbye (the others take this instance's partitions at once,
     /// without waiting for missed heartbeats), hands every partition over
-    /// (waiting at most [`CLOSE_DRAIN`] for deliveries still in flight),
+    /// (waiting at most 10 s for deliveries still in flight),
     /// and closes the connection.
     async fn close(mut self) {
         if let Some(mut s) = self.session.take() {
@@ -434,24 +389,23 @@ impl Source for PartitionedSource {
             while let Ok(item) = s.rx.try_recv() {
                 drop(item);
             }
-            let leases = std::mem::take(&mut s.leases);
-            let releasing = std::mem::take(&mut s.releasing);
-            let handed_over = async {
-                for (_, lease) in leases {
-                    lease.release().await;
-                }
-                for h in releasing {
-                    let _ = h.await;
-                }
-            };
-            if tokio::time::timeout(CLOSE_DRAIN, handed_over)
+            if tokio::time::timeout(CLOSE_DRAIN, s.hand_over_all())
                 .await
                 .is_err()
             {
-                tracing::warn!(target: "consumer_amqp", queue = %self.topology.name(), "deliveries still in flight at close; RabbitMQ requeues them");
+                tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), "deliveries still in flight at close; RabbitMQ requeues them");
             }
+            s.forget_all(&self.partitions());
             let _ = s.connection.close(200, "consumer stopped".into()).await;
         }
         self.publisher.close().await;
+    }
+}
+
+/// Sleeps until `at`; never returns without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

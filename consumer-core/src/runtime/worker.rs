@@ -1,0 +1,89 @@
+//! What a consumer's lane tasks share while it runs, and the lane task
+//! itself: take a lane's deliveries one at a time, process each (see
+//! [`attempt`](super::attempt)), then wait idle for the next lane.
+
+use std::sync::Arc;
+
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TraceContextExt as _;
+
+use super::lanes::LaneTable;
+use super::settle::Settler;
+use super::{Job, Stopping};
+use crate::metrics::consumer::ConsumerMetrics;
+use crate::router::Routes;
+use crate::source::Acker;
+use crate::stats::Stats;
+use crate::store::DedupStore;
+use crate::trace::SpanScope;
+
+/// What every lane task of one consumer shares.
+pub(super) struct Worker<S, R, A> {
+    pub(super) routes: R,
+    pub(super) store: S,
+    pub(super) settler: Settler<S>,
+    pub(super) lanes: LaneTable<A>,
+    pub(super) metrics: Arc<ConsumerMetrics>,
+    pub(super) stats: Arc<Stats>,
+    /// What every span of this consumer carries.
+    pub(super) spans: SpanScope,
+    pub(super) max_payload_bytes: usize,
+    pub(super) stopping: Stopping,
+}
+
+impl<S, R, A> Worker<S, R, A>
+where
+    S: DedupStore,
+    R: Routes<S>,
+    A: Acker,
+{
+    /// A lane task: runs its lane, then every lane it is handed while idle,
+    /// until the idle tasks are closed.
+    pub(super) async fn run_lanes(self: Arc<Self>, lane: u64, first: Job<A>) {
+        let mut next = Some((lane, first));
+        while let Some((lane, first)) = next {
+            self.run_lane(lane, first).await;
+            next = self.lanes.next_lane().await;
+        }
+    }
+
+    /// Runs the lane's deliveries until its queue is empty; after shutdown
+    /// began, releases them instead.
+    async fn run_lane(&self, lane: u64, first: Job<A>) {
+        let mut job = first;
+        loop {
+            // Everything done for the delivery continues the producer's
+            // trace, whatever the subscriber records. Without one, the
+            // lane's own (empty) context is the same thing, and attaching
+            // it on every poll would cost for nothing.
+            let cx = crate::trace::delivery_context(&job.envelope);
+            let traced = cx.span().span_context().is_valid();
+            if self.stopping.has_begun() {
+                let release = self.settler.release(&job.envelope, job.acker);
+                if traced {
+                    release.with_context(cx).await;
+                } else {
+                    release.await;
+                }
+                self.metrics.left(&job.envelope, None);
+                self.stats.leave(None);
+            } else {
+                let received = job.received;
+                let envelope = Arc::clone(&job.envelope);
+                let process = self.process(job.envelope, job.acker);
+                let settled = if traced {
+                    process.with_context(cx).await
+                } else {
+                    process.await
+                };
+                let took = settled.then(|| received.elapsed());
+                self.metrics.left(&envelope, took);
+                self.stats.leave(took);
+            }
+            match self.lanes.next_in_lane(lane) {
+                Some(j) => job = j,
+                None => return,
+            }
+        }
+    }
+}

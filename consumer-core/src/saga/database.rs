@@ -1,0 +1,143 @@
+//! [`SagaDatabase`]: the SQL of saga rows on each supported database,
+//! sealed like the store's and the outbox's.
+
+use std::future::Future;
+
+use super::record::{SagaRow, SagaWrite};
+use super::status::SagaStatus;
+use crate::outbox::OutboxDatabase;
+use crate::store::StoreDatabase;
+
+pub(super) mod sealed {
+    pub trait Sealed {}
+}
+
+/// Which sagas [`SagaStore::list`](super::SagaStore::list) returns.
+#[derive(Debug, Clone, Default)]
+pub struct SagaFilter {
+    pub(super) saga_type: Option<String>,
+    pub(super) statuses: Vec<SagaStatus>,
+    pub(super) started_before_ms: Option<i64>,
+    pub(super) limit: Option<u32>,
+}
+
+impl SagaFilter {
+    /// Every saga.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only sagas of this type.
+    #[must_use]
+    pub fn with_type(mut self, saga_type: impl Into<String>) -> Self {
+        self.saga_type = Some(saga_type.into());
+        self
+    }
+
+    /// Only sagas with this status (called again: or that one).
+    #[must_use]
+    pub fn with_status(mut self, status: SagaStatus) -> Self {
+        if !self.statuses.contains(&status) {
+            self.statuses.push(status);
+        }
+        self
+    }
+
+    /// Only active sagas: running or compensating.
+    #[must_use]
+    pub fn active(self) -> Self {
+        self.with_status(SagaStatus::Running)
+            .with_status(SagaStatus::Compensating)
+    }
+
+    /// Only sagas started before `instant` (with `running`: the ones active
+    /// for longer than a threshold).
+    #[must_use]
+    pub fn with_started_before(mut self, instant: time::OffsetDateTime) -> Self {
+        self.started_before_ms =
+            Some(i64::try_from(instant.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// At most `n` sagas, oldest first.
+    #[must_use]
+    pub fn with_limit(mut self, n: u32) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    pub(super) fn limit(&self) -> i64 {
+        self.limit.map_or(i64::MAX, i64::from)
+    }
+
+    /// The status condition, spliced into SQL: the names come from
+    /// [`SagaStatus::as_str`], a closed set, never from input.
+    pub(super) fn status_sql(&self) -> String {
+        if self.statuses.is_empty() {
+            return "TRUE".to_owned();
+        }
+        let names: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        format!("status IN ({})", names.join(", "))
+    }
+}
+
+/// What one saga type has open, for [`SagaMonitor`](super::SagaMonitor)'s
+/// gauges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[doc(hidden)]
+pub struct OpenSagas {
+    pub saga_type: String,
+    /// Running or compensating.
+    pub active: i64,
+    /// In `compensation_failed`, waiting for an operator.
+    pub compensation_failed: i64,
+    /// When the oldest active one started (Unix ms).
+    pub oldest_active_ms: Option<i64>,
+}
+
+/// A database sagas run on (PostgreSQL, SQLite): the store's and the
+/// outbox's, so a transition's state, dedup row and outbox rows share one
+/// transaction. Sealed.
+pub trait SagaDatabase: StoreDatabase + OutboxDatabase + sealed::Sealed {
+    /// The saga's row, if it has one.
+    #[doc(hidden)]
+    fn load(
+        conn: &mut Self::Connection,
+        saga_type: &str,
+        saga_id: &str,
+    ) -> impl Future<Output = Result<Option<SagaRow>, sqlx::Error>> + Send;
+
+    /// Inserts a new saga's row; `false` when another transaction inserted
+    /// it first (a conflict).
+    #[doc(hidden)]
+    fn insert(
+        conn: &mut Self::Connection,
+        write: &SagaWrite<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Saves the row at `write.version` if it is still at `expected`;
+    /// `false` otherwise (a conflict).
+    #[doc(hidden)]
+    fn update(
+        conn: &mut Self::Connection,
+        write: &SagaWrite<'_>,
+        expected: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Rows matching `filter`, oldest first.
+    #[doc(hidden)]
+    fn list(
+        pool: &sqlx::Pool<Self>,
+        filter: &SagaFilter,
+    ) -> impl Future<Output = Result<Vec<SagaRow>, sqlx::Error>> + Send;
+
+    /// Open sagas per type.
+    #[doc(hidden)]
+    fn open(
+        pool: &sqlx::Pool<Self>,
+    ) -> impl Future<Output = Result<Vec<OpenSagas>, sqlx::Error>> + Send;
+}

@@ -1,0 +1,143 @@
+//! Saga rows on SQLite. Its single writer serialises transitions: the
+//! dedup claim takes the write lock before the row is loaded, so a version
+//! conflict cannot happen here (the check stays, for correctness).
+
+use sqlx::{Pool, Row as _, Sqlite, SqliteConnection};
+
+use super::database::{OpenSagas, SagaDatabase, SagaFilter, sealed};
+use super::record::{SagaRow, SagaWrite};
+use crate::store::now_ms;
+
+impl sealed::Sealed for Sqlite {}
+
+const COLUMNS: &str = "saga_type, saga_id, version, status, reason, state, timeouts, compensation, \
+     retries, history, started_at, updated_at, finished_at";
+
+fn row(r: &sqlx::sqlite::SqliteRow) -> Result<SagaRow, sqlx::Error> {
+    Ok(SagaRow {
+        saga_type: r.try_get(0)?,
+        saga_id: r.try_get(1)?,
+        version: r.try_get(2)?,
+        status: r.try_get(3)?,
+        reason: r.try_get(4)?,
+        state: r.try_get(5)?,
+        timeouts: r.try_get(6)?,
+        compensation: r.try_get(7)?,
+        retries: r.try_get(8)?,
+        history: r.try_get(9)?,
+        started_ms: r.try_get(10)?,
+        updated_ms: r.try_get(11)?,
+        finished_ms: r.try_get(12)?,
+    })
+}
+
+impl SagaDatabase for Sqlite {
+    async fn load(
+        conn: &mut SqliteConnection,
+        saga_type: &str,
+        saga_id: &str,
+    ) -> Result<Option<SagaRow>, sqlx::Error> {
+        let found = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM consumer_sagas WHERE saga_type = ?1 AND saga_id = ?2"
+        )))
+        .bind(saga_type)
+        .bind(saga_id)
+        .fetch_optional(conn)
+        .await?;
+        found.as_ref().map(row).transpose()
+    }
+
+    async fn insert(conn: &mut SqliteConnection, w: &SagaWrite<'_>) -> Result<bool, sqlx::Error> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "INSERT INTO consumer_sagas (saga_type, saga_id, version, status, reason, state, timeouts, \
+               compensation, retries, history, started_at, updated_at, finished_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, CASE WHEN ?12 THEN ?11 END) \
+             ON CONFLICT (saga_type, saga_id) DO NOTHING",
+        )
+        .bind(w.saga_type)
+        .bind(w.saga_id)
+        .bind(w.version)
+        .bind(w.status)
+        .bind(w.reason)
+        .bind(&w.state)
+        .bind(&w.timeouts)
+        .bind(&w.compensation)
+        .bind(&w.retries)
+        .bind(&w.history)
+        .bind(now)
+        .bind(w.finished)
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn update(
+        conn: &mut SqliteConnection,
+        w: &SagaWrite<'_>,
+        expected: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "UPDATE consumer_sagas SET version = ?3, status = ?4, reason = ?5, state = ?6, \
+               timeouts = ?7, compensation = ?8, retries = ?9, history = ?10, updated_at = ?11, \
+               finished_at = CASE WHEN ?12 THEN coalesce(finished_at, ?11) END \
+             WHERE saga_type = ?1 AND saga_id = ?2 AND version = ?13",
+        )
+        .bind(w.saga_type)
+        .bind(w.saga_id)
+        .bind(w.version)
+        .bind(w.status)
+        .bind(w.reason)
+        .bind(&w.state)
+        .bind(&w.timeouts)
+        .bind(&w.compensation)
+        .bind(&w.retries)
+        .bind(&w.history)
+        .bind(now_ms())
+        .bind(w.finished)
+        .bind(expected)
+        .execute(conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list(pool: &Pool<Self>, f: &SagaFilter) -> Result<Vec<SagaRow>, sqlx::Error> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM consumer_sagas \
+             WHERE (?1 IS NULL OR saga_type = ?1) AND {} \
+               AND (?2 IS NULL OR started_at < ?2) \
+             ORDER BY started_at, saga_type, saga_id LIMIT ?3",
+            f.status_sql()
+        )))
+        .bind(f.saga_type.as_deref())
+        .bind(f.started_before_ms)
+        .bind(f.limit())
+        .fetch_all(pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    async fn open(pool: &Pool<Self>) -> Result<Vec<OpenSagas>, sqlx::Error> {
+        let rows: Vec<(String, i64, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT saga_type, \
+                    sum(status IN ('running', 'compensating')), \
+                    sum(status = 'compensation_failed'), \
+                    min(CASE WHEN status IN ('running', 'compensating') THEN started_at END) \
+             FROM consumer_sagas WHERE status IN ('running', 'compensating', 'compensation_failed') \
+             GROUP BY saga_type",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(saga_type, active, compensation_failed, oldest_active_ms)| OpenSagas {
+                    saga_type,
+                    active,
+                    compensation_failed,
+                    oldest_active_ms,
+                },
+            )
+            .collect())
+    }
+}

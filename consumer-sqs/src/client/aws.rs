@@ -1,0 +1,386 @@
+//! [`AwsSqs`]: [`SqsApi`] on `aws-sdk-sqs`.
+
+use std::collections::HashMap;
+
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+    QueueAttributeName, SendMessageBatchRequestEntry,
+};
+use bytes::Bytes;
+use consumer_core::backend::BrokerErrorKind;
+
+use super::{
+    ApiError, ApiFuture, AttributeValue, BatchOutcome, EntryFailure, ReceiptEntry, ReceiveRequest,
+    ReceivedMessage, SendEntry, SqsApi, VisibilityEntry,
+};
+
+/// The real client: every call goes to SQS (or the endpoint the SDK's
+/// configuration names, such as an emulator's).
+#[derive(Debug, Clone)]
+pub struct AwsSqs {
+    client: aws_sdk_sqs::Client,
+}
+
+impl AwsSqs {
+    /// Calls SQS through `client`.
+    pub fn new(client: aws_sdk_sqs::Client) -> Self {
+        Self { client }
+    }
+
+    /// The SDK's default configuration: region, credentials and endpoint
+    /// from the environment, profile files and instance metadata, as every
+    /// AWS SDK reads them (`AWS_ENDPOINT_URL_SQS` included).
+    pub async fn from_env() -> Self {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::new(aws_sdk_sqs::Client::new(&config))
+    }
+
+    /// An emulator (moto, LocalStack, ElasticMQ) at `endpoint`, with static
+    /// test credentials and region `us-east-1`: nothing is read from the
+    /// environment.
+    pub fn local(endpoint: impl Into<String>) -> Self {
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .endpoint_url(endpoint)
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test",
+                "test",
+                None,
+                None,
+                "consumer-sqs-local",
+            ))
+            .build();
+        Self::new(aws_sdk_sqs::Client::from_conf(config))
+    }
+
+    /// The SDK client.
+    pub fn client(&self) -> &aws_sdk_sqs::Client {
+        &self.client
+    }
+}
+
+/// An SDK error as an [`ApiError`]: SQS's code decides a service error's
+/// kind; a request that could not be built is fatal; anything on the way
+/// (connection, timeout, a response that could not be read) heals.
+fn api_error<E, R>(operation: &str, e: SdkError<E, R>) -> ApiError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let error = match &e {
+        SdkError::ServiceError(service) => {
+            let err = service.err();
+            ApiError::service(
+                err.code().unwrap_or("Unknown"),
+                err.message().unwrap_or(operation),
+            )
+        }
+        SdkError::ConstructionFailure(_) => ApiError::new(
+            BrokerErrorKind::Fatal,
+            format!("{operation}: the request could not be built"),
+        ),
+        SdkError::TimeoutError(_) => ApiError::new(
+            BrokerErrorKind::Unavailable,
+            format!("{operation} timed out"),
+        ),
+        _ => ApiError::new(
+            BrokerErrorKind::Unavailable,
+            format!("{operation}: SQS could not be reached or its answer read"),
+        ),
+    };
+    error.with_source(Box::new(e))
+}
+
+fn fatal(operation: &str, what: impl std::fmt::Display) -> ApiError {
+    ApiError::new(BrokerErrorKind::Fatal, format!("{operation}: {what}"))
+}
+
+fn outcome(failed: &[BatchResultErrorEntry]) -> BatchOutcome {
+    BatchOutcome {
+        failed: failed
+            .iter()
+            .map(|f| EntryFailure {
+                id: f.id().to_owned(),
+                code: f.code().to_owned(),
+                message: f.message().unwrap_or_default().to_owned(),
+                sender_fault: f.sender_fault(),
+            })
+            .collect(),
+    }
+}
+
+fn to_sdk_attribute(value: &AttributeValue) -> Result<MessageAttributeValue, ApiError> {
+    let builder = MessageAttributeValue::builder().data_type(value.data_type());
+    let builder = match value {
+        AttributeValue::String { value, .. } | AttributeValue::Number { value, .. } => {
+            builder.string_value(value)
+        }
+        AttributeValue::Binary { value, .. } => builder.binary_value(Blob::new(value.to_vec())),
+    };
+    builder
+        .build()
+        .map_err(|e| fatal("building a message attribute", e))
+}
+
+fn from_sdk_attribute(value: &MessageAttributeValue) -> AttributeValue {
+    let data_type = value.data_type().to_owned();
+    let base = data_type.split('.').next().unwrap_or_default();
+    if base.eq_ignore_ascii_case("Binary") {
+        let bytes = value
+            .binary_value()
+            .map(|b| Bytes::copy_from_slice(b.as_ref()))
+            .unwrap_or_default();
+        return AttributeValue::Binary {
+            data_type,
+            value: bytes,
+        };
+    }
+    let text = value.string_value().unwrap_or_default().to_owned();
+    if base.eq_ignore_ascii_case("Number") {
+        AttributeValue::Number {
+            data_type,
+            value: text,
+        }
+    } else {
+        AttributeValue::String {
+            data_type,
+            value: text,
+        }
+    }
+}
+
+impl SqsApi for AwsSqs {
+    fn receive<'a>(&'a self, r: ReceiveRequest<'a>) -> ApiFuture<'a, Vec<ReceivedMessage>> {
+        Box::pin(async move {
+            let mut call = self
+                .client
+                .receive_message()
+                .queue_url(r.queue_url)
+                .max_number_of_messages(r.max)
+                .wait_time_seconds(r.wait_seconds)
+                .visibility_timeout(r.visibility_seconds)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All");
+            if let Some(id) = r.attempt_id {
+                call = call.receive_request_attempt_id(id);
+            }
+            let out = call
+                .send()
+                .await
+                .map_err(|e| api_error("ReceiveMessage", e))?;
+            Ok(out
+                .messages()
+                .iter()
+                .map(|m| ReceivedMessage {
+                    message_id: m.message_id().unwrap_or_default().to_owned(),
+                    receipt_handle: m.receipt_handle().unwrap_or_default().to_owned(),
+                    body: m.body().unwrap_or_default().to_owned(),
+                    system: m
+                        .attributes()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    attributes: m
+                        .message_attributes()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(k, v)| (k.clone(), from_sdk_attribute(v)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
+    fn delete_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<ReceiptEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            let entries = entries
+                .into_iter()
+                .map(|e| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(e.id)
+                        .receipt_handle(e.receipt_handle)
+                        .build()
+                        .map_err(|e| fatal("DeleteMessageBatch", e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .delete_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| api_error("DeleteMessageBatch", e))?;
+            Ok(outcome(out.failed()))
+        })
+    }
+
+    fn change_visibility_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<VisibilityEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            let entries = entries
+                .into_iter()
+                .map(|e| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(e.id)
+                        .receipt_handle(e.receipt_handle)
+                        .visibility_timeout(e.seconds)
+                        .build()
+                        .map_err(|e| fatal("ChangeMessageVisibilityBatch", e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| api_error("ChangeMessageVisibilityBatch", e))?;
+            Ok(outcome(out.failed()))
+        })
+    }
+
+    fn send_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<SendEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            let mut sdk = Vec::with_capacity(entries.len());
+            for e in entries {
+                let mut b = SendMessageBatchRequestEntry::builder()
+                    .id(e.id)
+                    .message_body(e.body)
+                    .set_message_group_id(e.group_id)
+                    .set_message_deduplication_id(e.deduplication_id);
+                for (name, value) in &e.attributes {
+                    b = b.message_attributes(name, to_sdk_attribute(value)?);
+                }
+                sdk.push(b.build().map_err(|e| fatal("SendMessageBatch", e))?);
+            }
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(sdk))
+                .send()
+                .await
+                .map_err(|e| api_error("SendMessageBatch", e))?;
+            Ok(outcome(out.failed()))
+        })
+    }
+
+    fn queue_url<'a>(&'a self, queue_name: &'a str) -> ApiFuture<'a, String> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_queue_url()
+                .queue_name(queue_name)
+                .send()
+                .await
+                .map_err(|e| api_error("GetQueueUrl", e))?;
+            out.queue_url()
+                .map(str::to_owned)
+                .ok_or_else(|| fatal("GetQueueUrl", "SQS answered without a queue URL"))
+        })
+    }
+
+    fn queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+    ) -> ApiFuture<'a, HashMap<String, String>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(queue_url)
+                .attribute_names(QueueAttributeName::All)
+                .send()
+                .await
+                .map_err(|e| api_error("GetQueueAttributes", e))?;
+            Ok(out
+                .attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default())
+        })
+    }
+
+    fn create_queue<'a>(
+        &'a self,
+        queue_name: &'a str,
+        attributes: HashMap<String, String>,
+    ) -> ApiFuture<'a, String> {
+        Box::pin(async move {
+            let mut call = self.client.create_queue().queue_name(queue_name);
+            for (k, v) in attributes {
+                call = call.attributes(QueueAttributeName::from(k.as_str()), v);
+            }
+            let out = call.send().await.map_err(|e| api_error("CreateQueue", e))?;
+            out.queue_url()
+                .map(str::to_owned)
+                .ok_or_else(|| fatal("CreateQueue", "SQS answered without a queue URL"))
+        })
+    }
+
+    fn set_queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+        attributes: HashMap<String, String>,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            let mut call = self.client.set_queue_attributes().queue_url(queue_url);
+            for (k, v) in attributes {
+                call = call.attributes(QueueAttributeName::from(k.as_str()), v);
+            }
+            call.send()
+                .await
+                .map_err(|e| api_error("SetQueueAttributes", e))?;
+            Ok(())
+        })
+    }
+
+    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .purge_queue()
+                .queue_url(queue_url)
+                .send()
+                .await
+                .map_err(|e| api_error("PurgeQueue", e))?;
+            Ok(())
+        })
+    }
+
+    fn delete_queue<'a>(&'a self, queue_url: &'a str) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .delete_queue()
+                .queue_url(queue_url)
+                .send()
+                .await
+                .map_err(|e| api_error("DeleteQueue", e))?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! The house's rules, read from the source: backends reach core only
+//! through its `backend` door, core's modules depend on each other without
+//! a loop, and the root stays the application's (at most 35 names).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The backend crates: every one of them goes through the door.
+const BACKENDS: &[&str] = &["consumer-kafka", "consumer-amqp", "consumer-sqs"];
+
+/// The most names the application's root may hold (items re-exported by
+/// core's root and the facade's own, not modules).
+const MAX_ROOT_NAMES: usize = 35;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The file's code lines: comments (docs included) are left out, so a doc
+/// example may show the application's paths.
+fn code_lines(path: &Path) -> Vec<(usize, String)> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l.to_owned()))
+        .collect()
+}
+
+/// Every `consumer_core::<segment>` on the line; grouped imports
+/// (`use consumer_core::{a, b}`) give each of their first segments.
+fn core_paths(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("consumer_core::") {
+        rest = &rest[at + "consumer_core::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let head = item.trim().split("::").next().unwrap_or("").to_owned();
+                if !head.is_empty() {
+                    out.push(head);
+                }
+            }
+        } else {
+            let head: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            out.push(head);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_backend_crates_reach_core_only_through_its_backend_door() {
+    let mut outside = Vec::new();
+    let mut seen = 0;
+    for krate in BACKENDS {
+        let src = workspace().join(krate).join("src");
+        if !src.exists() {
+            continue;
+        }
+        seen += 1;
+        for file in rust_files(&src) {
+            for (n, line) in code_lines(&file) {
+                for head in core_paths(&line) {
+                    if head != "backend" {
+                        outside.push(format!(
+                            "{}:{n}: consumer_core::{head}",
+                            file.strip_prefix(workspace()).unwrap_or(&file).display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        seen >= 2,
+        "the backend crates were not found under {}",
+        workspace().display()
+    );
+    assert!(
+        outside.is_empty(),
+        "backends must import core through `consumer_core::backend` only:\n{}",
+        outside.join("\n")
+    );
+}
+
+/// Core's top-level modules and the ones each uses (`crate::<module>`),
+/// tests left out.
+fn core_module_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = workspace().join("consumer-core").join("src");
+    let modules: BTreeSet<String> = std::fs::read_dir(&src)
+        .expect("core's src")
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let module = name.strip_suffix(".rs").unwrap_or(&name).to_owned();
+            (module != "lib" && module != "main").then_some(module)
+        })
+        .collect();
+    let mut graph = BTreeMap::new();
+    for module in &modules {
+        let dir = src.join(module);
+        let files = if dir.is_dir() {
+            rust_files(&dir)
+        } else {
+            vec![src.join(format!("{module}.rs"))]
+        };
+        let mut uses = BTreeSet::new();
+        for file in files {
+            let mut in_tests = false;
+            for (_, line) in code_lines(&file) {
+                if line.trim() == "mod tests {" {
+                    in_tests = true;
+                }
+                if in_tests {
+                    continue;
+                }
+                let mut rest = line.as_str();
+                while let Some(at) = rest.find("crate::") {
+                    rest = &rest[at + "crate::".len()..];
+                    let heads: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
+                        let end = group.find('}').unwrap_or(group.len());
+                        group[..end]
+                            .split(',')
+                            .map(|i| i.trim().split("::").next().unwrap_or("").to_owned())
+                            .collect()
+                    } else {
+                        vec![
+                            rest.chars()
+                                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                                .collect(),
+                        ]
+                    };
+                    for head in heads {
+                        if head != *module && modules.contains(&head) {
+                            uses.insert(head);
+                        }
+                    }
+                }
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// A loop in `graph`, as the modules along it, if there is one.
+fn find_loop(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, graph, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn cores_modules_depend_on_each_other_without_a_loop() {
+    let graph = core_module_graph();
+    assert!(graph.len() > 10, "core's modules were not found: {graph:?}");
+    assert!(
+        graph["runtime"].contains("router"),
+        "the reader sees real edges: {graph:?}"
+    );
+    if let Some(cycle) = find_loop(&graph) {
+        panic!("core's modules form a loop: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_loop_finder_finds_a_loop() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(
+        find_loop(&graph),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// The names a `pub use` line of a root re-exports (`as` renames count
+/// once; modules re-exported as crates are not names).
+fn reexported_names(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("lib.rs");
+    let mut names = Vec::new();
+    let mut statement = String::new();
+    for line in text.lines() {
+        // Top-level items only: `__private`'s re-exports are indented.
+        if statement.is_empty() && !line.starts_with("pub use ") {
+            continue;
+        }
+        let line = line.trim();
+        statement.push_str(line);
+        statement.push(' ');
+        if !line.ends_with(';') {
+            continue;
+        }
+        let body = statement
+            .trim()
+            .trim_start_matches("pub use ")
+            .trim_end_matches(';');
+        let items: Vec<&str> = match (body.find('{'), body.rfind('}')) {
+            (Some(open), Some(close)) => body[open + 1..close].split(',').collect(),
+            _ => vec![body],
+        };
+        for item in items {
+            let item = item.trim();
+            if item.is_empty() || item.ends_with("::*") {
+                continue;
+            }
+            let name = item
+                .rsplit(" as ")
+                .next()
+                .unwrap_or(item)
+                .rsplit("::")
+                .next()
+                .unwrap_or(item);
+            // `consumer_kafka as kafka`: a module door, not a name.
+            if item.starts_with("consumer_") && !item.contains("::") {
+                continue;
+            }
+            names.push(name.to_owned());
+        }
+        statement.clear();
+    }
+    names
+}
+
+#[test]
+fn the_root_holds_the_applications_names_only() {
+    let core = reexported_names(&workspace().join("consumer-core/src/lib.rs"));
+    let facade = reexported_names(&workspace().join("src/lib.rs"));
+    let all: BTreeSet<&String> = core.iter().chain(&facade).collect();
+    assert!(all.len() >= 20, "the roots were not read: {all:?}");
+    for backend_only in [
+        "Source",
+        "Acker",
+        "RetryCopy",
+        "Origin",
+        "Placement",
+        "Invocation",
+        "Outcome",
+    ] {
+        assert!(
+            !all.iter().any(|n| n.as_str() == backend_only),
+            "`{backend_only}` belongs behind the backend door or the macro's path, not at the root"
+        );
+    }
+    assert!(
+        all.len() <= MAX_ROOT_NAMES,
+        "the root holds {} names (at most {MAX_ROOT_NAMES}): {all:?}",
+        all.len()
+    );
+}
