@@ -36,8 +36,8 @@ async fn money(payment: Payment) -> Result<(), Failed> {
     Ok(())
 }
 
-fn types<H: Handler<SqliteStore>>(h: H) -> &'static [&'static str] {
-    h.event_types()
+fn types<H: Handler<SqliteStore>>(h: H) -> Vec<&'static str> {
+    h.event_types().to_vec()
 }
 
 fn main() {
