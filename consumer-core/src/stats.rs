@@ -5,7 +5,10 @@
 //! within a factor of two, enough to alert on. Exporting to Prometheus or
 //! OpenTelemetry is a loop over [`Stats::snapshot`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -175,8 +178,10 @@ impl Stats {
         self.changed();
     }
 
+    /// Marks the drain begun. Release: whoever sees `draining` also sees
+    /// what the runtime did before (the stop its lanes check).
     pub(crate) fn set_draining(&self) {
-        self.draining.store(true, Relaxed);
+        self.draining.store(true, Release);
         self.changed();
     }
 
@@ -258,7 +263,7 @@ impl Stats {
             settle_failures: self.settle_failures.load(Relaxed),
             unknown_types_ignored: self.unknown_types_ignored.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
-            draining: self.draining.load(Relaxed),
+            draining: self.draining.load(Acquire),
             running: self.running.load(Relaxed),
             p50: pct(50),
             p95: pct(95),

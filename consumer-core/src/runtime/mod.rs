@@ -234,8 +234,10 @@ where
         )
         .await;
 
-        worker.stats.set_draining();
+        // The stop first: whoever sees the consumer draining must find its
+        // lanes stopping (nothing queued starts after that).
         let _ = stop_tx.send(true);
+        worker.stats.set_draining();
         let all = u32::try_from(max_in_flight).unwrap_or(u32::MAX);
         let drained = tokio::time::timeout(shutdown_timeout, permits.acquire_many(all)).await;
         if drained.is_err() {

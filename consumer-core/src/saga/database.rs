@@ -66,12 +66,14 @@ impl SagaFilter {
         self
     }
 
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(super) fn limit(&self) -> i64 {
         self.limit.map_or(i64::MAX, i64::from)
     }
 
     /// The status condition, spliced into SQL: the names come from
     /// [`SagaStatus::as_str`], a closed set, never from input.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(super) fn status_sql(&self) -> String {
         if self.statuses.is_empty() {
             return "TRUE".to_owned();

@@ -34,6 +34,7 @@ mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod text;
+#[cfg(feature = "postgres")]
 pub(crate) use text::storable;
 mod tx;
 
