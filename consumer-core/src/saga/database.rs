@@ -101,6 +101,50 @@ pub struct OpenSagas {
     pub oldest_active_ms: Option<i64>,
 }
 
+/// Open sagas per type from `(type, active, compensation_failed,
+/// oldest_active_ms)` rows, each dialect's aggregate query.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(super) fn open_sagas(rows: Vec<(String, i64, i64, Option<i64>)>) -> Vec<OpenSagas> {
+    rows.into_iter()
+        .map(
+            |(saga_type, active, compensation_failed, oldest_active_ms)| OpenSagas {
+                saga_type,
+                active,
+                compensation_failed,
+                oldest_active_ms,
+            },
+        )
+        .collect()
+}
+
+/// A saga row from the columns each dialect's `COLUMNS` selects, in that
+/// order: type, id, version, status, reason, the five JSON documents as
+/// text, then started, updated and finished as Unix milliseconds.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(super) fn saga_row<'r, R>(r: &'r R) -> Result<SagaRow, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(SagaRow {
+        saga_type: r.try_get(0)?,
+        saga_id: r.try_get(1)?,
+        version: r.try_get(2)?,
+        status: r.try_get(3)?,
+        reason: r.try_get(4)?,
+        state: r.try_get(5)?,
+        timeouts: r.try_get(6)?,
+        compensation: r.try_get(7)?,
+        retries: r.try_get(8)?,
+        history: r.try_get(9)?,
+        started_ms: r.try_get(10)?,
+        updated_ms: r.try_get(11)?,
+        finished_ms: r.try_get(12)?,
+    })
+}
+
 /// A database sagas run on (PostgreSQL, SQLite): the store's and the
 /// outbox's, so a transition's state, dedup row and outbox rows share one
 /// transaction. Sealed.

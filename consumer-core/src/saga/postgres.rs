@@ -1,8 +1,8 @@
 //! Saga rows on PostgreSQL.
 
-use sqlx::{PgConnection, Pool, Postgres, Row as _};
+use sqlx::{PgConnection, Pool, Postgres};
 
-use super::database::{OpenSagas, SagaDatabase, SagaFilter, sealed};
+use super::database::{OpenSagas, SagaDatabase, SagaFilter, open_sagas, saga_row, sealed};
 use super::record::{SagaRow, SagaWrite};
 use crate::store::storable;
 
@@ -12,24 +12,6 @@ const COLUMNS: &str = "saga_type, saga_id, version, status, reason, state::text,
      compensation::text, retries::text, history::text, \
      (extract(epoch FROM started_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint, \
      (extract(epoch FROM finished_at) * 1000)::bigint";
-
-fn row(r: &sqlx::postgres::PgRow) -> Result<SagaRow, sqlx::Error> {
-    Ok(SagaRow {
-        saga_type: r.try_get(0)?,
-        saga_id: r.try_get(1)?,
-        version: r.try_get(2)?,
-        status: r.try_get(3)?,
-        reason: r.try_get(4)?,
-        state: r.try_get(5)?,
-        timeouts: r.try_get(6)?,
-        compensation: r.try_get(7)?,
-        retries: r.try_get(8)?,
-        history: r.try_get(9)?,
-        started_ms: r.try_get(10)?,
-        updated_ms: r.try_get(11)?,
-        finished_ms: r.try_get(12)?,
-    })
-}
 
 impl SagaDatabase for Postgres {
     async fn load(
@@ -44,7 +26,7 @@ impl SagaDatabase for Postgres {
         .bind(storable(saga_id))
         .fetch_optional(conn)
         .await?;
-        found.as_ref().map(row).transpose()
+        found.as_ref().map(saga_row).transpose()
     }
 
     async fn insert(conn: &mut PgConnection, w: &SagaWrite<'_>) -> Result<bool, sqlx::Error> {
@@ -113,7 +95,7 @@ impl SagaDatabase for Postgres {
         .bind(f.limit())
         .fetch_all(pool)
         .await?;
-        rows.iter().map(row).collect()
+        rows.iter().map(saga_row).collect()
     }
 
     async fn open(pool: &Pool<Self>) -> Result<Vec<OpenSagas>, sqlx::Error> {
@@ -127,16 +109,6 @@ impl SagaDatabase for Postgres {
         )
         .fetch_all(pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(saga_type, active, compensation_failed, oldest_active_ms)| OpenSagas {
-                    saga_type,
-                    active,
-                    compensation_failed,
-                    oldest_active_ms,
-                },
-            )
-            .collect())
+        Ok(open_sagas(rows))
     }
 }

@@ -2,9 +2,9 @@
 //! dedup claim takes the write lock before the row is loaded, so a version
 //! conflict cannot happen here (the check stays, for correctness).
 
-use sqlx::{Pool, Row as _, Sqlite, SqliteConnection};
+use sqlx::{Pool, Sqlite, SqliteConnection};
 
-use super::database::{OpenSagas, SagaDatabase, SagaFilter, sealed};
+use super::database::{OpenSagas, SagaDatabase, SagaFilter, open_sagas, saga_row, sealed};
 use super::record::{SagaRow, SagaWrite};
 use crate::store::now_ms;
 
@@ -12,24 +12,6 @@ impl sealed::Sealed for Sqlite {}
 
 const COLUMNS: &str = "saga_type, saga_id, version, status, reason, state, timeouts, compensation, \
      retries, history, started_at, updated_at, finished_at";
-
-fn row(r: &sqlx::sqlite::SqliteRow) -> Result<SagaRow, sqlx::Error> {
-    Ok(SagaRow {
-        saga_type: r.try_get(0)?,
-        saga_id: r.try_get(1)?,
-        version: r.try_get(2)?,
-        status: r.try_get(3)?,
-        reason: r.try_get(4)?,
-        state: r.try_get(5)?,
-        timeouts: r.try_get(6)?,
-        compensation: r.try_get(7)?,
-        retries: r.try_get(8)?,
-        history: r.try_get(9)?,
-        started_ms: r.try_get(10)?,
-        updated_ms: r.try_get(11)?,
-        finished_ms: r.try_get(12)?,
-    })
-}
 
 impl SagaDatabase for Sqlite {
     async fn load(
@@ -44,7 +26,7 @@ impl SagaDatabase for Sqlite {
         .bind(saga_id)
         .fetch_optional(conn)
         .await?;
-        found.as_ref().map(row).transpose()
+        found.as_ref().map(saga_row).transpose()
     }
 
     async fn insert(conn: &mut SqliteConnection, w: &SagaWrite<'_>) -> Result<bool, sqlx::Error> {
@@ -114,7 +96,7 @@ impl SagaDatabase for Sqlite {
         .bind(f.limit())
         .fetch_all(pool)
         .await?;
-        rows.iter().map(row).collect()
+        rows.iter().map(saga_row).collect()
     }
 
     async fn open(pool: &Pool<Self>) -> Result<Vec<OpenSagas>, sqlx::Error> {
@@ -128,16 +110,6 @@ impl SagaDatabase for Sqlite {
         )
         .fetch_all(pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(saga_type, active, compensation_failed, oldest_active_ms)| OpenSagas {
-                    saga_type,
-                    active,
-                    compensation_failed,
-                    oldest_active_ms,
-                },
-            )
-            .collect())
+        Ok(open_sagas(rows))
     }
 }
