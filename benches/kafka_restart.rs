@@ -24,8 +24,8 @@
 //! Both members use `session.timeout.ms=10000` (`BENCH_SESSION_TIMEOUT_MS`)
 //! and librdkafka's default heartbeat (3 s). Brokers: librdkafka's mock
 //! cluster (in this process; the child connects to it over TCP) and the
-//! out-of-process broker at `KAFKA_BROKERS` (default 127.0.0.1:9092, tansu
-//! from `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
+//! out-of-process broker at `KAFKA_BROKERS` (default 127.0.0.1:9092, Apache
+//! Kafka from `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
 //! `BENCH_BROKERS` (`mock,external`), `BENCH_MODES`
 //! (`dynamic,static,closed`),
 //! `BENCH_RESTART_TIMEOUT_S` (how long a restarted member may wait for a
@@ -45,13 +45,9 @@
 //! (2.12.1) finds classic-protocol members by member id only
 //! (`rd_kafka_mock_cgrp_classic_member_add`), so a restarted static member
 //! is a new member there, and every membership change holds the join for
-//! `session.timeout.ms - 1 s`: all three columns come out near 9 s. tansu
-//! 0.6 gives a static member with a known `group.instance.id` its old
-//! member id and assignment back, but holds each static JoinGroup for at
-//! least 3 s (`PAUSE_MS` in its group coordinator); and it did not hand a
-//! SIGKILLed dynamic member's partition to the new member at all in these
-//! runs (the new member was assigned nothing, with `cooperative-sticky`
-//! and with `range`, for 400 s), so that column shows the restart timeout.
+//! `session.timeout.ms - 1 s`: all three columns come out near 9 s.
+//! Apache Kafka 4.4 implements KIP-345: a restarted static member gets its
+//! partitions back in well under a second (figures in benches/README.md).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
