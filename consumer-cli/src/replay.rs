@@ -101,18 +101,40 @@ async fn replay(
     if let Some(r) = snapshot.remarks() {
         eprintln!("note: {r}");
     }
-    let chosen: Vec<&Held> = snapshot
-        .letters
-        .iter()
-        .filter(|h| filter.matches(&h.letter))
-        .collect();
+    let chosen = choose(args, filter, state, &snapshot.letters).await?;
+    let mut report = Report::new(args.json, route);
+    let todo = triage(args, state, journal, letters, &chosen, &mut report, out).await?;
+    if args.dry_run {
+        for held in &todo {
+            report.letter(out, &held.letter, Fate::WouldSend)?;
+        }
+        return report.summary(out, true);
+    }
+    let run = Run {
+        args,
+        state,
+        journal,
+        route,
+    };
+    run.send_all(letters, &todo, &mut report, out).await?;
+    report.summary(out, false)
+}
+
+/// The snapshot's letters the filter picks; refuses an unknown handler,
+/// and letters past the dedup retention unless `--force`.
+async fn choose<'s>(
+    args: &ReplayArgs,
+    filter: &Filter,
+    state: &HandlerState,
+    held: &'s [Held],
+) -> Result<Vec<&'s Held>> {
+    let chosen: Vec<&Held> = held.iter().filter(|h| filter.matches(&h.letter)).collect();
     if let Some(handler) = &args.filter.handler
         && chosen.is_empty()
         && !state.knows(handler).await?
     {
         return Err(Error::UnknownHandler(handler.clone()));
     }
-
     let now = OffsetDateTime::now_utc();
     let too_old: Vec<&Letter> = chosen
         .iter()
@@ -128,13 +150,26 @@ async fn replay(
             ids.join(", ")
         )));
     }
+    Ok(chosen)
+}
 
-    let mut todo: Vec<&Held> = Vec::new();
-    let mut report = Report::new(args.json, route);
+/// Reports the letters that must not be sent (already sent by an earlier
+/// run: removed unless dry; already processed; payload omitted) and
+/// returns the rest, in order.
+async fn triage<'s>(
+    args: &ReplayArgs,
+    state: &HandlerState,
+    journal: &Journal,
+    letters: &mut Letters,
+    chosen: &[&'s Held],
+    report: &mut Report<'_>,
+    out: &mut impl Write,
+) -> Result<Vec<&'s Held>> {
+    let mut todo = Vec::new();
     let processed = state
         .processed_among(&chosen.iter().map(|h| &h.letter).collect::<Vec<_>>())
         .await?;
-    for held in &chosen {
+    for &held in chosen {
         let l = &held.letter;
         let fate = if journal.was_sent(l).await? {
             if !args.dry_run {
@@ -153,28 +188,55 @@ async fn replay(
             None => todo.push(held),
         }
     }
+    Ok(todo)
+}
 
-    if args.dry_run {
-        for held in &todo {
-            report.letter(out, &held.letter, Fate::WouldSend)?;
-        }
-        return report.summary(out, true);
+/// What sending needs besides the letters.
+struct Run<'a> {
+    args: &'a ReplayArgs,
+    state: &'a HandlerState,
+    journal: &'a Journal,
+    route: &'a Route,
+}
+
+impl Run<'_> {
+    /// Sends `todo` at the paced rate: the canaries first, alone, watched
+    /// until processed; then the rest. Ctrl-C stops the run between two
+    /// letters, never inside one.
+    async fn send_all(
+        &self,
+        letters: &mut Letters,
+        todo: &[&Held],
+        report: &mut Report<'_>,
+        out: &mut impl Write,
+    ) -> Result<()> {
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let watcher = tokio::spawn({
+            let flag = Arc::clone(&interrupted);
+            async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+        });
+        let result = self
+            .send_paced(letters, todo, report, out, &interrupted)
+            .await;
+        watcher.abort();
+        result
     }
 
-    // Ctrl-C stops the run between two letters, never inside one.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn({
-        let flag = Arc::clone(&interrupted);
-        async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                flag.store(true, Ordering::SeqCst);
-            }
-        }
-    });
-    let stop = || interrupted.load(Ordering::SeqCst);
-    let result = async {
-        let mut pacer = Pacer::new(args.rate);
-        let canaries = args.canary.unwrap_or(0).min(todo.len());
+    async fn send_paced(
+        &self,
+        letters: &mut Letters,
+        todo: &[&Held],
+        report: &mut Report<'_>,
+        out: &mut impl Write,
+        interrupted: &AtomicBool,
+    ) -> Result<()> {
+        let stop = || interrupted.load(Ordering::SeqCst);
+        let mut pacer = Pacer::new(self.args.rate);
+        let canaries = self.args.canary.unwrap_or(0).min(todo.len());
         let (first, rest) = todo.split_at(canaries);
         if !first.is_empty() {
             for held in first {
@@ -182,17 +244,17 @@ async fn replay(
                 if stop() {
                     return Err(Error::Interrupted(report.sent()));
                 }
-                send(state, route, journal, letters, held).await?;
+                send(self.state, self.route, self.journal, letters, held).await?;
                 report.letter(out, &held.letter, Fate::Sent)?;
             }
             let canary_letters: Vec<&Letter> = first.iter().map(|h| &h.letter).collect();
-            watch_canaries(state, &canary_letters, args.canary_timeout).await?;
+            watch_canaries(self.state, &canary_letters, self.args.canary_timeout).await?;
             report.note(out, &format!("canary: {} letter(s) processed", first.len()))?;
         }
         let bar = crate::progress::bar(
             rest.len() as u64,
             "replaying",
-            args.json || rest.len() < 100,
+            self.args.json || rest.len() < 100,
         );
         for held in rest {
             pacer.wait().await;
@@ -200,17 +262,13 @@ async fn replay(
                 bar.finish_and_clear();
                 return Err(Error::Interrupted(report.sent()));
             }
-            send(state, route, journal, letters, held).await?;
+            send(self.state, self.route, self.journal, letters, held).await?;
             report.letter(out, &held.letter, Fate::Sent)?;
             bar.inc(1);
         }
         bar.finish_and_clear();
-        Ok::<(), Error>(())
+        Ok(())
     }
-    .await;
-    watcher.abort();
-    result?;
-    report.summary(out, false)
 }
 
 async fn send(
