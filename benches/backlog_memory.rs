@@ -90,31 +90,10 @@ impl Settings {
     }
 }
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
-}
-
-fn kafka_brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
 fn sqs_endpoint() -> String {
     std::env::var("SQS_ENDPOINT")
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL_SQS"))
         .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned())
-}
-
-fn amqp_topology(queue: &str) -> consumer::amqp::Topology {
-    consumer::amqp::Topology::new(queue)
-        .expect("queue name")
-        .with_max_retry_delay(Duration::from_millis(256))
-        .with_expires(Duration::from_secs(3600))
-}
-
-fn kafka_topics(topic: &str) -> consumer::kafka::Topics {
-    consumer::kafka::Topics::new(topic)
-        .expect("topic name")
-        .without_retry_topic()
 }
 
 /// Publishes the backlog in batches, each confirmed, printing the rate.
@@ -164,16 +143,16 @@ async fn measure(backend: &str, s: &Settings) {
     match backend {
         "memory" => {}
         "rabbitmq" => {
-            let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            let conn = lapin::Connection::connect(&endurance::amqp_url(), lapin::ConnectionProperties::default())
                 .await
-                .unwrap_or_else(|e| panic!("RabbitMQ is not reachable at {} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL", amqp_url()));
+                .unwrap_or_else(|e| panic!("RabbitMQ is not reachable at {} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL", endurance::amqp_url()));
             let channel = conn.create_channel().await.expect("channel");
-            amqp_topology(&name)
+            endurance::amqp_topology(&name)
                 .declare(&channel)
                 .await
                 .expect("declare the queue");
             let _ = conn.close(200, "declared".into()).await;
-            let publisher = consumer::amqp::AmqpPublisher::builder(amqp_url())
+            let publisher = consumer::amqp::AmqpPublisher::builder(endurance::amqp_url())
                 .with_max_unconfirmed(4096)
                 .connect()
                 .await
@@ -183,11 +162,11 @@ async fn measure(backend: &str, s: &Settings) {
         }
         "kafka" => {
             destination = name.replace('.', "-");
-            kafka_topics(&destination)
-                .create(&kafka_brokers(), PARTITIONS as i32, 1)
+            endurance::kafka_topics(&destination)
+                .create(&endurance::kafka_brokers(), PARTITIONS as i32, 1)
                 .await
-                .unwrap_or_else(|e| panic!("creating the topic on Kafka at {} failed ({e}): start it (scripts/services kafka does) or set KAFKA_BROKERS", kafka_brokers()));
-            let publisher = consumer::kafka::KafkaPublisher::builder(kafka_brokers())
+                .unwrap_or_else(|e| panic!("creating the topic on Kafka at {} failed ({e}): start it (scripts/services kafka does) or set KAFKA_BROKERS", endurance::kafka_brokers()));
+            let publisher = consumer::kafka::KafkaPublisher::builder(endurance::kafka_brokers())
                 .with_property("linger.ms", "20")
                 .connect()
                 .await
@@ -278,8 +257,10 @@ async fn measure(backend: &str, s: &Settings) {
     );
 
     match backend {
-        "rabbitmq" => endurance::delete_queues(&amqp_url(), &amqp_topology(&name)).await,
-        "kafka" => endurance::delete_topics(&kafka_brokers(), &destination).await,
+        "rabbitmq" => {
+            endurance::delete_queues(&endurance::amqp_url(), &endurance::amqp_topology(&name)).await
+        }
+        "kafka" => endurance::delete_topics(&endurance::kafka_brokers(), &destination).await,
         _ => {}
     }
     let _ = schema.drop_schema().await;
@@ -323,18 +304,20 @@ async fn child(spec: &str) {
             consume(broker.source(destination), store, n).await;
         }
         "rabbitmq" => {
-            let source =
-                consumer::amqp::AmqpSource::builder(amqp_url(), amqp_topology(destination))
-                    .connect()
-                    .await
-                    .expect("connect");
+            let source = consumer::amqp::AmqpSource::builder(
+                endurance::amqp_url(),
+                endurance::amqp_topology(destination),
+            )
+            .connect()
+            .await
+            .expect("connect");
             consume(source, store, n).await;
         }
         "kafka" => {
             let source = consumer::kafka::KafkaSource::builder(
-                kafka_brokers(),
+                endurance::kafka_brokers(),
                 format!("g-{destination}"),
-                kafka_topics(destination),
+                endurance::kafka_topics(destination),
             )
             .connect()
             .await

@@ -60,27 +60,6 @@ async fn timed(m: Timed, _tx: &mut PgTx) -> Result<(), Infallible> {
     Ok(())
 }
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
-}
-
-fn kafka_brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-fn amqp_topology(queue: &str) -> consumer::amqp::Topology {
-    consumer::amqp::Topology::new(queue)
-        .expect("queue name")
-        .with_max_retry_delay(Duration::from_millis(256))
-        .with_expires(Duration::from_secs(3600))
-}
-
-fn kafka_topics(topic: &str) -> consumer::kafka::Topics {
-    consumer::kafka::Topics::new(topic)
-        .expect("topic name")
-        .without_retry_topic()
-}
-
 /// One minute's figures, as the child prints them.
 fn minute_line(minute: u64, took: Duration, mut latencies: Vec<u64>) -> String {
     latencies.sort_unstable();
@@ -129,20 +108,22 @@ async fn child(spec: &str) {
     });
     let result = match backend {
         "rabbitmq" => {
-            let source =
-                consumer::amqp::AmqpSource::builder(amqp_url(), amqp_topology(destination))
-                    .connect()
-                    .await
-                    .expect("connect");
+            let source = consumer::amqp::AmqpSource::builder(
+                endurance::amqp_url(),
+                endurance::amqp_topology(destination),
+            )
+            .connect()
+            .await
+            .expect("connect");
             let consumer = Consumer::new(source, store, timed);
             endurance::report_progress(consumer.stats());
             consumer.run_until(std::future::pending()).await
         }
         "kafka" => {
             let source = consumer::kafka::KafkaSource::builder(
-                kafka_brokers(),
+                endurance::kafka_brokers(),
                 format!("g-{destination}"),
-                kafka_topics(destination),
+                endurance::kafka_topics(destination),
             )
             .connect()
             .await
@@ -199,11 +180,11 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
     let name = format!("bench.soak.{}", uuid::Uuid::new_v4().simple());
     let destination = match backend {
         "rabbitmq" => {
-            let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            let conn = lapin::Connection::connect(&endurance::amqp_url(), lapin::ConnectionProperties::default())
                 .await
-                .unwrap_or_else(|e| panic!("RabbitMQ is not reachable at {} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL", amqp_url()));
+                .unwrap_or_else(|e| panic!("RabbitMQ is not reachable at {} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL", endurance::amqp_url()));
             let channel = conn.create_channel().await.expect("channel");
-            amqp_topology(&name)
+            endurance::amqp_topology(&name)
                 .declare(&channel)
                 .await
                 .expect("declare");
@@ -212,10 +193,10 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
         }
         "kafka" => {
             let topic = name.replace('.', "-");
-            kafka_topics(&topic)
-                .create(&kafka_brokers(), 8, 1)
+            endurance::kafka_topics(&topic)
+                .create(&endurance::kafka_brokers(), 8, 1)
                 .await
-                .unwrap_or_else(|e| panic!("creating the topic on Kafka at {} failed ({e}): start it (scripts/services kafka does) or set KAFKA_BROKERS", kafka_brokers()));
+                .unwrap_or_else(|e| panic!("creating the topic on Kafka at {} failed ({e}): start it (scripts/services kafka does) or set KAFKA_BROKERS", endurance::kafka_brokers()));
             topic
         }
         other => panic!("unknown backend {other}: rabbitmq or kafka"),
@@ -237,7 +218,7 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
     });
     let sent = match backend {
         "rabbitmq" => {
-            let publisher = consumer::amqp::AmqpPublisher::builder(amqp_url())
+            let publisher = consumer::amqp::AmqpPublisher::builder(endurance::amqp_url())
                 .connect()
                 .await
                 .expect("a RabbitMQ publisher");
@@ -246,7 +227,7 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
             sent
         }
         _ => {
-            let publisher = consumer::kafka::KafkaPublisher::builder(kafka_brokers())
+            let publisher = consumer::kafka::KafkaPublisher::builder(endurance::kafka_brokers())
                 .connect()
                 .await
                 .expect("publisher");
@@ -275,8 +256,14 @@ async fn soak(backend: &str, minutes: u64, rate: u64, keys: u64) {
         .unwrap_or(-1);
     println!("  dedup rows: {dedup} (one per message: none applied twice, none lost)");
     match backend {
-        "rabbitmq" => endurance::delete_queues(&amqp_url(), &amqp_topology(&destination)).await,
-        _ => endurance::delete_topics(&kafka_brokers(), &destination).await,
+        "rabbitmq" => {
+            endurance::delete_queues(
+                &endurance::amqp_url(),
+                &endurance::amqp_topology(&destination),
+            )
+            .await
+        }
+        _ => endurance::delete_topics(&endurance::kafka_brokers(), &destination).await,
     }
     let _ = schema.drop_schema().await;
 }

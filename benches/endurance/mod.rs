@@ -191,3 +191,30 @@ pub async fn delete_topics(brokers: &str, topic: &str) {
             .await;
     }
 }
+
+/// The RabbitMQ both benches use: `AMQP_URL`, else the local node.
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// The Kafka both benches use: `KAFKA_BROKERS`, else the local broker.
+pub fn kafka_brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+/// The RabbitMQ topology of a run's queue: short retry delays, queues that
+/// outlive a long run by an hour at most.
+pub fn amqp_topology(queue: &str) -> consumer::amqp::Topology {
+    consumer::amqp::Topology::new(queue)
+        .expect("queue name")
+        .with_max_retry_delay(std::time::Duration::from_millis(256))
+        .with_expires(std::time::Duration::from_secs(3600))
+}
+
+/// The Kafka topics of a run's topic: no retry topic (the handlers do not
+/// fail).
+pub fn kafka_topics(topic: &str) -> consumer::kafka::Topics {
+    consumer::kafka::Topics::new(topic)
+        .expect("topic name")
+        .without_retry_topic()
+}
