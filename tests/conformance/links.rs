@@ -123,3 +123,17 @@ pub fn mean_send_between(before: &[Point], after: &[Point]) -> Duration {
     assert!(n1 > n0, "the relay confirmed sends while the link was slow");
     Duration::from_secs_f64((s1 - s0) / (n1 - n0))
 }
+
+/// The relay's mean send duration while the links were slowed
+/// (`messaging.client.operation.duration`) is at least one chunk's delay:
+/// the metric shows the slow link.
+pub fn assert_sends_show_the_slow_link(slow_sends: Option<Duration>) {
+    let mean = slow_sends.expect("measured while slow");
+    println!(
+        "relay sends while slowed: mean {mean:?} (messaging.client.operation.duration; each chunk delayed {SLOW_CHUNK_DELAY:?})"
+    );
+    assert!(
+        mean >= SLOW_CHUNK_DELAY,
+        "the relay's send duration shows the slow link: mean {mean:?}"
+    );
+}
