@@ -192,7 +192,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
 
     /// Runs one claim-publish-mark round; returns the rows claimed.
     pub async fn run_once(&self) -> Result<usize, Error> {
-        let result = match self.claim_and_publish(true).await {
+        let result = match self.claim_and_publish().await {
             Ok(round) => self.finish(round).await,
             Err(e) => Err(e),
         };
@@ -217,17 +217,15 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         self.stats.errors.fetch_add(1, Relaxed);
     }
 
-    /// Releases the scheduled events that fell due (unless `release` is
-    /// false: an overlapping round releases after its commit instead), then
-    /// claims and publishes. What the broker confirmed is not marked yet:
-    /// that is [`finish`](Self::finish), which a relay on PostgreSQL
-    /// overlaps with the next round's claim.
-    async fn claim_and_publish(&self, release: bool) -> Result<Round<DB::ClaimGuard>, Error> {
-        let released = if release {
-            self.release().await
-        } else {
-            Ok(())
-        };
+    /// Releases the scheduled events that fell due, then claims and
+    /// publishes. What the broker confirmed is not marked yet: that is
+    /// [`finish`](Self::finish), which a relay on PostgreSQL overlaps with
+    /// the next round's claim.
+    async fn claim_and_publish(&self) -> Result<Round<DB::ClaimGuard>, Error> {
+        let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
+        if let Ok(r) = &released {
+            self.set_next_due(r.next_due_in);
+        }
         let (guard, rows) = DB::claim(
             &self.outbox,
             &self.pool,
@@ -243,14 +241,6 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             claimed,
             released: released.map(|_| ()),
         })
-    }
-
-    /// Moves the scheduled events that fell due into the table, and notes
-    /// when the next one falls due.
-    async fn release(&self) -> Result<(), Error> {
-        let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await?;
-        self.set_next_due(released.next_due_in);
-        Ok(())
     }
 
     /// Marks what happened to a round's rows and commits, which releases
@@ -313,11 +303,9 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 }
                 backlog_read = Some(Instant::now());
             }
-            // Beside an unfinished round, the release waits for its commit:
-            // the claim path is then the claim alone.
             let overlapped = finishing.is_some();
             let claimed = match self
-                .alongside(&mut finishing, self.claim_and_publish(!overlapped))
+                .alongside(&mut finishing, self.claim_and_publish())
                 .await
             {
                 Ok(round) => {
@@ -326,12 +314,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     // usually ended while this one claimed and published.
                     self.settle(&mut finishing).await;
                     if DB::OVERLAPPING_ROUNDS && claimed > 0 {
-                        let this = &self;
-                        finishing = Some(Box::pin(async move {
-                            let claimed = this.finish(round).await?;
-                            this.release().await?;
-                            Ok(claimed)
-                        }));
+                        finishing = Some(Box::pin(self.finish(round)));
                         Ok(claimed)
                     } else {
                         let result = self.finish(round).await;
