@@ -992,3 +992,45 @@ async fn postgres_a_relay_overlapping_its_rounds_publishes_every_event_once_in_o
     }
     assert_eq!(stats.snapshot().errors, 0);
 }
+
+/// The overlap needs a second connection; a relay whose pool has one only
+/// loses the overlap: its rounds take turns and everything goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_relay_on_a_pool_of_one_connection_still_publishes_everything_in_order() {
+    let pool = pg_pool().await;
+    let aggregates: Vec<String> = (0..40).map(|i| format!("agg-{}", i % 4)).collect();
+    let names: Vec<&str> = aggregates.iter().map(String::as_str).collect();
+    enqueue_pg(&pool, &names).await;
+    let schema: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&pool)
+        .await
+        .expect("schema");
+    let single = consumer::testing::FreshSchema::pool_on(&schema, 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let broker = MemoryBroker::new(4);
+    let relay = OutboxRelay::new(
+        single,
+        Outbox::new().with_default_destination("orders"),
+        broker.clone(),
+    )
+    .with_batch_size(3);
+    let stats = relay.stats();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped = Arc::clone(&stop);
+    let run = tokio::spawn(relay.run_until(async move { stopped.notified().await }));
+    within(async {
+        while Outbox::new().pending(&pool).await.expect("pending") > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polling the table: no event to await
+        }
+    })
+    .await;
+    stop.notify_one();
+    within(run).await.expect("join").expect("relay");
+    let envs = drain(&broker, "orders").await;
+    assert_eq!(envs.len(), 40, "every event exactly once");
+    for (agg, vs) in first_arrivals(&envs, &pg_versions(&pool).await) {
+        assert_eq!(vs, (1..=10).collect::<Vec<i64>>(), "order of {agg}");
+    }
+    assert_eq!(stats.snapshot().errors, 0, "no round failed");
+}
