@@ -3,11 +3,14 @@
 //!
 //! 1. **Relay throughput** (events/s): N events over A aggregates are
 //!    pre-filled (one bulk INSERT, the rows `Outbox::enqueue` writes), then
-//!    drained by `OutboxRelay::run_once` rounds, against a hand-written
-//!    loop: `BEGIN; SELECT ... WHERE published_at IS NULL ORDER BY seq LIMIT
-//!    $1 FOR UPDATE SKIP LOCKED`; publish the batch to a `MemoryBroker`;
-//!    `UPDATE ... SET published_at = now() WHERE id = ANY($1)`; `COMMIT`,
-//!    at the same batch size, with one relay and with two. Per-aggregate
+//!    drained by `OutboxRelay::run_until` (stopped once every event is
+//!    confirmed; it commits its last round before returning), against a
+//!    hand-written loop: `BEGIN; SELECT ... WHERE published_at IS NULL
+//!    ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`; publish the batch to a
+//!    `MemoryBroker`; `UPDATE ... SET published_at = now() WHERE id =
+//!    ANY($1)`; `COMMIT`, at the same batch size, with one relay and with
+//!    two. The pool has two connections per relay (the framework's relay
+//!    commits a round on one while it claims the next on the other). Per-aggregate
 //!    order is checked at the consumer afterwards. A last line runs two
 //!    relays over few aggregates with a broker that takes 0-2 ms to
 //!    confirm, where the textbook loop's batches overtake each other: the
@@ -253,7 +256,7 @@ enum RelaySide {
 impl RelaySide {
     fn name(self) -> &'static str {
         match self {
-            RelaySide::Framework => "OutboxRelay::run_once",
+            RelaySide::Framework => "OutboxRelay::run_until",
             RelaySide::Hand => "hand-written loop",
         }
     }
@@ -300,7 +303,10 @@ struct Drained {
 }
 
 async fn relay_run(side: RelaySide, sc: &Scenario) -> anyhow::Result<Drained> {
-    let schema = Schema::create(u32::try_from(sc.relays)? + 1).await?;
+    // Two connections per relay (a framework relay on PostgreSQL commits a
+    // round on one while it claims the next on the other), one for the
+    // bench; the hand-written loop uses one per relay.
+    let schema = Schema::create(2 * u32::try_from(sc.relays)? + 1).await?;
     schema.prefill(sc.n, sc.aggregates).await?;
     let broker = Broker {
         memory: MemoryBroker::new(4),
@@ -310,22 +316,83 @@ async fn relay_run(side: RelaySide, sc: &Scenario) -> anyhow::Result<Drained> {
     let batch = sc.batch;
 
     let start = Instant::now();
+    let rounds = match side {
+        RelaySide::Framework => {
+            framework_drain(&schema.pool, &outbox, &broker, sc.relays, batch, sc.n).await?
+        }
+        RelaySide::Hand => hand_drain(&schema.pool, &broker, sc.relays, batch).await?,
+    };
+    let wall = start.elapsed();
+
+    if schema.pending().await? != 0 {
+        bail!("{} left events unpublished", side.name());
+    }
+    let inversions = check_order(&broker.memory, sc.n).await?;
+    schema.drop_schema().await?;
+    Ok(Drained {
+        wall,
+        rounds,
+        inversions,
+    })
+}
+
+/// The framework as an application runs it: `run_until` on each relay,
+/// stopped once the relays have had all `n` events confirmed (a relay
+/// stopping finishes its round: marked and committed before it returns).
+async fn framework_drain(
+    pool: &PgPool,
+    outbox: &Outbox,
+    broker: &Broker,
+    relays: usize,
+    batch: u32,
+    n: usize,
+) -> anyhow::Result<u64> {
+    let relays: Vec<_> = (0..relays)
+        .map(|_| {
+            OutboxRelay::new(pool.clone(), outbox.clone(), broker.clone())
+                .with_batch_size(batch)
+                .with_source("/bench/outbox")
+                .with_backlog_interval(Duration::from_secs(3600))
+        })
+        .collect();
+    let stats: Vec<_> = relays.iter().map(OutboxRelay::stats).collect();
+    let all_published = {
+        let stats = stats.clone();
+        move || {
+            let stats = stats.clone();
+            async move {
+                while stats.iter().map(|s| s.snapshot().published).sum::<u64>() < n as u64 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+    };
     let mut tasks = JoinSet::new();
-    for _ in 0..sc.relays {
-        let pool = schema.pool.clone();
+    for relay in relays {
+        tasks.spawn(relay.run_until(all_published()));
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(stats.iter().map(|s| s.snapshot().rounds).sum())
+}
+
+/// The hand-written loop on each relay until the table is empty.
+async fn hand_drain(
+    pool: &PgPool,
+    broker: &Broker,
+    relays: usize,
+    batch: u32,
+) -> anyhow::Result<u64> {
+    let mut tasks = JoinSet::new();
+    for _ in 0..relays {
+        let pool = pool.clone();
         let broker = broker.clone();
-        let outbox = outbox.clone();
         tasks.spawn(async move {
             let mut rounds = 0u64;
-            let relay = OutboxRelay::new(pool.clone(), outbox, broker.clone())
-                .with_batch_size(batch)
-                .with_source("/bench/outbox");
             loop {
                 rounds += 1;
-                let n = match side {
-                    RelaySide::Framework => relay.run_once().await?,
-                    RelaySide::Hand => hand_round(&pool, &broker, batch).await?,
-                };
+                let n = hand_round(&pool, &broker, batch).await?;
                 // An empty round with rows left means another relay holds
                 // them: wait for it rather than stop.
                 if n == 0 {
@@ -346,18 +413,7 @@ async fn relay_run(side: RelaySide, sc: &Scenario) -> anyhow::Result<Drained> {
     while let Some(r) = tasks.join_next().await {
         rounds += r??;
     }
-    let wall = start.elapsed();
-
-    if schema.pending().await? != 0 {
-        bail!("{} left events unpublished", side.name());
-    }
-    let inversions = check_order(&broker.memory, sc.n).await?;
-    schema.drop_schema().await?;
-    Ok(Drained {
-        wall,
-        rounds,
-        inversions,
-    })
+    Ok(rounds)
 }
 
 /// One round of the textbook relay: claim, publish the batch, mark, commit.

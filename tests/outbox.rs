@@ -12,7 +12,7 @@ use consumer::outbox::{Due, ScheduleToken, WakeUp};
 use consumer::{
     Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
     Store,
-    outbox::OutboxDatabase,
+    outbox::{OutboxDatabase, RowOutcome},
     source::{Acker, Source},
 };
 use opentelemetry::trace::TraceContextExt;
@@ -816,4 +816,221 @@ async fn postgres_seq_follows_version_order_within_an_aggregate_under_concurrent
     .expect("query");
     assert_eq!(events, 240);
     assert_eq!(inverted, 0, "a later version got a smaller seq");
+}
+
+/// Enqueues one event per entry, in this order, each in its own
+/// transaction; returns their ids.
+async fn enqueue_pg(pool: &sqlx::PgPool, aggregates: &[&str]) -> Vec<String> {
+    let outbox = Outbox::new().with_default_destination("orders");
+    let mut ids = Vec::new();
+    for (n, agg) in aggregates.iter().enumerate() {
+        let mut tx = pool.begin().await.expect("begin");
+        let ev = NewEvent::new(
+            "Order",
+            *agg,
+            "OrderPlaced",
+            &OrderEvent {
+                order: (*agg).to_owned(),
+                n: u32::try_from(n).expect("few events"),
+            },
+        )
+        .expect("json");
+        ids.push(
+            outbox
+                .enqueue(&mut tx, ev)
+                .await
+                .expect("enqueue")
+                .to_string(),
+        );
+        tx.commit().await.expect("commit");
+    }
+    ids
+}
+
+/// `aggregate-version` of the rows a claim would publish (not held back).
+fn publishable(rows: &[consumer::outbox::Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| !r.held)
+        .map(|r| format!("{}-{}", r.aggregate_id, r.version))
+        .collect()
+}
+
+fn published(rows: &[consumer::outbox::Row]) -> Vec<(consumer::outbox::Row, RowOutcome)> {
+    rows.iter()
+        .map(|r| {
+            let outcome = if r.held {
+                RowOutcome::Skipped
+            } else {
+                RowOutcome::Published
+            };
+            (r.clone(), outcome)
+        })
+        .collect()
+}
+
+/// What a PostgreSQL relay does when it overlaps rounds: it claims round
+/// k+1 on a second connection while round k, published, is not yet marked
+/// and committed. That claim must take neither round k's rows nor any
+/// later event of round k's aggregates (whose earlier event could still
+/// roll back and go out again), while other aggregates flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_beside_an_unfinished_round_leaves_that_rounds_aggregates_alone() {
+    let pool = pg_pool().await;
+    let outbox = Outbox::new();
+    enqueue_pg(&pool, &["a", "b", "a", "b", "a", "c", "c"]).await;
+
+    let (round_k, rows_k) = <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 2)
+        .await
+        .expect("claim k");
+    assert_eq!(publishable(&rows_k), ["a-1", "b-1"]);
+    // Round k is published, not marked: the next claim runs beside it.
+    let (round_next, rows_next) =
+        <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 50)
+            .await
+            .expect("claim k+1");
+    assert_eq!(
+        publishable(&rows_next),
+        ["c-1", "c-2"],
+        "only the aggregates round k does not hold"
+    );
+    <sqlx::Postgres as OutboxDatabase>::finish(&outbox, &pool, round_next, &published(&rows_next))
+        .await
+        .expect("finish k+1");
+    <sqlx::Postgres as OutboxDatabase>::finish(&outbox, &pool, round_k, &published(&rows_k))
+        .await
+        .expect("finish k");
+
+    let (round, rows) = <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 50)
+        .await
+        .expect("claim after k committed");
+    assert_eq!(publishable(&rows), ["a-2", "a-3", "b-2"]);
+    <sqlx::Postgres as OutboxDatabase>::finish(&outbox, &pool, round, &published(&rows))
+        .await
+        .expect("finish");
+    assert_eq!(outbox.pending(&pool).await.expect("pending"), 0);
+}
+
+/// A relay that dies after the broker confirmed a round and before the
+/// round's mark committed (its transaction rolls back): the round's events
+/// are claimed again, first of their aggregates, and nothing behind them
+/// overtakes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_round_lost_between_publish_and_mark_goes_out_again_first() {
+    let pool = pg_pool().await;
+    let outbox = Outbox::new();
+    enqueue_pg(&pool, &["a", "b", "a", "b"]).await;
+
+    let (round_k, rows_k) = <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 2)
+        .await
+        .expect("claim k");
+    assert_eq!(publishable(&rows_k), ["a-1", "b-1"]);
+    let (round_next, rows_next) =
+        <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 50)
+            .await
+            .expect("claim k+1");
+    assert!(
+        publishable(&rows_next).is_empty(),
+        "a-2 and b-2 wait for a-1 and b-1"
+    );
+    <sqlx::Postgres as OutboxDatabase>::finish(&outbox, &pool, round_next, &published(&rows_next))
+        .await
+        .expect("finish k+1");
+    // The crash: round k's transaction ends without its mark.
+    round_k.rollback().await.expect("rollback");
+
+    let (round, rows) = <sqlx::Postgres as OutboxDatabase>::claim(&outbox, &pool, "r", 50)
+        .await
+        .expect("claim again");
+    assert_eq!(publishable(&rows), ["a-1", "a-2", "b-1", "b-2"]);
+    <sqlx::Postgres as OutboxDatabase>::finish(&outbox, &pool, round, &published(&rows))
+        .await
+        .expect("finish");
+    assert_eq!(outbox.pending(&pool).await.expect("pending"), 0);
+}
+
+/// One relay overlapping its rounds (batches smaller than an aggregate's
+/// run, so each claim meets the aggregates of the round still committing):
+/// every event once, each aggregate in version order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_relay_overlapping_its_rounds_publishes_every_event_once_in_order() {
+    let pool = pg_pool().await;
+    let aggregates: Vec<String> = (0..120).map(|i| format!("agg-{}", i % 4)).collect();
+    let names: Vec<&str> = aggregates.iter().map(String::as_str).collect();
+    enqueue_pg(&pool, &names).await;
+    let broker = MemoryBroker::new(4);
+    let relay = OutboxRelay::new(
+        pool.clone(),
+        Outbox::new().with_default_destination("orders"),
+        broker.clone(),
+    )
+    .with_batch_size(6)
+    .with_wake_up(WakeUp::Poll {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(2),
+    });
+    let stats = relay.stats();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped = Arc::clone(&stop);
+    let run = tokio::spawn(relay.run_until(async move { stopped.notified().await }));
+    within(async {
+        while Outbox::new().pending(&pool).await.expect("pending") > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polling the table: no event to await
+        }
+    })
+    .await;
+    stop.notify_one();
+    within(run).await.expect("join").expect("relay");
+    let envs = drain(&broker, "orders").await;
+    assert_eq!(
+        envs.len(),
+        120,
+        "every event exactly once (no failure, no crash)"
+    );
+    let got = first_arrivals(&envs, &pg_versions(&pool).await);
+    for (agg, vs) in got {
+        assert_eq!(vs, (1..=30).collect::<Vec<i64>>(), "order of {agg}");
+    }
+    assert_eq!(stats.snapshot().errors, 0);
+}
+
+/// The overlap needs a second connection; a relay whose pool has one only
+/// loses the overlap: its rounds take turns and everything goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_relay_on_a_pool_of_one_connection_still_publishes_everything_in_order() {
+    let pool = pg_pool().await;
+    let aggregates: Vec<String> = (0..40).map(|i| format!("agg-{}", i % 4)).collect();
+    let names: Vec<&str> = aggregates.iter().map(String::as_str).collect();
+    enqueue_pg(&pool, &names).await;
+    let schema: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&pool)
+        .await
+        .expect("schema");
+    let single = consumer::testing::FreshSchema::pool_on(&schema, 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let broker = MemoryBroker::new(4);
+    let relay = OutboxRelay::new(
+        single,
+        Outbox::new().with_default_destination("orders"),
+        broker.clone(),
+    )
+    .with_batch_size(3);
+    let stats = relay.stats();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped = Arc::clone(&stop);
+    let run = tokio::spawn(relay.run_until(async move { stopped.notified().await }));
+    within(async {
+        while Outbox::new().pending(&pool).await.expect("pending") > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polling the table: no event to await
+        }
+    })
+    .await;
+    stop.notify_one();
+    within(run).await.expect("join").expect("relay");
+    let envs = drain(&broker, "orders").await;
+    assert_eq!(envs.len(), 40, "every event exactly once");
+    for (agg, vs) in first_arrivals(&envs, &pg_versions(&pool).await) {
+        assert_eq!(vs, (1..=10).collect::<Vec<i64>>(), "order of {agg}");
+    }
+    assert_eq!(stats.snapshot().errors, 0, "no round failed");
 }

@@ -183,6 +183,15 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     type ClaimGuard: Send;
 
+    /// Whether a relay may claim its next batch while the previous one is
+    /// still being marked and committed. True only where an unfinished
+    /// claim keeps its rows and aggregates from every other claim
+    /// (PostgreSQL: row locks and advisory locks until commit); SQLite's
+    /// claim reads outside a transaction, so a second claim would take the
+    /// same rows again.
+    #[doc(hidden)]
+    const OVERLAPPING_ROUNDS: bool;
+
     /// Claims up to `batch` rows, ordered by aggregate then version.
     #[doc(hidden)]
     fn claim(

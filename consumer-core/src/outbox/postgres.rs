@@ -303,6 +303,10 @@ impl OutboxDatabase for Postgres {
 
     type ClaimGuard = sqlx::Transaction<'static, Postgres>;
 
+    // Round k's rows stay row-locked and its aggregates advisory-locked
+    // until its commit: a claim on a second connection skips them.
+    const OVERLAPPING_ROUNDS: bool = true;
+
     async fn claim(
         outbox: &Outbox,
         pool: &Pool<Self>,

@@ -3,6 +3,7 @@
 //! never two events of one aggregate in flight.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -191,24 +192,36 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
 
     /// Runs one claim-publish-mark round; returns the rows claimed.
     pub async fn run_once(&self) -> Result<usize, Error> {
-        let result = self.round().await;
-        self.stats.rounds.fetch_add(1, Relaxed);
-        match &result {
-            Ok(n) => {
-                self.stats.claimed.fetch_add(*n as u64, Relaxed);
-            }
-            Err(_) => {
-                self.metrics().round_failed();
-                self.stats.errors.fetch_add(1, Relaxed);
-            }
-        }
+        let result = match self.claim_and_publish().await {
+            Ok(round) => self.finish(round).await,
+            Err(e) => Err(e),
+        };
+        self.count(&result);
         result
     }
 
-    /// Releases the scheduled events that fell due, then claims, publishes
-    /// and marks. A release that fails does not stop the claim (the
-    /// events already in the table go out), but fails the round.
-    async fn round(&self) -> Result<usize, Error> {
+    /// Counts a round that ended, well or not.
+    fn count(&self, result: &Result<usize, Error>) {
+        match result {
+            Ok(n) => {
+                self.stats.rounds.fetch_add(1, Relaxed);
+                self.stats.claimed.fetch_add(*n as u64, Relaxed);
+            }
+            Err(_) => self.count_failed(),
+        }
+    }
+
+    fn count_failed(&self) {
+        self.stats.rounds.fetch_add(1, Relaxed);
+        self.metrics().round_failed();
+        self.stats.errors.fetch_add(1, Relaxed);
+    }
+
+    /// Releases the scheduled events that fell due, then claims and
+    /// publishes. What the broker confirmed is not marked yet: that is
+    /// [`finish`](Self::finish), which a relay on PostgreSQL overlaps with
+    /// the next round's claim.
+    async fn claim_and_publish(&self) -> Result<Round<DB::ClaimGuard>, Error> {
         let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
         if let Ok(r) = &released {
             self.set_next_due(r.next_due_in);
@@ -220,11 +233,23 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             i64::from(self.batch),
         )
         .await?;
-        let n = rows.len();
+        let claimed = rows.len();
         let outcomes = self.publish_in_order(rows).await;
-        DB::finish(&self.outbox, &self.pool, guard, &outcomes).await?;
-        released?;
-        Ok(n)
+        Ok(Round {
+            guard,
+            outcomes,
+            claimed,
+            released: released.map(|_| ()),
+        })
+    }
+
+    /// Marks what happened to a round's rows and commits, which releases
+    /// its claim. A release that failed does not stop the claim (the
+    /// events already in the table go out), but fails the round.
+    async fn finish(&self, round: Round<DB::ClaimGuard>) -> Result<usize, Error> {
+        DB::finish(&self.outbox, &self.pool, round.guard, &round.outcomes).await?;
+        round.released?;
+        Ok(round.claimed)
     }
 
     /// Remembers when the next scheduled event falls due (zero: some are
@@ -247,31 +272,70 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// that is down) are logged and retried; nothing is marked published
     /// that the broker did not confirm.
     ///
+    /// On PostgreSQL a round's marking and commit run while the next round
+    /// claims and publishes, on a second connection of the pool (a relay
+    /// uses two): the unfinished round keeps its rows row-locked and its
+    /// aggregates advisory-locked until it commits, so the next claim skips
+    /// them, exactly as another relay's claim would. SQLite rounds run one
+    /// after the other.
+    ///
     /// Shutdown is graceful: a round in progress is finished (its
     /// confirmed events marked published) before the relay returns, and no
     /// new round starts. What is left stays in the table for the next
     /// start. A relay that is killed instead loses nothing either: its
-    /// round's transaction rolls back and the events are published again.
+    /// rounds' transactions roll back and the events are published again.
     pub async fn run_until<F: Future<Output = ()> + Send>(self, shutdown: F) -> Result<(), Error> {
         let WakeUp::Poll { min, max } = self.wake;
         let mut wait = min;
         let mut backlog_read: Option<Instant> = None;
+        // The previous round, marking and committing (at most one).
+        let mut finishing: Option<Finishing<'_>> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 biased;
-                () = &mut shutdown => return Ok(()),
+                () = &mut shutdown => break,
                 () = std::future::ready(()) => {}
             }
             if backlog_read.is_none_or(|at| at.elapsed() >= self.backlog_every) {
-                if let Err(e) = self.read_backlog().await {
+                if let Err(e) = self.alongside(&mut finishing, self.read_backlog()).await {
                     tracing::debug!(target: "consumer::outbox", error = %e, "could not count the outbox backlog");
                 }
                 backlog_read = Some(Instant::now());
             }
-            match self.run_once().await {
+            let overlapped = finishing.is_some();
+            let claimed = match self
+                .alongside(&mut finishing, self.claim_and_publish())
+                .await
+            {
+                Ok(round) => {
+                    let claimed = round.claimed;
+                    // One round finishing at a time; its commit has
+                    // usually ended while this one claimed and published.
+                    self.settle(&mut finishing).await;
+                    if DB::OVERLAPPING_ROUNDS && claimed > 0 {
+                        finishing = Some(Box::pin(self.finish(round)));
+                        Ok(claimed)
+                    } else {
+                        let result = self.finish(round).await;
+                        self.count(&result);
+                        result
+                    }
+                }
+                Err(e) => {
+                    self.count_failed();
+                    Err(e)
+                }
+            };
+            match claimed {
                 Ok(n) if n >= self.batch as usize => {
                     wait = min;
+                    continue;
+                }
+                // Nothing claimable while our previous round still held its
+                // aggregates: claim again once it has committed.
+                Ok(0) if overlapped => {
+                    self.settle(&mut finishing).await;
                     continue;
                 }
                 Ok(0) => wait = wait.saturating_mul(2).min(max),
@@ -281,12 +345,66 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     wait = max.max(Duration::from_millis(100));
                 }
             }
-            tokio::select! {
-                biased;
-                () = &mut shutdown => return Ok(()),
-                () = self.waker.notified() => wait = min,
-                () = tokio::time::sleep(self.idle_wait(wait)) => {}
+            // The unfinished round commits while the relay waits.
+            let idle = self.idle_wait(wait);
+            let woke = self
+                .alongside(&mut finishing, async {
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => Woke::Shutdown,
+                        () = self.waker.notified() => Woke::Waker,
+                        () = tokio::time::sleep(idle) => Woke::Timeout,
+                    }
+                })
+                .await;
+            match woke {
+                Woke::Shutdown => break,
+                Woke::Waker => wait = min,
+                Woke::Timeout => {}
             }
+        }
+        self.settle(&mut finishing).await;
+        Ok(())
+    }
+
+    /// Runs `work` while the unfinished round (if any) goes on marking and
+    /// committing; counts that round when it ends.
+    async fn alongside<T>(
+        &self,
+        finishing: &mut Option<Finishing<'_>>,
+        work: impl Future<Output = T>,
+    ) -> T {
+        tokio::pin!(work);
+        loop {
+            let Some(round) = finishing.as_mut() else {
+                return work.await;
+            };
+            let first = tokio::select! {
+                result = round => First::Finished(result),
+                out = &mut work => First::Work(out),
+            };
+            match first {
+                First::Finished(result) => {
+                    *finishing = None;
+                    self.finished(&result);
+                }
+                First::Work(out) => return out,
+            }
+        }
+    }
+
+    /// Waits for the unfinished round (if any) to commit.
+    async fn settle(&self, finishing: &mut Option<Finishing<'_>>) {
+        if let Some(round) = finishing.take() {
+            let result = round.await;
+            self.finished(&result);
+        }
+    }
+
+    fn finished(&self, result: &Result<usize, Error>) {
+        self.count(result);
+        if let Err(e) = result {
+            tracing::warn!(target: "consumer::outbox", error = %e, "relay round failed; its events will be published again");
         }
     }
 
@@ -395,6 +513,29 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             give_up,
         }
     }
+}
+
+/// A round whose events went out (or did not), its outcomes not yet
+/// written.
+struct Round<G> {
+    guard: G,
+    outcomes: Vec<(Row, RowOutcome)>,
+    claimed: usize,
+    released: Result<(), Error>,
+}
+
+/// A round marking and committing while the relay goes on.
+type Finishing<'a> = Pin<Box<dyn Future<Output = Result<usize, Error>> + Send + 'a>>;
+
+enum First<R, W> {
+    Finished(R),
+    Work(W),
+}
+
+enum Woke {
+    Shutdown,
+    Waker,
+    Timeout,
 }
 
 /// How long a row waited for the broker's confirmation at `now_ms`: since

@@ -257,6 +257,10 @@ impl OutboxDatabase for Sqlite {
 
     type ClaimGuard = ();
 
+    // The claim reads outside a transaction: until finish marks them, a
+    // second claim would take the same rows.
+    const OVERLAPPING_ROUNDS: bool = false;
+
     async fn claim(
         outbox: &Outbox,
         pool: &Pool<Self>,
