@@ -155,3 +155,54 @@ impl Partition {
         self.ready.len() + self.delayed.len() + self.unacked.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(offset: u64) -> Stored {
+        Stored {
+            offset,
+            message: Message::raw(offset.to_string().into_bytes()),
+            at: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn settles_out_of_order_leave_holes_that_a_redelivery_fills_and_the_ends_drop() {
+        let mut u = Unacked::default();
+        for offset in 0..5 {
+            u.hold(stored(offset));
+        }
+        assert!(u.take(2).is_some());
+        assert!(u.take(2).is_none(), "settled once");
+        assert_eq!(u.len(), 4);
+        // Released, then delivered again: back in its hole.
+        u.hold(stored(2));
+        assert_eq!(u.len(), 5);
+        assert!(u.take(0).is_some());
+        assert_eq!(u.front().map(|s| s.offset), Some(1));
+        assert!(u.take(4).is_some());
+        assert!(u.take(3).is_some());
+        assert_eq!(u.slots.len(), 2, "holes at either end go at once");
+        let left: Vec<u64> = u.take_all().map(|s| s.offset).collect();
+        assert_eq!(left, [1, 2]);
+        assert_eq!(u.len(), 0);
+    }
+
+    #[test]
+    fn one_delivery_held_long_does_not_keep_a_hole_per_later_settle() {
+        let mut u = Unacked::default();
+        for offset in 0..=1_000 {
+            u.hold(stored(offset));
+        }
+        // 0 and 1 000 stay held; everything between settles.
+        for offset in 1..1_000 {
+            assert!(u.take(offset).is_some());
+            assert!(u.slots.len() <= 2 * u.len() + 64 + 1, "{}", u.slots.len());
+        }
+        assert_eq!(u.len(), 2);
+        let left: Vec<u64> = u.take_all().map(|s| s.offset).collect();
+        assert_eq!(left, [0, 1_000]);
+    }
+}
