@@ -29,6 +29,7 @@ mod publisher;
 mod source;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -63,7 +64,19 @@ pub struct MemoryBroker {
 struct Inner {
     state: Mutex<State>,
     notify: Notify,
+    /// Tasks registered on `notify` (see [`MemoryBroker::wake`]).
+    waiting: AtomicUsize,
     partitions: usize,
+}
+
+/// A task registered on the broker's wake-ups; unregisters on drop (a
+/// waiter whose future is dropped too).
+pub(super) struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -114,6 +127,7 @@ impl MemoryBroker {
                     max_dead_letter_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 }),
                 notify: Notify::new(),
+                waiting: AtomicUsize::new(0),
                 partitions: partitions.max(1),
             }),
         }
@@ -142,6 +156,25 @@ impl MemoryBroker {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a task that is about to wait on `inner.notify`: call it
+    /// before `enable`, and before looking at the state under the lock.
+    pub(super) fn waiting(&self) -> Waiting<'_> {
+        self.inner.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.inner.waiting)
+    }
+
+    /// Wakes the waiting tasks after a change of the state, made under the
+    /// lock and let go before this call. Only a registered waiter pays
+    /// for the wake-up (the notifier's lock and the waiters' list): one
+    /// that registered before looking at the state under the lock is seen
+    /// here (the lock orders its registration before this load), and one
+    /// that looked after the change saw it.
+    fn wake(&self) {
+        if self.inner.waiting.load(Ordering::Relaxed) > 0 {
+            self.inner.notify.notify_waiters();
+        }
     }
 
     /// The index of topic `name`, created with `partitions` partitions if
@@ -209,7 +242,7 @@ impl MemoryBroker {
             let offset = t.partitions[partition].append(message);
             LogOffset { partition, offset }
         };
-        self.inner.notify.notify_waiters();
+        self.wake();
         Ok(position)
     }
 
@@ -249,6 +282,7 @@ impl MemoryBroker {
 
     /// Waits until `topic` has no message left to settle.
     pub async fn wait_drained(&self, topic: &str) {
+        let _waiting = self.waiting();
         loop {
             let notified = self.inner.notify.notified();
             tokio::pin!(notified);
@@ -271,7 +305,7 @@ impl MemoryBroker {
                 t.dead_letters.push(letter.clone());
             }
         }
-        self.inner.notify.notify_waiters();
+        self.wake();
         Ok(())
     }
 
@@ -295,7 +329,7 @@ impl MemoryBroker {
                 p.delayed.push((due, copy.clone()));
             }
         }
-        self.inner.notify.notify_waiters();
+        self.wake();
         Ok(())
     }
 
@@ -318,7 +352,7 @@ impl MemoryBroker {
                 p.requeue(stored);
             }
         }
-        self.inner.notify.notify_waiters();
+        self.wake();
     }
 }
 

@@ -64,7 +64,9 @@ impl MemorySource {
         let Some(topic) = state.topics.get_mut(self.index) else {
             return Err(None);
         };
-        let now = Instant::now();
+        // Read only when a partition holds retries: a clock read per take
+        // costs more than the rest of the take.
+        let mut now = None;
         let mut next_due: Option<Instant> = None;
         for step in 0..n {
             let index = (topic.cursor + step) % n;
@@ -72,9 +74,11 @@ impl MemorySource {
             if p.owner.is_some_and(|o| o != self.id) {
                 continue;
             }
-            p.promote_due(now);
-            if let Some(due) = p.next_due() {
-                next_due = Some(next_due.map_or(due, |n| n.min(due)));
+            if !p.delayed.is_empty() {
+                p.promote_due(*now.get_or_insert_with(Instant::now));
+                if let Some(due) = p.next_due() {
+                    next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                }
             }
             if p.unacked.len() >= self.max_per_partition {
                 // Full: a settle wakes the source.
@@ -156,6 +160,7 @@ impl Source for MemorySource {
             if let Ok(delivery) = self.try_take() {
                 return Ok(Some(delivery));
             }
+            let _waiting = self.broker.waiting();
             let notified = self.broker.inner.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -184,8 +189,7 @@ impl Drop for MemorySource {
             if let Some(t) = state.topics.get_mut(self.index) {
                 for p in &mut t.partitions {
                     if p.owner == Some(self.id) {
-                        let unacked = std::mem::take(&mut p.unacked);
-                        for s in unacked {
+                        for s in p.unacked.take_all() {
                             p.requeue(s);
                         }
                         p.owner = None;
@@ -193,7 +197,7 @@ impl Drop for MemorySource {
                 }
             }
         }
-        self.broker.inner.notify.notify_waiters();
+        self.broker.wake();
     }
 }
 

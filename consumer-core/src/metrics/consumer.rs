@@ -1,6 +1,6 @@
 //! The instruments of one consumer, recorded by the runtime.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
@@ -18,8 +18,12 @@ type Attrs = SmallVec<[KeyValue; 8]>;
 pub(crate) struct ConsumerMetrics {
     series: SourceSeries,
     server: Option<(Value, i64)>,
-    /// The attribute sets of each destination seen, built once (a
-    /// consumer reads a handful of destinations: a scan beats hashing).
+    /// The attribute sets of the first destination seen, built once and
+    /// read without a lock: most consumers read one destination, and every
+    /// delivery looks its sets up several times.
+    first: OnceLock<Series>,
+    /// The attribute sets of the other destinations (a consumer reads a
+    /// handful of destinations: a scan beats hashing).
     destinations: RwLock<Vec<Series>>,
     process: Histogram<f64>,
     operation: Histogram<f64>,
@@ -47,8 +51,10 @@ struct Series {
     received: Box<[KeyValue]>,
     /// `base`, the server, `ack`, `settle`: a successful ack.
     acked: Box<[KeyValue]>,
-    /// `base`, the server, `process`, and each handler: a successful
-    /// attempt.
+    /// `base`, the server, `process`, and the first handler seen: a
+    /// successful attempt, read without a lock.
+    processed_first: OnceLock<HandlerSet>,
+    /// The same for each other handler.
     processed: RwLock<Vec<HandlerSet>>,
 }
 
@@ -73,6 +79,7 @@ impl ConsumerMetrics {
         let source = gauges.map(|g| super::source::register(meter, &series, &g));
         Self {
             server: server.map(|(a, p)| (Value::from(a.to_owned()), i64::from(p))),
+            first: OnceLock::new(),
             destinations: RwLock::default(),
             process: catalogue::PROCESS_DURATION.histogram(meter),
             operation: catalogue::CLIENT_OPERATION_DURATION.histogram(meter),
@@ -94,6 +101,10 @@ impl ConsumerMetrics {
     /// Runs `f` with the attribute sets of `destination`, building them
     /// the first time it is seen.
     fn with_series<T>(&self, destination: &str, f: impl FnOnce(&Series) -> T) -> T {
+        let first = self.first.get_or_init(|| self.new_series(destination));
+        if &*first.destination == destination {
+            return f(first);
+        }
         {
             let all = self
                 .destinations
@@ -138,6 +149,7 @@ impl ConsumerMetrics {
             base: base.into_iter().collect(),
             received: received.into_iter().collect(),
             acked: acked.into_iter().collect(),
+            processed_first: OnceLock::new(),
             processed: RwLock::default(),
         }
     }
@@ -179,8 +191,11 @@ impl ConsumerMetrics {
                     .map_or(0, |d| d.as_nanos());
                 let age_ns =
                     i128::try_from(now).unwrap_or(i128::MAX) - produced.unix_timestamp_nanos();
+                // Through u64: converting an i128 to f64 is a library call
+                // that costs more than the clock read.
+                let age_ns = u64::try_from(age_ns.max(0)).unwrap_or(u64::MAX);
                 #[allow(clippy::cast_precision_loss)]
-                let age = age_ns.max(0) as f64 / 1e9;
+                let age = age_ns as f64 / 1e9;
                 self.critical_time.record(age, &s.base);
             }
         });
@@ -210,6 +225,13 @@ impl ConsumerMetrics {
 
     /// A successful attempt of `handler`, on the set built for it.
     fn record_processed(&self, s: &Series, handler: &'static str, took: f64) {
+        let (first, a) = s
+            .processed_first
+            .get_or_init(|| (handler, self.processed_set(s, handler)));
+        if *first == handler {
+            self.process.record(took, a);
+            return;
+        }
         {
             let sets = s
                 .processed
@@ -220,17 +242,23 @@ impl ConsumerMetrics {
                 return;
             }
         }
-        let mut a = self.with_server(s.base.iter().cloned().collect());
-        a.push(KeyValue::new(attr::OPERATION_NAME, operation::PROCESS));
-        a.push(KeyValue::new(attr::HANDLER, handler));
+        let a = self.processed_set(s, handler);
         self.process.record(took, &a);
         let mut sets = s
             .processed
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !sets.iter().any(|(h, _)| *h == handler) {
-            sets.push((handler, a.into_iter().collect()));
+            sets.push((handler, a));
         }
+    }
+
+    /// The attribute set of a successful attempt of `handler`.
+    fn processed_set(&self, s: &Series, handler: &'static str) -> Box<[KeyValue]> {
+        let mut a = self.with_server(s.base.iter().cloned().collect());
+        a.push(KeyValue::new(attr::OPERATION_NAME, operation::PROCESS));
+        a.push(KeyValue::new(attr::HANDLER, handler));
+        a.into_iter().collect()
     }
 
     /// A settle operation (`ack`, `release`, `dead_letter`, `retry`) ended.

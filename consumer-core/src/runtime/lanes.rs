@@ -28,7 +28,30 @@ use crate::envelope::Envelope;
 
 /// Queued jobs by lane id (the keyed hash of their partition key): one
 /// hash per delivery, and no copy of the key.
-type Lanes<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
+type Queues<A> = HashMap<u64, VecDeque<Job<A>>, BuildHasherDefault<LaneIdHasher>>;
+
+/// The lanes' queues, and the emptied queues of lanes that ended, kept for
+/// the next lanes to start: keys come and go all the time, and a queue
+/// allocated and grown afresh for each new lane costs more than the rest
+/// of the hand-over.
+struct Lanes<A> {
+    queues: Queues<A>,
+    spare: Vec<VecDeque<Job<A>>>,
+}
+
+impl<A> Default for Lanes<A> {
+    fn default() -> Self {
+        Self {
+            queues: Queues::default(),
+            spare: Vec::new(),
+        }
+    }
+}
+
+/// Spare queues kept at most, and the largest capacity kept (a queue a
+/// backlog grew is let go): a bound on what the spares hold.
+const MAX_SPARE: usize = 256;
+const MAX_SPARE_CAPACITY: usize = 16;
 
 /// Hashes a lane id, already a keyed hash, as itself.
 #[derive(Default)]
@@ -103,13 +126,14 @@ impl<A> LaneTable<A> {
     pub(super) fn enqueue(&self, job: Job<A>) -> Option<(u64, Job<A>)> {
         let lane = self.lane_keys.hash_one(lane_key(&job.envelope));
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        match lanes.entry(lane) {
+        let Lanes { queues, spare } = &mut *lanes;
+        match queues.entry(lane) {
             Entry::Occupied(mut queue) => {
                 queue.get_mut().push_back(job);
                 None
             }
             Entry::Vacant(slot) => {
-                slot.insert(VecDeque::new());
+                slot.insert(spare.pop().unwrap_or_default());
                 Some((lane, job))
             }
         }
@@ -165,11 +189,15 @@ impl<A> LaneTable<A> {
     /// lane (the key's next delivery starts a new one).
     pub(super) fn next_in_lane(&self, lane: u64) -> Option<Job<A>> {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        match lanes.entry(lane) {
+        let Lanes { queues, spare } = &mut *lanes;
+        match queues.entry(lane) {
             Entry::Occupied(mut queue) => {
                 let next = queue.get_mut().pop_front();
                 if next.is_none() {
-                    queue.remove();
+                    let emptied = queue.remove();
+                    if spare.len() < MAX_SPARE && emptied.capacity() <= MAX_SPARE_CAPACITY {
+                        spare.push(emptied);
+                    }
                 }
                 next
             }

@@ -318,7 +318,6 @@ where
     // dropped on return, as the drain waits for every permit.
     let mut reserve: Option<OwnedSemaphorePermit> = None;
     loop {
-        while lanes.try_join_next().is_some() {}
         let permit = tokio::select! {
             biased;
             () = &mut shutdown => return Ok(()),
@@ -349,6 +348,11 @@ where
                 if let Some((lane, first)) = worker.lanes.enqueue(job)
                     && let Some((lane, first)) = worker.lanes.hand_to_idle(lane, first)
                 {
+                    // Lane tasks end only at shutdown (or in a panic
+                    // outside the handler's guard): reaping the ended
+                    // ones where a task is added keeps the set bounded
+                    // without a look at it per delivery.
+                    while lanes.try_join_next().is_some() {}
                     lanes.spawn(Arc::clone(worker).run_lanes(lane, first));
                 }
             }

@@ -87,6 +87,14 @@ pub enum TraceContextError {
 /// `Ok(None)` when there is none; `Err` when there is one that cannot be
 /// used (the caller logs it and starts a root span).
 pub fn extract(headers: &Headers) -> Result<Option<Context>, TraceContextError> {
+    // Most deliveries carry neither header: one pass says so.
+    let carried = headers.iter_bytes().any(|(name, _)| {
+        name.eq_ignore_ascii_case(names::TRACEPARENT.as_bytes())
+            || name.eq_ignore_ascii_case(TRACE_METADATA.as_bytes())
+    });
+    if !carried {
+        return Ok(None);
+    }
     let traceparent = match headers.get(names::TRACEPARENT) {
         Ok(None) => return extract_trace_metadata(headers),
         Ok(Some(v)) => v,
