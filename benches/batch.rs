@@ -29,6 +29,7 @@
 //! ```text
 //! cargo bench --bench batch                    # 20 000 messages, 4 rounds
 //! BENCH_BATCH_N=5000 BENCH_BATCH_ROUNDS=2 cargo bench --bench batch
+//! BENCH_BATCH_SIZES=50 BENCH_BATCH_PER_MESSAGE=0 BENCH_BATCH_KEYS=1024 cargo bench --bench batch
 //! ```
 
 use std::collections::HashSet;
@@ -50,6 +51,8 @@ use tokio::task::JoinSet;
 #[path = "payments/mod.rs"]
 mod payments;
 
+/// Keys (accounts) the messages are spread over, and the framework's
+/// `max_in_flight` (`BENCH_BATCH_KEYS` overrides it).
 const KEYS: usize = 256;
 const CONNECTIONS: u32 = 8;
 /// The batch wait both batched sides use.
@@ -117,11 +120,11 @@ struct Run {
     batches: u64,
 }
 
-async fn run(side: Side, n: usize) -> anyhow::Result<Run> {
+async fn run(side: Side, n: usize, keys: usize) -> anyhow::Result<Run> {
     let schema = Schema::create_named("bench_batch_h", CONNECTIONS).await?;
     let broker = MemoryBroker::new(8);
     for i in 0..n {
-        let account = format!("acct-{:03}", i % KEYS);
+        let account = format!("acct-{:03}", i % keys);
         let payment = Payment {
             id: format!("pay-{i}"),
             account: account.clone(),
@@ -142,7 +145,7 @@ async fn run(side: Side, n: usize) -> anyhow::Result<Run> {
     let wall = Instant::now();
     let stats = match side {
         Side::PerMessage => {
-            let c = Consumer::new(broker.source(TOPIC), store, record).with_max_in_flight(KEYS);
+            let c = Consumer::new(broker.source(TOPIC), store, record).with_max_in_flight(keys);
             let stats = c.stats();
             c.run_until(async move { drained.wait_drained(TOPIC).await })
                 .await?;
@@ -154,7 +157,7 @@ async fn run(side: Side, n: usize) -> anyhow::Result<Run> {
                 .with_max_batch(b)
                 .with_max_wait(MAX_WAIT)
                 .with_max_concurrent_batches(CONCURRENT_BATCHES);
-            let c = Consumer::new(broker.source(TOPIC), store, handler).with_max_in_flight(KEYS);
+            let c = Consumer::new(broker.source(TOPIC), store, handler).with_max_in_flight(keys);
             let stats = c.stats();
             c.run_until(async move { drained.wait_drained(TOPIC).await })
                 .await?;
@@ -283,20 +286,32 @@ fn main() -> anyhow::Result<()> {
     };
     let n = var("BENCH_BATCH_N", 20_000)?;
     let rounds = var("BENCH_BATCH_ROUNDS", 4)?;
-    if n == 0 || rounds == 0 {
-        bail!("BENCH_BATCH_N and BENCH_BATCH_ROUNDS must be at least 1");
+    let keys = var("BENCH_BATCH_KEYS", KEYS)?;
+    let per_message = var("BENCH_BATCH_PER_MESSAGE", 1)? != 0;
+    let sizes: Vec<usize> = match std::env::var("BENCH_BATCH_SIZES") {
+        Ok(v) => v
+            .split(',')
+            .map(|b| b.trim().parse())
+            .collect::<Result<_, _>>()
+            .with_context(|| {
+                format!("BENCH_BATCH_SIZES must be batch sizes like 50,10, not {v:?}")
+            })?,
+        Err(_) => vec![50, 10],
+    };
+    if n == 0 || rounds == 0 || keys == 0 || sizes.contains(&0) {
+        bail!("BENCH_BATCH_N, _ROUNDS, _KEYS and _SIZES must be at least 1");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let sides = [
-        Side::PerMessage,
-        Side::Batched(50),
-        Side::Raw(50),
-        Side::Batched(10),
-        Side::Raw(10),
-    ];
+    let mut sides = Vec::new();
+    if per_message {
+        sides.push(Side::PerMessage);
+    }
+    for b in sizes {
+        sides.extend([Side::Batched(b), Side::Raw(b)]);
+    }
     let mut results: Vec<(Side, Vec<Run>)> = sides.iter().map(|s| (*s, Vec::new())).collect();
     for round in 0..rounds {
         // ABBA: forward, then backward, so a drift favours no side.
@@ -306,12 +321,12 @@ fn main() -> anyhow::Result<()> {
             (0..sides.len()).rev().collect()
         };
         for i in order {
-            let r = rt.block_on(run(results[i].0, n))?;
+            let r = rt.block_on(run(results[i].0, n, keys))?;
             results[i].1.push(r);
         }
     }
     println!(
-        "batched vs per-message and raw sqlx on PostgreSQL: {n} messages, {KEYS} keys, \
+        "batched vs per-message and raw sqlx on PostgreSQL: {n} messages, {keys} keys, \
          {CONNECTIONS} connections, {CONCURRENT_BATCHES} batches at once, best of {rounds} (ABBA)"
     );
     println!();
@@ -330,7 +345,10 @@ fn main() -> anyhow::Result<()> {
             .find(|(s, _)| matches!(s, Side::Raw(x) if *x == b))
             .map(|(_, rs)| rate(rs))
     };
-    let base = rate(&results[0].1);
+    let base = results
+        .iter()
+        .find(|(s, _)| matches!(s, Side::PerMessage))
+        .map(|(_, rs)| rate(rs));
     for (side, rs) in &results {
         let r = rate(rs);
         let cpu = rs
@@ -346,10 +364,10 @@ fn main() -> anyhow::Result<()> {
             Side::PerMessage => String::new(),
         };
         println!(
-            "| {} | {r:.0} | {cpu:.1} µs | {:.1} | {:.2}× | {vs_raw} |",
+            "| {} | {r:.0} | {cpu:.1} µs | {:.1} | {} | {vs_raw} |",
             side.label(),
             n as f64 / batches,
-            r / base
+            base.map_or_else(|| "-".to_owned(), |base| format!("{:.2}×", r / base)),
         );
     }
     println!();
