@@ -63,7 +63,12 @@ impl Schema {
     /// The schema, with a pool of `connections` all opened, so no side
     /// pays for connecting.
     pub async fn create(connections: u32) -> anyhow::Result<Self> {
-        let fresh = FreshSchema::create("bench", connections).await?;
+        Self::create_named("bench", connections).await
+    }
+
+    /// [`Schema::create`], the schema's name starting with `prefix`.
+    pub async fn create_named(prefix: &str, connections: u32) -> anyhow::Result<Self> {
+        let fresh = FreshSchema::create(prefix, connections).await?;
         let pool = fresh.pool.clone();
         sqlx::query(
             "CREATE TABLE payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, \
