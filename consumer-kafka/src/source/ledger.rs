@@ -106,6 +106,34 @@ pub(super) struct Ledger {
     /// milliseconds (the runtime says so before the first delivery): a
     /// retry record is never due later than that after it was written.
     pub(super) longest_retry_delay_ms: AtomicU64,
+    /// Emptied batches the source gives back for the poll thread to fill
+    /// again: a batch is tens of kilobytes, and allocating one per batch on
+    /// the poll thread and freeing it on a runtime thread cost more than
+    /// the hand-over saved.
+    pub(super) spare: Mutex<Vec<Vec<Delivery>>>,
+}
+
+/// Emptied batches kept for reuse, at most.
+const SPARE_BATCHES: usize = 4;
+
+impl Ledger {
+    /// An empty batch with room for `capacity` records.
+    pub(super) fn batch(&self, capacity: usize) -> Vec<Delivery> {
+        self.spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Keeps an emptied batch for [`batch`](Self::batch).
+    pub(super) fn give_back(&self, mut batch: Vec<Delivery>) {
+        batch.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < SPARE_BATCHES {
+            spare.push(batch);
+        }
+    }
 }
 
 impl Ledger {
