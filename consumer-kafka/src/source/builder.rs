@@ -1,6 +1,7 @@
 //! [`KafkaSourceBuilder`]: the consumer's and the settle producer's
 //! configuration, and the start of the poll thread.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -240,6 +241,7 @@ impl KafkaSourceBuilder {
         tracing::info!(target: "consumer::kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
             rx,
+            batch: VecDeque::new(),
             link: Arc::new(Link {
                 shared,
                 producer,

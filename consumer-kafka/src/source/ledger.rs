@@ -9,17 +9,34 @@ use std::time::Instant;
 
 use super::Delivery;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Tp {
     pub(super) topic: Arc<str>,
     pub(super) partition: i32,
 }
 
-/// Hashes [`Tp`]s for the partition map, which is looked up twice per
-/// record (receipt and settle). Its keys are the consumer's own topics and
-/// the partitions the group assigned, nothing a producer chooses, so it
-/// needs no defence against aimed collisions (SipHash's cost): a
-/// multiply-rotate over 8-byte words, as rustc's `FxHasher` does.
+/// Hashes the partition, the topic's length and its last eight bytes, not
+/// every byte of the name: a consumer's topics are its topic and the
+/// topics derived from it by a suffix (`.retry`), which these tell apart,
+/// and `Eq` still compares whole names. Hashing whole names cost a word
+/// per eight bytes on each of the three lookups a record makes.
+impl std::hash::Hash for Tp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let name = self.topic.as_bytes();
+        let mut tail = [0u8; 8];
+        let end = &name[name.len().saturating_sub(8)..];
+        tail[..end.len()].copy_from_slice(end);
+        state.write_u64(u64::from_le_bytes(tail));
+        state.write_usize(name.len());
+        state.write_i32(self.partition);
+    }
+}
+
+/// Hashes [`Tp`]s for the partition map, which is looked up three times
+/// per record (receipt, hand-out and settle). Its keys are the consumer's
+/// own topics and the partitions the group assigned, nothing a producer
+/// chooses, so it needs no defence against aimed collisions (SipHash's
+/// cost): a multiply-rotate over 8-byte words, as rustc's `FxHasher` does.
 #[derive(Default)]
 pub(super) struct TpHasher(u64);
 
@@ -54,6 +71,10 @@ impl Hasher for TpHasher {
     fn write_usize(&mut self, n: usize) {
         self.add(n as u64);
     }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
 }
 
 /// What the source's poll thread, its ackers and its rebalance callbacks
@@ -85,6 +106,34 @@ pub(super) struct Ledger {
     /// milliseconds (the runtime says so before the first delivery): a
     /// retry record is never due later than that after it was written.
     pub(super) longest_retry_delay_ms: AtomicU64,
+    /// Emptied batches the source gives back for the poll thread to fill
+    /// again: a batch is tens of kilobytes, and allocating one per batch on
+    /// the poll thread and freeing it on a runtime thread cost more than
+    /// the hand-over saved.
+    pub(super) spare: Mutex<Vec<Vec<Delivery>>>,
+}
+
+/// Emptied batches kept for reuse, at most.
+const SPARE_BATCHES: usize = 4;
+
+impl Ledger {
+    /// An empty batch with room for `capacity` records.
+    pub(super) fn batch(&self, capacity: usize) -> Vec<Delivery> {
+        self.spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Keeps an emptied batch for [`batch`](Self::batch).
+    pub(super) fn give_back(&self, mut batch: Vec<Delivery>) {
+        batch.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < SPARE_BATCHES {
+            spare.push(batch);
+        }
+    }
 }
 
 impl Ledger {
@@ -165,6 +214,35 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_are_found_by_name_whatever_string_holds_it() {
+        let mut map: HashMap<Tp, i32, BuildHasherDefault<TpHasher>> = HashMap::default();
+        let tp = |topic: &str, partition| Tp {
+            topic: Arc::from(topic),
+            partition,
+        };
+        for (i, (topic, partition)) in [
+            ("orders", 0),
+            ("orders", 1),
+            ("orders.retry", 0),
+            ("orders.dlt", 0),
+            ("billing", 0),
+            ("a", 0),
+            ("", 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            map.insert(tp(topic, partition), i32::try_from(i).unwrap_or(-1));
+        }
+        assert_eq!(map.len(), 7);
+        assert_eq!(map.get(&tp("orders", 1)), Some(&1));
+        assert_eq!(map.get(&tp("orders.retry", 0)), Some(&2));
+        assert_eq!(map.get(&tp("", 0)), Some(&6));
+        assert_eq!(map.get(&tp("orders", 2)), None);
+        assert_eq!(map.get(&tp("xorders", 0)), None);
+    }
 
     #[test]
     fn position_is_the_lowest_unfinished_record() {

@@ -22,12 +22,15 @@ use crate::topics::Topics;
 pub(super) struct Poller {
     consumer: BaseConsumer<Ctx>,
     shared: Arc<Ledger>,
-    tx: mpsc::UnboundedSender<Delivery>,
+    tx: mpsc::UnboundedSender<Vec<Delivery>>,
     topics: Arc<Topics>,
     max_per_partition: usize,
     max_poll_stall: Duration,
     interned: Vec<Arc<str>>,
 }
+
+/// Most records one poll round hands to the runtime at once.
+const BATCH: usize = 64;
 
 /// Positions are stored at most this often while records flow.
 const STORE_EVERY: Duration = Duration::from_millis(5);
@@ -36,7 +39,7 @@ impl Poller {
     pub(super) fn new(
         consumer: BaseConsumer<Ctx>,
         shared: Arc<Ledger>,
-        tx: mpsc::UnboundedSender<Delivery>,
+        tx: mpsc::UnboundedSender<Vec<Delivery>>,
         topics: Arc<Topics>,
         max_per_partition: usize,
         max_poll_stall: Duration,
@@ -65,23 +68,9 @@ impl Poller {
             } else {
                 Duration::from_millis(100)
             };
-            let idle = match self.consumer.poll(timeout) {
-                None => true,
-                Some(Ok(record)) => {
-                    let tp = Tp {
-                        topic: intern(&mut self.interned, record.topic()),
-                        partition: record.partition(),
-                    };
-                    self.take(tp, &record);
-                    false
-                }
-                Some(Err(e)) => {
-                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
-                        break Err(Error::Fatal { code, reason });
-                    }
-                    tracing::warn!(target: "consumer::kafka", error = %e, "poll error (librdkafka retries by itself)");
-                    true
-                }
+            let idle = match self.take_batch(timeout) {
+                Ok(taken) => taken == 0,
+                Err(e) => break Err(e),
             };
             if idle
                 || waiting
@@ -154,8 +143,68 @@ impl Poller {
         }
     }
 
-    /// Records one fetched record as pending and hands it out (or parks it).
-    fn take(&self, tp: Tp, record: &rdkafka::message::BorrowedMessage<'_>) {
+    /// Polls up to [`BATCH`] records: the first within `timeout`, the rest
+    /// only while librdkafka has them queued already, and hands them to the
+    /// source in one send, so the runtime is woken once per batch rather
+    /// than once per record. Stops early when a partition fills up (the
+    /// next [`wait_for_room`](Self::wait_for_room) holds off) or on an
+    /// error. Returns how many records it took.
+    fn take_batch(&mut self, timeout: Duration) -> Result<usize, Error> {
+        let mut batch = Vec::new();
+        let mut polled = 0;
+        let mut wait = timeout;
+        while polled < BATCH {
+            match self.consumer.poll(wait) {
+                None => break,
+                Some(Ok(record)) => {
+                    if polled == 0 {
+                        // Not on an idle poll: records come in runs.
+                        batch = self.shared.batch(BATCH);
+                    }
+                    polled += 1;
+                    wait = Duration::ZERO;
+                    let tp = Tp {
+                        topic: intern(&mut self.interned, record.topic()),
+                        partition: record.partition(),
+                    };
+                    if self.take(tp, &record, &mut batch) {
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    self.hand_out(batch);
+                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        return Err(Error::Fatal { code, reason });
+                    }
+                    tracing::warn!(target: "consumer::kafka", error = %e, "poll error (librdkafka retries by itself)");
+                    return Ok(0);
+                }
+            }
+        }
+        self.hand_out(batch);
+        Ok(polled)
+    }
+
+    /// Sends `batch` to the source, counted as delivered; nothing for an
+    /// empty one.
+    fn hand_out(&self, batch: Vec<Delivery>) {
+        if !batch.is_empty() {
+            self.shared
+                .delivered
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let _ = self.tx.send(batch);
+        }
+    }
+
+    /// Records one fetched record as pending and adds it to `batch` (or
+    /// parks it). Returns whether its partition is now full or paused, so
+    /// no more should be taken before the runtime makes room.
+    fn take(
+        &self,
+        tp: Tp,
+        record: &rdkafka::message::BorrowedMessage<'_>,
+        batch: &mut Vec<Delivery>,
+    ) -> bool {
         let offset = record.offset();
         let produced_ms = record
             .timestamp()
@@ -169,14 +218,14 @@ impl Poller {
         } else {
             None
         };
-        let pause;
+        let (pause, full);
         {
             let mut state = self.shared.lock();
             let Some(p) = state.partitions.get_mut(&tp) else {
-                return;
+                return false;
             };
             if p.revoking {
-                return;
+                return false;
             }
             p.pending.insert(offset, produced_ms);
             p.next = Some(offset + 1);
@@ -195,8 +244,7 @@ impl Poller {
                     pause = !p.paused;
                 }
                 _ => {
-                    self.shared.delivered.fetch_add(1, Ordering::Relaxed);
-                    let _ = self.tx.send(delivery);
+                    batch.push(delivery);
                     pause = false;
                     if !p.paused && p.pending.len() >= self.max_per_partition {
                         p.full = true;
@@ -207,6 +255,7 @@ impl Poller {
             if pause {
                 p.paused = true;
             }
+            full = p.full || p.paused;
         }
         if pause {
             let mut tpl = TopicPartitionList::new();
@@ -215,6 +264,7 @@ impl Poller {
                 tracing::warn!(target: "consumer::kafka", error = %e, "could not pause a partition");
             }
         }
+        full
     }
 
     /// How long a retry record whose header says `said` waits: never
@@ -273,7 +323,7 @@ impl Poller {
                     && let Some(parked) = p.parked.take()
                 {
                     self.shared.delivered.fetch_add(1, Ordering::Relaxed);
-                    let _ = self.tx.send(parked.delivery);
+                    let _ = self.tx.send(vec![parked.delivery]);
                 }
                 if p.paused && p.parked.is_none() && p.pending.len() <= self.max_per_partition / 2 {
                     p.paused = false;
