@@ -36,7 +36,7 @@ use std::time::Duration;
 use consumer::amqp::{PartitionedSource, PartitionedTopology, QueueType};
 use consumer::{Consumer, PgTx, Store, handler};
 
-use crate::conformance::amqp::{SweptOnDrop, amqp_url, connect, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
 use crate::conformance::scale_out::{INSTANCE_ENV, instance};
 use crate::conformance::support::{Harness, Job, JobError, PgHarness};
 
@@ -333,8 +333,6 @@ struct Churn {
     slots: Vec<ConsumerProcess>,
     restarts: usize,
     kills: Vec<Kill>,
-    /// Last: the queues go after the consumer processes.
-    _swept: SweptOnDrop,
 }
 
 impl Churn {
@@ -351,7 +349,6 @@ impl Churn {
             sqlx::query(ddl).execute(h.pool()).await.expect(ddl);
         }
         let queue = unique_prefix(tag);
-        let swept = SweptOnDrop::new(&queue);
         let topology = topology(&queue, queue_type);
         // The producer publishes to the partition queues: they must exist
         // before it starts.
@@ -380,7 +377,6 @@ impl Churn {
             slots,
             restarts: 0,
             kills: Vec::new(),
-            _swept: swept,
         };
         for slot in &churn.slots {
             churn.wait_assigned(&slot.id).await;

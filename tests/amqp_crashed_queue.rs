@@ -19,7 +19,7 @@ use consumer::testing::MetricsRecorder;
 use consumer::testing::metrics::total;
 use consumer::{Consumer, Outgoing, Publisher};
 
-use crate::conformance::amqp::{SweptOnDrop, amqp_url, connect, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
 use crate::conformance::scale_out::{effects_table, record_in_order};
 use crate::conformance::support::{self, Harness, Job, PgHarness};
 
@@ -121,7 +121,6 @@ async fn a_crashed_partition_queue_is_reported_once_retried_and_consumed_again()
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("crashed");
-    let _swept = SweptOnDrop::new(&queue);
     let topology = PartitionedTopology::new(&queue, 2)
         .expect("valid")
         .with_queue_type(QueueType::Classic)

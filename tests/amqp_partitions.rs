@@ -12,7 +12,7 @@ use std::time::Duration;
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
 use consumer::{Consumer, Outgoing, Publisher};
 
-use crate::conformance::amqp::{SweptOnDrop, amqp_url, connect, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
 use crate::conformance::scale_out::{
     Child, assert_in_order_exactly_once, count, effects_table, instance, jobs, publish,
     record_in_order, wait_effects,
@@ -31,7 +31,6 @@ fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
 async fn a_partition_count_other_than_the_brokers_is_refused_at_start() {
     drop(connect().await);
     let queue = unique_prefix("pcount");
-    let _swept = SweptOnDrop::new(&queue);
     let first = PartitionedSource::builder(amqp_url(), partitioned(&queue, 4))
         .connect()
         .await
@@ -81,7 +80,6 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
     drop(connect().await);
     // Partitions declared classic earlier (the default before quorum).
     let queue = unique_prefix("ptype");
-    let _swept = SweptOnDrop::new(&queue);
     let classic = partitioned(&queue, 2).with_queue_type(consumer::amqp::QueueType::Classic);
     let first = PartitionedSource::builder(amqp_url(), classic)
         .connect()
@@ -149,7 +147,6 @@ async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("punkeyed");
-    let _swept = SweptOnDrop::new(&queue);
     let topology = partitioned(&queue, 2);
     let p0 = topology.partition_queue(0);
     // Declared, and a backlog waiting before any consumer runs, so that the
@@ -213,7 +210,6 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("pshare");
-    let _swept = SweptOnDrop::new(&queue);
     let topology = partitioned(&queue, 4);
     let publisher = AmqpPublisher::builder(amqp_url())
         .with_partitions(topology.clone())
@@ -368,7 +364,6 @@ async fn three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_ins
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("pproc");
-    let _swept = SweptOnDrop::new(&queue);
     let publisher = AmqpPublisher::builder(amqp_url())
         .with_partitions(partitioned(&queue, PARTITIONS))
         .connect()
@@ -458,7 +453,6 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
     let h = PgHarness::new().await;
     effects_table(&h).await;
     let queue = unique_prefix("pgauge");
-    let _swept = SweptOnDrop::new(&queue);
     let topology = partitioned(&queue, 2);
     let publisher = AmqpPublisher::builder(amqp_url())
         .with_partitions(topology.clone())

@@ -14,7 +14,7 @@ use std::time::Duration;
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType};
 use consumer::{Consumer, Handler, Outgoing, PgTx, Publisher, Store, handler};
 
-use crate::conformance::amqp::{SweptOnDrop, amqp_url, connect, test_topology_of, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, test_topology_of, unique_prefix};
 use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
 
 #[handler(idempotency_key = job.id, retry = exponential(base = "20ms", max_delay = "500ms", attempts = 50))]
@@ -139,7 +139,6 @@ async fn restart_mid_run<H>(
     let _one_at_a_time = RESTARTS.lock().await;
     let h = PgHarness::new().await;
     let queue = unique_prefix("restart");
-    let _swept = SweptOnDrop::new(&queue);
     let topology = || test_topology_of(&queue, queue_type);
     let conn = connect().await;
     topology()

@@ -346,49 +346,9 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
 /// node, as `scripts/services`' sweep does; does nothing where there is no
 /// `rabbitmqctl` (a remote broker).
 pub fn sweep_test_queues() {
-    sweep_queues_named("ct.");
-}
-
-/// Deletes, on the local node, every queue whose name starts with `prefix`
-/// (a test's own [`unique_prefix`]: its partitions, delay buckets and dead
-/// letters), in one `rabbitmqctl eval`; nothing where there is no
-/// `rabbitmqctl`.
-fn sweep_queues_named(prefix: &str) {
-    // Test prefixes are `ct.`, a tag and hex digits: nothing to escape in an
-    // Erlang binary literal.
-    debug_assert!(
-        prefix
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    );
-    let eval = format!(
-        "length([rabbit_amqqueue:delete(Q, false, false, <<\"sweep\">>) || Q <- rabbit_amqqueue:list(), binary:longest_common_prefix([element(4, amqqueue:get_name(Q)), <<\"{prefix}\">>]) =:= {}]).",
-        prefix.len()
-    );
+    let eval = "length([rabbit_amqqueue:delete(Q, false, false, <<\"sweep\">>) || Q <- rabbit_amqqueue:list(), binary:longest_common_prefix([element(4, amqqueue:get_name(Q)), <<\"ct.\">>]) =:= 3]).";
     let _ = std::process::Command::new("rabbitmqctl")
-        .args(["eval", &eval])
+        .args(["eval", eval])
         .stdin(std::process::Stdio::null())
         .output();
-}
-
-/// Deletes a test's queues when the test ends, passed or failed.
-///
-/// Quorum queues left to expire are not free: a RabbitMQ 3.10 node expiring
-/// a few hundred of them at once stalls for minutes, and the test files
-/// that run next time out (see [`AmqpBroker::between_cases`]). Each test
-/// that declares quorum queues (partitions are quorum by default) holds one
-/// of these for its prefix; the prefix is the test's own, so tests running
-/// beside it in the same file are not touched.
-pub struct SweptOnDrop(String);
-
-impl SweptOnDrop {
-    pub fn new(prefix: &str) -> Self {
-        Self(prefix.to_owned())
-    }
-}
-
-impl Drop for SweptOnDrop {
-    fn drop(&mut self) {
-        sweep_queues_named(&self.0);
-    }
 }
