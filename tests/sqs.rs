@@ -196,8 +196,9 @@ async fn a_poison_message_is_dead_lettered_on_its_first_attempt_with_its_context
 
 /// Throttled receives are tried again, and a receive whose answer was lost
 /// (SQS took the messages) is tried with the same `ReceiveRequestAttemptId`,
-/// which on AWS returns the same messages (moto ignores it: they come back
-/// when their visibility ends). Nothing is lost or run twice.
+/// which on AWS returns the same messages and receipt handles (moto ignores
+/// the id, so the fault plan answers as AWS would). Nothing is lost or run
+/// twice, and the group runs in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_or_lost_receive_is_tried_again_with_its_attempt_id() {
     let h = PgHarness::new().await;

@@ -68,7 +68,13 @@ pub struct FaultPlan {
     /// Receives that fail as throttled, without reaching SQS.
     pub throttle_receives: AtomicU32,
     /// Receives that reach SQS (messages taken) and whose answer is lost.
+    /// A later receive with the lost one's `ReceiveRequestAttemptId` gets
+    /// the same messages and receipt handles, as from AWS during their
+    /// visibility timeout (moto ignores the id, and after the timeout it
+    /// may hand a FIFO group's messages back out of order).
     pub lose_receive_answers: AtomicU32,
+    /// The answer lost last, by the attempt id of its receive.
+    lost_answer: Mutex<Option<(String, Vec<ReceivedMessage>)>>,
     /// Delete calls whose first entry fails with SQS's `InternalError`.
     pub partial_deletes: AtomicU32,
     /// Delete calls that fail on the network without reaching SQS.
@@ -126,8 +132,18 @@ impl SqsApi for FaultyApi {
                     "Rate exceeded (injected)",
                 ));
             }
+            if let Some(id) = r.attempt_id {
+                let mut lost = self.plan.lost_answer.lock().expect("lost");
+                if lost.as_ref().is_some_and(|(lost_id, _)| lost_id == id) {
+                    return Ok(lost.take().map(|(_, got)| got).unwrap_or_default());
+                }
+            }
+            let attempt_id = r.attempt_id.map(str::to_owned);
             let got = self.inner.receive(r).await?;
             if !got.is_empty() && take(&self.plan.lose_receive_answers) {
+                if let Some(id) = attempt_id {
+                    *self.plan.lost_answer.lock().expect("lost") = Some((id, got));
+                }
                 return Err(network("ReceiveMessage"));
             }
             Ok(got)
