@@ -58,23 +58,25 @@ where
             // it on every poll would cost for nothing.
             let cx = crate::trace::delivery_context(&job.envelope);
             let traced = cx.span().span_context().is_valid();
+            // Each future is built in the branch that awaits it: one
+            // built before the branch would be moved (copied) into it.
             if self.stopping.has_begun() {
-                let release = self.settler.release(&job.envelope, job.acker);
                 if traced {
+                    let release = self.settler.release(&job.envelope, job.acker);
                     release.with_context(cx).await;
                 } else {
-                    release.await;
+                    self.settler.release(&job.envelope, job.acker).await;
                 }
                 self.metrics.left(&job.envelope, None);
                 self.stats.leave(None);
             } else {
                 let received = job.received;
                 let envelope = Arc::clone(&job.envelope);
-                let process = self.process(job.envelope, job.acker);
                 let settled = if traced {
+                    let process = self.process(job.envelope, job.acker);
                     process.with_context(cx).await
                 } else {
-                    process.await
+                    self.process(job.envelope, job.acker).await
                 };
                 let took = settled.then(|| received.elapsed());
                 self.metrics.left(&envelope, took);
