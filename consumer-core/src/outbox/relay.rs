@@ -52,8 +52,32 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
     meter: Option<Meter>,
     metrics: OnceLock<RelayMetrics>,
     backlog_every: Duration,
-    /// When the earliest scheduled event falls due, as of the last round.
-    next_due: Mutex<Option<Instant>>,
+    /// What the relay knows of the scheduled events.
+    schedule: Mutex<ScheduleSeen>,
+}
+
+/// How often, at most, a busy relay looks for scheduled events that fell
+/// due (one statement before a claim) when the last look found none due
+/// before then: a wake-up goes straight to its claim, and a scheduled
+/// event is released at most this late (the schedule promises a second).
+const RELEASE_LOOK_EVERY: Duration = Duration::from_millis(25);
+
+/// What a relay's last look for due scheduled events found.
+#[derive(Default)]
+struct ScheduleSeen {
+    /// When the last look succeeded; `None`: look before the next claim.
+    looked: Option<Instant>,
+    /// When the earliest scheduled event falls due, as of that look.
+    next_due: Option<Instant>,
+}
+
+impl ScheduleSeen {
+    /// Whether to look again before the next claim.
+    fn look_now(&self, now: Instant) -> bool {
+        self.looked
+            .is_none_or(|at| now.saturating_duration_since(at) >= RELEASE_LOOK_EVERY)
+            || self.next_due.is_some_and(|due| due <= now)
+    }
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
@@ -110,7 +134,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             meter: None,
             metrics: OnceLock::new(),
             backlog_every: Duration::from_secs(15),
-            next_due: Mutex::new(None),
+            schedule: Mutex::default(),
         }
     }
 
@@ -192,6 +216,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
 
     /// Runs one claim-publish-mark round; returns the rows claimed.
     pub async fn run_once(&self) -> Result<usize, Error> {
+        self.schedule().looked = None;
         let result = match self.claim_and_publish().await {
             Ok(round) => self.finish(round).await,
             Err(e) => Err(e),
@@ -222,10 +247,15 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// [`finish`](Self::finish), which a relay on PostgreSQL overlaps with
     /// the next round's claim.
     async fn claim_and_publish(&self) -> Result<Round<DB::ClaimGuard>, Error> {
-        let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
-        if let Ok(r) = &released {
-            self.set_next_due(r.next_due_in);
-        }
+        let released = if self.schedule().look_now(Instant::now()) {
+            let released = DB::release_due(&self.outbox, &self.pool, i64::from(self.batch)).await;
+            if let Ok(r) = &released {
+                self.set_next_due(r.next_due_in);
+            }
+            released.map(|_| ())
+        } else {
+            Ok(())
+        };
         let (guard, rows) = DB::claim(
             &self.outbox,
             &self.pool,
@@ -239,7 +269,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             guard,
             outcomes,
             claimed,
-            released: released.map(|_| ()),
+            released,
         })
     }
 
@@ -252,17 +282,30 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         Ok(round.claimed)
     }
 
-    /// Remembers when the next scheduled event falls due (zero: some are
-    /// due that the release could not take, which the polling retries).
+    fn schedule(&self) -> std::sync::MutexGuard<'_, ScheduleSeen> {
+        self.schedule.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers a look at the scheduled events, and when the next one
+    /// falls due (zero: some are due that the release could not take:
+    /// look again before the next claim).
     fn set_next_due(&self, due_in: Option<Duration>) {
-        let at = due_in.filter(|d| !d.is_zero()).map(|d| Instant::now() + d);
-        *self.next_due.lock().unwrap_or_else(PoisonError::into_inner) = at;
+        let now = Instant::now();
+        let mut seen = self.schedule();
+        if due_in.is_some_and(|d| d.is_zero()) {
+            *seen = ScheduleSeen::default();
+            return;
+        }
+        *seen = ScheduleSeen {
+            looked: Some(now),
+            next_due: due_in.map(|d| now + d),
+        };
     }
 
     /// How long an idle relay sleeps: the polling wait, cut short when the
     /// next scheduled event falls due sooner.
     fn idle_wait(&self, wait: Duration) -> Duration {
-        let due = *self.next_due.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = self.schedule().next_due;
         due.map_or(wait, |at| {
             at.saturating_duration_since(Instant::now()).min(wait)
         })
