@@ -238,17 +238,17 @@ async fn raw<S: Source>(
 
 /// One batch by hand: decode, `BEGIN`, the multi-row claim in key order,
 /// the business `INSERT` of each fresh message, `COMMIT`, ack each.
-async fn raw_batch<A: Acker>(pool: &PgPool, batch: Vec<(Envelope, A)>) -> anyhow::Result<()> {
+async fn raw_batch<A: Acker>(pool: &PgPool, batch: Vec<(Arc<Envelope>, A)>) -> anyhow::Result<()> {
     let mut items = Vec::with_capacity(batch.len());
     let mut ackers = Vec::with_capacity(batch.len());
     for (envelope, acker) in batch {
         let payment: Payment = serde_json::from_slice(&envelope.payload)?;
-        items.push((payment, envelope.id));
+        items.push((payment, envelope));
         ackers.push(acker);
     }
     items.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     let keys: Vec<&str> = items.iter().map(|(p, _)| p.id.as_str()).collect();
-    let ids: Vec<&str> = items.iter().map(|(_, id)| id.as_str()).collect();
+    let ids: Vec<&str> = items.iter().map(|(_, e)| e.id.as_str()).collect();
     let mut tx = pool.begin().await?;
     let fresh: Vec<String> = sqlx::query_scalar(CLAIM_MANY_SQL)
         .bind("record")

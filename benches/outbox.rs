@@ -489,7 +489,7 @@ async fn check_order(broker: &MemoryBroker, n: usize) -> anyhow::Result<usize> {
             continue;
         }
         let event: OrderPlaced = serde_json::from_slice(&env.payload)?;
-        let key = env.key.context("the aggregate id is the key")?;
+        let key = env.key.clone().context("the aggregate id is the key")?;
         let prev = last.entry(key).or_insert(event.n);
         if event.n < *prev {
             inversions += 1;

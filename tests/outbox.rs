@@ -68,7 +68,7 @@ fn tracing_on() {
 use consumer::testing::trace_id_of as trace_id;
 
 /// Drains `topic` from the broker: every delivery, acked, in arrival order.
-async fn drain(broker: &MemoryBroker, topic: &str) -> Vec<Envelope> {
+async fn drain(broker: &MemoryBroker, topic: &str) -> Vec<Arc<Envelope>> {
     let mut source = broker.source(topic);
     let mut out = Vec::new();
     while broker.depth(topic) > 0 {
@@ -84,7 +84,7 @@ async fn drain(broker: &MemoryBroker, topic: &str) -> Vec<Envelope> {
 /// Versions per aggregate, in arrival order, duplicates (at-least-once)
 /// removed after their first arrival.
 fn first_arrivals(
-    envs: &[Envelope],
+    envs: &[Arc<Envelope>],
     versions: &HashMap<String, i64>,
 ) -> BTreeMap<String, Vec<i64>> {
     let mut seen = HashSet::new();
@@ -179,7 +179,9 @@ where
 }
 
 /// The next delivery on `source`, with the instant it arrived.
-async fn next_arrival(source: &mut consumer::memory::MemorySource) -> (Envelope, OffsetDateTime) {
+async fn next_arrival(
+    source: &mut consumer::memory::MemorySource,
+) -> (Arc<Envelope>, OffsetDateTime) {
     let (env, acker) = within(source.recv())
         .await
         .expect("recv")
@@ -508,7 +510,11 @@ macro_rules! outbox_suite {
                 let broker = MemoryBroker::new(1);
                 let r = relay(pool.clone(), broker.clone());
                 run_until_empty(&pool, &r).await;
-                let got: Vec<u32> = drain(&broker, "orders").await.iter().map(n_of).collect();
+                let got: Vec<u32> = drain(&broker, "orders")
+                    .await
+                    .iter()
+                    .map(|e| n_of(e))
+                    .collect();
                 assert_eq!(got, [1, 2, 3], "the aggregate's events went out past the scheduled one, in order");
                 let versions = $versions(&pool).await;
                 assert_eq!(versions.len(), 3, "the scheduled event took no version");

@@ -5,7 +5,8 @@
 //!
 //! # What a backend implements
 //!
-//! * a [`Source`] of deliveries, each an [`Envelope`] with an [`Acker`];
+//! * a [`Source`] of deliveries, each an [`Envelope`] (shared in an `Arc`
+//!   from where the source builds it) with an [`Acker`];
 //! * the [`Acker`]: ack, release, and publishing what the runtime built for
 //!   it (a [`RetryCopy`], a dead letter as a [`Message`]);
 //! * usually a [`Publisher`], for the outbox relay and for applications;

@@ -94,9 +94,14 @@ pub trait Source: Send + 'static {
     }
 
     /// The next delivery; `Ok(None)` when the source is closed for good.
+    ///
+    /// The envelope comes shared, as the runtime holds it (the handler, a
+    /// retry copy and a dead letter all read the one envelope): a source
+    /// wraps it once where it builds it, rather than hand over some
+    /// hundreds of bytes by value through every future on the way.
     fn recv(
         &mut self,
-    ) -> impl Future<Output = Result<Option<(Envelope, Self::Acker)>, Error>> + Send;
+    ) -> impl Future<Output = Result<Option<(Arc<Envelope>, Self::Acker)>, Error>> + Send;
 
     /// Called once after the runtime has settled or released everything:
     /// commit what is done, leave the group, close channels.

@@ -245,7 +245,7 @@ impl Source for AmqpSource {
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_core::backend::Error> {
         while self.session.is_none() {
             if let Some(c) = &self.crashed {
                 tokio::time::sleep_until(c.retry_at()).await;
@@ -264,7 +264,11 @@ impl Source for AmqpSource {
                 }
                 let lapin::message::Delivery { data, .. } = &delivery;
                 let payload = Bytes::copy_from_slice(data);
-                let envelope = headers::to_envelope(self.topology.queue(), &delivery, payload);
+                let envelope = Arc::new(headers::to_envelope(
+                    self.topology.queue(),
+                    &delivery,
+                    payload,
+                ));
                 let acker = AmqpAcker::new(
                     delivery.acker,
                     self.publisher.clone(),

@@ -58,7 +58,7 @@ impl MemorySource {
         self
     }
 
-    fn try_take(&self) -> Result<(Envelope, MemoryAcker), Option<Instant>> {
+    fn try_take(&self) -> Result<(Arc<Envelope>, MemoryAcker), Option<Instant>> {
         let mut state = self.broker.lock();
         let n = self.broker.inner.partitions;
         let Some(topic) = state.topics.get_mut(self.index) else {
@@ -110,9 +110,9 @@ impl MemorySource {
             // Built only for messages that carry no id of their own.
             let topic = &self.topic;
             let offset = stored.offset;
-            let envelope = Envelope::from_parts(payload, headers, key, origin, || {
+            let envelope = Arc::new(Envelope::from_parts(payload, headers, key, origin, || {
                 format!("{topic}/{index}/{offset}")
-            });
+            }));
             let acker = MemoryAcker::new(self.broker.clone(), self.index, index, offset);
             return Ok((envelope, acker));
         }
@@ -153,7 +153,7 @@ impl Source for MemorySource {
         Ok(())
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, MemoryAcker)>, Error> {
+    async fn recv(&mut self) -> Result<Option<(Arc<Envelope>, MemoryAcker)>, Error> {
         loop {
             // A delivery ready is taken without registering a waiter
             // (registering and dropping one cost more than the take).

@@ -328,8 +328,8 @@ where
             },
         };
         // The delivery is handed to its lane where the source's future
-        // yields it: taken out through `select!` and a `match`, each
-        // envelope (some 400 bytes) was copied twice more on its way.
+        // yields it, rather than taken out through `select!` and a
+        // `match`.
         let mut permit = Some(permit);
         let recv = source.recv();
         tokio::pin!(recv);
@@ -373,7 +373,7 @@ where
 fn hand_over<S, R, A>(
     worker: &Arc<Worker<S, R, A>>,
     lanes: &mut JoinSet<()>,
-    envelope: Envelope,
+    envelope: Arc<Envelope>,
     acker: A,
     permit: OwnedSemaphorePermit,
 ) where
@@ -387,7 +387,7 @@ fn hand_over<S, R, A>(
     worker.stats.incr(Counter::Received);
     worker.stats.enter();
     let job = Job {
-        envelope: Arc::new(envelope),
+        envelope,
         acker,
         received: Instant::now(),
         _permit: permit,
@@ -514,7 +514,7 @@ mod tests {
             "plain"
         }
 
-        async fn recv(&mut self) -> Result<Option<(Envelope, MemoryAcker)>, Error> {
+        async fn recv(&mut self) -> Result<Option<(Arc<Envelope>, MemoryAcker)>, Error> {
             self.0.recv().await
         }
     }

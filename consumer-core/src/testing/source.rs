@@ -165,7 +165,7 @@ impl<S: Source> Source for FaultySource<S> {
         }
     }
 
-    async fn recv(&mut self) -> Result<Option<(Envelope, Self::Acker)>, Error> {
+    async fn recv(&mut self) -> Result<Option<(Arc<Envelope>, Self::Acker)>, Error> {
         let restarts = self.restart.is_some();
         loop {
             let incarnation = Arc::clone(&self.incarnation);
@@ -270,7 +270,7 @@ mod tests {
             "stream"
         }
 
-        async fn recv(&mut self) -> Result<Option<(Envelope, StreamAcker)>, Error> {
+        async fn recv(&mut self) -> Result<Option<(Arc<Envelope>, StreamAcker)>, Error> {
             self.sent += 1;
             let id = format!("{}-{}", self.incarnation, self.sent);
             let envelope = Envelope::from_parts(
@@ -285,7 +285,7 @@ mod tests {
                 log: Arc::clone(&self.log),
                 gate: self.gate.take(),
             };
-            Ok(Some((envelope, acker)))
+            Ok(Some((Arc::new(envelope), acker)))
         }
 
         async fn close(self) {
@@ -342,7 +342,7 @@ mod tests {
 
     async fn recv(source: &mut FaultySource<Stream>) -> (String, FaultyAcker<StreamAcker>) {
         let (envelope, acker) = source.recv().await.expect("no error").expect("a delivery");
-        (envelope.id, acker)
+        (envelope.id.clone(), acker)
     }
 
     #[tokio::test]

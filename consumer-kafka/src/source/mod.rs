@@ -225,7 +225,7 @@ impl Source for KafkaSource {
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Envelope, KafkaAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, KafkaAcker)>, consumer_core::backend::Error> {
         loop {
             let Some(d) = self.batch.pop_front() else {
                 let Some(batch) = self.rx.recv().await else {
@@ -281,7 +281,7 @@ struct Link {
 }
 
 struct Delivery {
-    envelope: Envelope,
+    envelope: Arc<Envelope>,
     tp: Tp,
     offset: i64,
     epoch: u64,

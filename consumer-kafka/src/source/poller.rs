@@ -211,7 +211,7 @@ impl Poller {
             .to_millis()
             .filter(|ms| *ms > 0)
             .unwrap_or_else(now_ms);
-        let envelope = headers::envelope_of(record, Arc::clone(&tp.topic).into());
+        let envelope = Arc::new(headers::envelope_of(record, Arc::clone(&tp.topic).into()));
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope.headers)
                 .map(|said| self.bounded(said, produced_ms, &envelope, &tp, offset))

@@ -17,6 +17,7 @@
 //!   attempt for it when it comes back here.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use consumer_core::backend::Envelope;
@@ -33,7 +34,7 @@ pub(super) struct Entry {
     pub(super) received: Instant,
     pub(super) visible_until: Instant,
     /// Waiting to be handed out (taken when it is).
-    pub(super) envelope: Option<Envelope>,
+    pub(super) envelope: Option<Arc<Envelope>>,
 }
 
 /// See the module docs.
@@ -79,7 +80,7 @@ impl Ledger {
     /// The first waiting message whose group has none out.
     pub(super) fn take_ready(
         &mut self,
-    ) -> Option<(u64, Envelope, String, Option<String>, Instant)> {
+    ) -> Option<(u64, Arc<Envelope>, String, Option<String>, Instant)> {
         let pos = self.waiting.iter().position(|t| {
             !self.gate
                 || self
@@ -229,13 +230,13 @@ mod tests {
             group_id: Some(group.to_owned()),
             received: Instant::now(),
             visible_until: Instant::now() + Duration::from_secs(30),
-            envelope: Some(Envelope::from_parts(
+            envelope: Some(Arc::new(Envelope::from_parts(
                 Bytes::new(),
                 Headers::new(),
                 Some(group.to_owned()),
                 Origin::default(),
                 || id.to_owned(),
-            )),
+            ))),
         }
     }
 
@@ -269,7 +270,8 @@ mod tests {
         for (g, id) in [("a", "a1"), ("a", "a2")] {
             l.add(entry(g, id));
         }
-        let ids: Vec<String> = std::iter::from_fn(|| l.take_ready().map(|t| t.1.id)).collect();
+        let ids: Vec<String> =
+            std::iter::from_fn(|| l.take_ready().map(|t| t.1.id.clone())).collect();
         assert_eq!(ids, ["a1", "a2"]);
     }
 

@@ -488,7 +488,7 @@ impl SqsSource {
                 group_id,
                 received: now,
                 visible_until: now + s.visibility,
-                envelope: Some(envelope),
+                envelope: Some(Arc::new(envelope)),
             });
         }
         s.counts(&l);
@@ -555,7 +555,7 @@ impl Source for SqsSource {
 
     async fn recv(
         &mut self,
-    ) -> std::result::Result<Option<(Envelope, SqsAcker)>, consumer_core::backend::Error> {
+    ) -> std::result::Result<Option<(Arc<Envelope>, SqsAcker)>, consumer_core::backend::Error> {
         loop {
             let ready = {
                 let mut l = self.shared.ledger();

@@ -297,7 +297,7 @@ impl Source for PartitionedSource {
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Envelope, AmqpAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_core::backend::Error> {
         loop {
             if self.session.is_none() {
                 self.session = Some(self.open().await?);
@@ -346,7 +346,7 @@ impl Source for PartitionedSource {
                     }
                     let payload = Bytes::copy_from_slice(&delivery.data);
                     let envelope = headers::to_envelope(topology.queue(), &delivery, payload);
-                    let envelope = self.keyed(envelope, topology.queue());
+                    let envelope = Arc::new(self.keyed(envelope, topology.queue()));
                     let acker = AmqpAcker::new(
                         delivery.acker,
                         self.publisher.clone(),
