@@ -697,6 +697,46 @@ fn sqlite_id(id: &str) -> String {
 outbox_suite!(postgres, pg_pool(), pg_versions, pg_id);
 outbox_suite!(sqlite, sqlite_pool(), sqlite_versions, sqlite_id);
 
+/// An idle relay that finds a scheduled event due while another releaser
+/// holds the release lock looks again soon, not after its polling wait:
+/// here an hour, so only the retry can explain the publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_due_event_another_releaser_held_is_released_once_it_lets_go() {
+    let pool = pg_pool().await;
+    // The release lock of this table, as a second relay would hold it.
+    let mut other = pool.acquire().await.expect("a connection");
+    sqlx::query("SELECT pg_advisory_lock($1, hashtext('outbox_events'))")
+        .bind(0x6f75_7473_i32)
+        .execute(&mut *other)
+        .await
+        .expect("take the release lock");
+    let id = write(&pool, "w", 1, Some(Due::after(Duration::ZERO))).await;
+    let broker = MemoryBroker::new(1);
+    let mut source = broker.source("orders");
+    let r = relay(pool.clone(), broker.clone()).with_wake_up(WakeUp::Poll {
+        min: Duration::from_secs(3600),
+        max: Duration::from_secs(3600),
+    });
+    let stats = r.stats();
+    let run = tokio::spawn(r.run_until(std::future::pending()));
+    within(async {
+        // A second round while the lock is held: the relay looked again.
+        while stats.snapshot().rounds < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polling a counter: no event to await
+        }
+    })
+    .await;
+    assert_eq!(broker.depth("orders"), 0, "nothing released while locked");
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext('outbox_events'))")
+        .bind(0x6f75_7473_i32)
+        .execute(&mut *other)
+        .await
+        .expect("let go of the release lock");
+    let (env, _) = next_arrival(&mut source).await;
+    run.abort();
+    assert_eq!(env.id, id);
+}
+
 /// A broker that refuses every message of some aggregates (as a broker
 /// refuses a message too large or without a route).
 #[derive(Clone)]

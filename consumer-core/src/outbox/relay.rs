@@ -287,13 +287,18 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 
     /// Remembers a look at the scheduled events, and when the next one
-    /// falls due (zero: some are due that the release could not take:
-    /// look again before the next claim).
+    /// falls due. Zero: some are due that the release could not take
+    /// (another relay was releasing): look again before the next claim,
+    /// and an idle relay in [`RELEASE_LOOK_EVERY`], not after its whole
+    /// polling wait, which may be long.
     fn set_next_due(&self, due_in: Option<Duration>) {
         let now = Instant::now();
         let mut seen = self.schedule();
         if due_in.is_some_and(|d| d.is_zero()) {
-            *seen = ScheduleSeen::default();
+            *seen = ScheduleSeen {
+                looked: None,
+                next_due: Some(now + RELEASE_LOOK_EVERY),
+            };
             return;
         }
         *seen = ScheduleSeen {
@@ -370,6 +375,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     Err(e)
                 }
             };
+            let failed = claimed.is_err();
             match claimed {
                 Ok(n) if n >= self.batch as usize => {
                     wait = min;
@@ -388,8 +394,10 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     wait = max.max(Duration::from_millis(100));
                 }
             }
-            // The unfinished round commits while the relay waits.
-            let idle = self.idle_wait(wait);
+            // The unfinished round commits while the relay waits. After a
+            // failure, the whole backoff: a due time already past (its
+            // release failed too) must not turn the wait into a busy loop.
+            let idle = if failed { wait } else { self.idle_wait(wait) };
             let woke = self
                 .alongside(&mut finishing, async {
                     tokio::select! {
