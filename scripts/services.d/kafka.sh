@@ -262,12 +262,24 @@ PROPS
   say "Kafka Connect $connect_version with Debezium (pid $pid) started in $(since "$t0") on http://127.0.0.1:8083"
 }
 
-# Stops what `kafka`, `kafka-cluster` and `kafka-connect` started.
+# Stops what `kafka`, `kafka-cluster` and `kafka-connect` started, and
+# waits (60 s at most) until those processes have exited: a broker shuts
+# down for seconds after its signal, with its port still open, and a start
+# right after must not take it for running.
 stop_kafka() {
-  local f
+  local f pid pids=() i
   for f in "$services_dir/kafka-connect.pid" "$services_dir/kafka.pid" "$cluster_dir"/node*.pid; do
     [ -f "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null && say "stopped $(basename "$f" .pid) (pid $(cat "$f"))"
+    pid="$(cat "$f")"
+    kill "$pid" 2>/dev/null && say "stopping $(basename "$f" .pid) (pid $pid)" && pids+=("$pid")
     rm -f "$f"
   done
+  for pid in "${pids[@]}"; do
+    for i in $(seq 1 120); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.5
+    done
+    kill -0 "$pid" 2>/dev/null && say "pid $pid still running after 60 s"
+  done
+  return 0
 }
