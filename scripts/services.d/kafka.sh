@@ -123,6 +123,52 @@ PROPS
 
 kafka_started() { grep -q "Kafka Server started" "$1" 2>/dev/null; }
 
+# The broker on 127.0.0.1:$1 answers an ApiVersions request within 10 s (a
+# port that takes connections can belong to a stopped or dying process).
+# The reason it did not is in $kafka_probe_error.
+kafka_answers() {
+  command -v python3 >/dev/null || { tcp_up 127.0.0.1 "$1"; return; }
+  kafka_probe_error="$(python3 "$lib/probe.py" kafka "127.0.0.1:$1" 10 2>&1)"
+}
+
+# Stops the process in pid file $1 (SIGTERM, SIGKILL after 20 s) and waits
+# until it has exited.
+kafka_kill() {
+  local f="$1" pid i
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  rm -f "$f"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -CONT "$pid" 2>/dev/null
+  kill "$pid" 2>/dev/null
+  for i in $(seq 1 40); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
+  say "pid $pid did not exit within 20 s of SIGTERM: SIGKILL"
+  kill -KILL "$pid" 2>/dev/null
+  for i in $(seq 1 20); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
+}
+
+# Whether the Kafka node with pid file $1 on port $2 serves: its process
+# runs (and is not stopped) and it answers on its port. A node of ours that
+# has its port open but does not answer is stopped, with a line that says
+# so; the caller then starts it again. Returns 1 when it needs starting.
+kafka_node_serves() {
+  local f="$1" port="$2" label="$3" pid state
+  tcp_up 127.0.0.1 "$port" || { kafka_kill "$f"; return 1; }
+  kafka_answers "$port" && return 0
+  [ -f "$f" ] || die "something on 127.0.0.1:$port takes connections but does not answer as Kafka ($kafka_probe_error), and it is not a process this script started: stop it, or point KAFKA_BROKERS at a running Kafka."
+  pid="$(cat "$f")"
+  state="$(ps -o stat= -p "$pid" 2>/dev/null || echo gone)"
+  say "Kafka ($label, pid $pid, state ${state// /}) has 127.0.0.1:$port open but did not answer ApiVersions within 10 s ($kafka_probe_error): stopping it and starting it again"
+  kafka_kill "$f"
+  return 1
+}
+
 # Starts one node from its dir (formatted already) and waits until it
 # serves; $1 dir, $2 port, $3 label.
 kafka_spawn() {
@@ -160,13 +206,14 @@ ensure_kafka() {
     if tcp_up "$host" "$port"; then say "Kafka is up at $host:$port (KAFKA_BROKERS)"; return; fi
     die "Kafka is not reachable at $host:$port, the first broker in KAFKA_BROKERS=$KAFKA_BROKERS: start that Kafka, or unset KAFKA_BROKERS to have a local Apache Kafka started on 127.0.0.1:9092."
   fi
-  if tcp_up 127.0.0.1 9092; then say "Kafka is up at 127.0.0.1:9092"; return; fi
   if use_docker; then
+    if tcp_up 127.0.0.1 9092; then say "Kafka is up at 127.0.0.1:9092"; return; fi
     compose_up kafka
     wait_until 90 tcp_up 127.0.0.1 9092 || die "the docker compose Kafka does not answer on 127.0.0.1:9092 within 90 s."
     say "Kafka is up at 127.0.0.1:9092 (docker compose)"
     return
   fi
+  if kafka_node_serves "$services_dir/kafka.pid" 9092 "single broker"; then say "Kafka is up at 127.0.0.1:9092"; return; fi
   resolve_jars "$repo_dir/scripts/services.d/kafka/pom.xml" "$kafka_libs" "Apache Kafka $kafka_version"
   local dir="$services_dir/kafka"
   rm -rf "$dir"
@@ -183,14 +230,14 @@ cluster_voters="1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194"
 ensure_kafka_node() {
   local n="$1" port=$((19091 + $1)) cport=$((19191 + $1))
   case "$n" in 1 | 2 | 3) ;; *) die "kafka-node takes a node number, 1 to 3 (got '$n')" ;; esac
-  if tcp_up 127.0.0.1 "$port"; then say "Kafka cluster node $n is up at 127.0.0.1:$port"; return; fi
+  if kafka_node_serves "$cluster_dir/node$n.pid" "$port" "cluster node $n"; then say "Kafka cluster node $n is up at 127.0.0.1:$port"; return; fi
   [ -f "$cluster_dir/node$n/server.properties" ] || die "the Kafka cluster was never formatted here: run scripts/services kafka-cluster first."
   kafka_spawn "$cluster_dir/node$n" "$port" "cluster node $n"
 }
 
 ensure_kafka_cluster() {
   local up=0 n
-  for n in 1 2 3; do tcp_up 127.0.0.1 $((19091 + n)) && up=$((up + 1)); done
+  for n in 1 2 3; do kafka_node_serves "$cluster_dir/node$n.pid" $((19091 + n)) "cluster node $n" && up=$((up + 1)); done
   if [ "$up" -eq 3 ]; then
     for n in 1 2 3; do
       tcp_up 127.0.0.1 $((19392 + n)) || die "the Kafka cluster on 127.0.0.1:19092-19094 has no PROXIED listener on 127.0.0.1:$((19392 + n)) (it was started by an older scripts/services): stop its three nodes (the pids in $cluster_dir/node*.pid) and run scripts/services kafka-cluster again."
@@ -210,21 +257,22 @@ ensure_kafka_cluster() {
   fi
   # The nodes wait for a controller quorum before they serve: start all
   # three, then wait for each.
-  local t0; t0="$(now)"
+  local t0 started=(); t0="$(now)"
   for n in 1 2 3; do
-    tcp_up 127.0.0.1 $((19091 + n)) && continue
+    kafka_node_serves "$cluster_dir/node$n.pid" $((19091 + n)) "cluster node $n" && continue
+    started+=("$n")
     : >"$cluster_dir/node$n/server.log"
     spawn_detached "$cluster_dir/node$n/stdout.log" java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
       -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$cluster_dir/node$n/server.log" \
       -cp "$kafka_libs/*" kafka.Kafka "$cluster_dir/node$n/server.properties" >"$cluster_dir/node$n.pid"
   done
-  for n in 1 2 3; do
+  for n in "${started[@]}"; do
     PID_TO_WATCH="$(cat "$cluster_dir/node$n.pid")" wait_until 120 kafka_started "$cluster_dir/node$n/server.log" || {
       tail -n 20 "$cluster_dir/node$n/server.log" >&2 || true
       die "Kafka cluster node $n did not start on 127.0.0.1:$((19091 + n)) within 120 s (its log ends above)."
     }
   done
-  say "Kafka cluster (3 KRaft nodes) started in $(since "$t0") on 127.0.0.1:19092,19093,19094, logs in $cluster_dir"
+  say "Kafka cluster node(s) ${started[*]} of 3 started in $(since "$t0"); the cluster serves on 127.0.0.1:19092,19093,19094, logs in $cluster_dir"
 }
 
 connect_up() { curl -sf -m 2 http://127.0.0.1:8083/connector-plugins 2>/dev/null | grep -q PostgresConnector; }
@@ -263,23 +311,16 @@ PROPS
 }
 
 # Stops what `kafka`, `kafka-cluster` and `kafka-connect` started, and
-# waits (60 s at most) until those processes have exited: a broker shuts
-# down for seconds after its signal, with its port still open, and a start
-# right after must not take it for running.
+# waits until those processes have exited (SIGKILL 20 s after SIGTERM): a
+# broker shuts down for seconds after its signal, with its port still open,
+# and a start right after must not take it for running.
 stop_kafka() {
-  local f pid pids=() i
+  local f
   for f in "$services_dir/kafka-connect.pid" "$services_dir/kafka.pid" "$cluster_dir"/node*.pid; do
     [ -f "$f" ] || continue
-    pid="$(cat "$f")"
-    kill "$pid" 2>/dev/null && say "stopping $(basename "$f" .pid) (pid $pid)" && pids+=("$pid")
-    rm -f "$f"
+    say "stopping $(basename "$f" .pid) (pid $(cat "$f"))"
+    kafka_kill "$f" &
   done
-  for pid in "${pids[@]}"; do
-    for i in $(seq 1 120); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-    kill -0 "$pid" 2>/dev/null && say "pid $pid still running after 60 s"
-  done
+  wait
   return 0
 }

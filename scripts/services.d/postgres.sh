@@ -26,7 +26,7 @@ pg_host="${pg_hostport%:*}"; pg_port="${pg_hostport##*:}"
 pg_admin_url="${pg_url%%/${pg_db}*}/postgres"
 
 pg_answers() { pg_isready -q -h "$pg_host" -p "$pg_port" -t 2 >/dev/null 2>&1; }
-pg_up() { psql "$pg_url" -qAtc 'select 1' >/dev/null 2>&1; }
+pg_up() { PGCONNECT_TIMEOUT=5 timeout 10 psql "$pg_url" -qAtc 'select 1' >/dev/null 2>&1; }
 
 # The Debian cluster (version and name) listening on the URL's port, if any.
 pg_cluster() {
@@ -85,7 +85,20 @@ pg_start_cluster() {
     || die "pg_ctlcluster could not start PostgreSQL $version/$name (see /var/log/postgresql/postgresql-$version-$name.log): fix that, or set DATABASE_URL to a running server."
   wait_until 30 pg_answers \
     || die "PostgreSQL $version/$name was started but does not answer on $pg_host:$pg_port within 30 s (see /var/log/postgresql/postgresql-$version-$name.log)."
+  echo "$version $name" >"$services_dir/postgres.started"
   say "PostgreSQL $version/$name started in $(since "$t0") on $pg_host:$pg_port"
+}
+
+# Stops the cluster this script started (pg_ctlcluster waits until it has
+# stopped); a server it found running is left alone.
+stop_postgres() {
+  local f="$services_dir/postgres.started"
+  [ -f "$f" ] || return 0
+  # shellcheck disable=SC2046
+  set -- $(cat "$f")
+  rm -f "$f"
+  say "stopping PostgreSQL $1/$2"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$1" "$2" stop -m fast >&2 || say "pg_ctlcluster could not stop PostgreSQL $1/$2"
 }
 
 pg_create_database() {

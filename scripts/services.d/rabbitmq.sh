@@ -11,6 +11,11 @@
 # data is never touched, and the queues earlier test runs left can never
 # slow the boot (a node recovering 300 quorum and 1 000 classic test queues
 # took over 90 s to answer).
+#
+# "Up" means the broker declares and deletes a queue within 10 s
+# (scripts/services.d/probe.py), not only that its port takes connections: a
+# stuck node of this script's (a wedged or SIGSTOPped beam.smp) is stopped,
+# with SIGKILL when it ignores rabbitmqctl stop, and started fresh.
 # shellcheck shell=bash
 
 amqp_url="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
@@ -18,11 +23,65 @@ amqp_hostport="${amqp_url#*://}"; amqp_hostport="${amqp_hostport#*@}"; amqp_host
 amqp_host="${amqp_hostport%%:*}"; amqp_port="${amqp_hostport##*:}"
 [ "$amqp_port" = "$amqp_hostport" ] && amqp_port=5672
 
-# A TCP connect answers for any broker, local or not; rabbitmqctl only for a local node.
+# A node this script starts keeps its data here (emptied at each start).
+rabbitmq_base=/var/lib/rabbitmq/consumer-rs
+
+# The port takes connections (any broker, local or not).
 rabbitmq_up() { tcp_up "$amqp_host" "$amqp_port"; }
 
+# The broker does real work: declares and deletes a queue within 10 s (a
+# node that is stopped, wedged or shutting down still takes TCP
+# connections). The reason it did not is in $rabbitmq_probe_error.
+rabbitmq_answers() {
+  command -v python3 >/dev/null || return 0
+  rabbitmq_probe_error="$(python3 "$lib/probe.py" amqp "$amqp_url" 10 2>&1)"
+}
+
+# The pid of the node this script started (its data in $rabbitmq_base),
+# if one runs.
+rabbitmq_our_pid() {
+  local pid
+  for pid in $(pgrep -u rabbitmq beam.smp 2>/dev/null); do
+    as_root cat "/proc/$pid/environ" 2>/dev/null | tr '\0' '\n' | grep -qx "RABBITMQ_MNESIA_BASE=$rabbitmq_base" \
+      && { echo "$pid"; return 0; }
+  done
+  return 1
+}
+
+# Stops the node this script started: rabbitmqctl stop, then SIGKILL when
+# it has not exited 20 s later (a wedged node ignores SIGTERM); waits
+# until it has exited.
+stop_rabbitmq() {
+  local pid i
+  pid="$(rabbitmq_our_pid)" || return 0
+  say "stopping RabbitMQ (pid $pid)"
+  timeout 20 rabbitmqctl -q stop >/dev/null 2>&1 &
+  for i in $(seq 1 40); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "RabbitMQ (pid $pid) did not exit within 20 s of rabbitmqctl stop: SIGKILL"
+    as_root kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 1 20); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.5
+    done
+  fi
+  wait 2>/dev/null || true
+  kill -0 "$pid" 2>/dev/null && say "RabbitMQ (pid $pid) is still running"
+  return 0
+}
+
 ensure_rabbitmq() {
-  if rabbitmq_up; then say "RabbitMQ is up at $amqp_host:$amqp_port"; return; fi
+  if rabbitmq_up; then
+    if rabbitmq_answers; then say "RabbitMQ is up at $amqp_host:$amqp_port"; return; fi
+    local why="RabbitMQ at $amqp_host:$amqp_port takes connections but did not declare and delete a queue within 10 s ($rabbitmq_probe_error)"
+    is_local_host "$amqp_host" && ! use_docker && rabbitmq_our_pid >/dev/null \
+      || die "$why: restart that broker, or unset AMQP_URL to have a local one started."
+    say "$why: the node is stuck; stopping it and starting it fresh"
+    stop_rabbitmq
+  fi
   if use_docker; then
     compose_up rabbitmq
     wait_until 90 rabbitmq_up || die "the docker compose RabbitMQ does not answer on $amqp_host:$amqp_port within 90 s."
@@ -51,13 +110,15 @@ ensure_rabbitmq() {
   if command -v rabbitmqctl >/dev/null && timeout 20 rabbitmqctl -q status >/dev/null 2>&1; then
     rabbitmqctl -q start_app >/dev/null 2>&1 || true
   else
-    local base=/var/lib/rabbitmq/consumer-rs
+    local base="$rabbitmq_base"
     as_root rm -rf "$base" && as_root mkdir -p "$base" && as_root chown rabbitmq: "$base" \
       || die "could not prepare $base for the test node's data: run this script as root or with passwordless sudo, or start RabbitMQ yourself and point AMQP_URL at it."
     as_root env RABBITMQ_MNESIA_BASE="$base" rabbitmq-server -detached >/dev/null 2>&1 || true
   fi
   wait_until 90 rabbitmq_up \
     || die "RabbitMQ is not reachable at $amqp_host:$amqp_port and rabbitmq-server -detached did not bring it up within 90 s (see /var/log/rabbitmq/): start RabbitMQ with user guest/guest, or point AMQP_URL at one."
+  wait_until 60 rabbitmq_answers \
+    || die "RabbitMQ started on $amqp_host:$amqp_port but did not declare and delete a queue within 60 s ($rabbitmq_probe_error; see /var/log/rabbitmq/)."
   say "RabbitMQ started in $(since "$t0") on $amqp_host:$amqp_port"
 }
 

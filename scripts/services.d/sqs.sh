@@ -5,7 +5,9 @@
 # endpoint instead (AWS_ENDPOINT_URL_SQS is read when SQS_ENDPOINT is
 # unset), and then nothing is started.
 #
-# moto keeps its queues in memory: a restart starts empty. The same venv
+# moto keeps its queues in memory: a restart starts empty. Any FIFO receive
+# that breaks a group's order (SQS never does) is written to
+# $CONSUMER_TOOLS_DIR/services/sqs/fifo-order.log. The same venv
 # holds boto3 (a dependency of moto), which the tests' outside producer
 # (scripts/sqs_producer.py) runs on; `scripts/tools sqs-python` prints its
 # python. Log: $CONSUMER_TOOLS_DIR/services/sqs/server.log.
@@ -66,8 +68,12 @@ ensure_sqs() {
   mkdir -p "$dir"
   t0="$(now)"
   local pid
-  # moto_server.py: moto with one fix to its FIFO receive (see the file).
-  pid="$(spawn_detached "$dir/server.log" "$sqs_venv/bin/python" "$lib/moto_server.py" -H 127.0.0.1 -p "$sqs_port")"
+  # moto_server.py: moto with its FIFO receive made to keep a group's order
+  # (see the file); it writes any receive that still breaks one to
+  # fifo-order.log, which the tests that check a group's order read.
+  : >"$dir/fifo-order.log"
+  pid="$(spawn_detached "$dir/server.log" env MOTO_FIFO_AUDIT="$dir/fifo-order.log" \
+    "$sqs_venv/bin/python" "$lib/moto_server.py" -H 127.0.0.1 -p "$sqs_port")"
   echo "$pid" >"$dir.pid"
   PID_TO_WATCH="$pid" wait_until 60 sqs_up || {
     tail -n 20 "$dir/server.log" >&2 || true
@@ -85,7 +91,14 @@ sqs_python() {
 stop_sqs() {
   local f="$services_dir/sqs.pid"
   [ -f "$f" ] || return 0
-  local pid; pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then kill "$pid" && say "stopped moto (pid $pid)"; fi
+  local pid i; pid="$(cat "$f")"
   rm -f "$f"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null
+  for i in $(seq 1 20); do
+    kill -0 "$pid" 2>/dev/null || { say "stopped moto (pid $pid)"; return 0; }
+    sleep 0.5
+  done
+  kill -KILL "$pid" 2>/dev/null
+  say "moto (pid $pid) did not exit within 10 s of SIGTERM: SIGKILL"
 }

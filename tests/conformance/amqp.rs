@@ -344,11 +344,29 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
 
 /// Deletes the queues whose names start with `ct.` on the local RabbitMQ
 /// node, as `scripts/services`' sweep does; does nothing where there is no
-/// `rabbitmqctl` (a remote broker).
+/// `rabbitmqctl` (a remote broker). Fails the test, naming RabbitMQ, when
+/// the node does not answer within 60 s (a wedged node never does).
 pub fn sweep_test_queues() {
     let eval = "length([rabbit_amqqueue:delete(Q, false, false, <<\"sweep\">>) || Q <- rabbit_amqqueue:list(), binary:longest_common_prefix([element(4, amqqueue:get_name(Q)), <<\"ct.\">>]) =:= 3]).";
-    let _ = std::process::Command::new("rabbitmqctl")
+    let Ok(mut sweep) = std::process::Command::new("rabbitmqctl")
         .args(["eval", eval])
         .stdin(std::process::Stdio::null())
-        .output();
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if !matches!(sweep.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = sweep.kill();
+    let _ = sweep.wait();
+    panic!(
+        "RabbitMQ did not answer `rabbitmqctl eval` (the sweep of the test queues) within 60 s: the local node is stuck; `scripts/services rabbitmq` stops and replaces such a node"
+    );
 }
