@@ -51,6 +51,25 @@ async fn record_after_predecessor(
     tx: &mut PgTx,
     ctx: &consumer::MessageContext,
 ) -> Result<(), JobError> {
+    record(job, tx, ctx).await
+}
+
+/// The same, for the layout at its defaults: a handler that retries
+/// through the broker, so that the topology declares delay queues sized to
+/// its longest delay (200 ms: 16 ms to 256 ms).
+#[handler(
+    idempotency_key = job.id,
+    retry = exponential(base = "10ms", max_delay = "200ms", attempts = 5, mode = redeliver),
+)]
+async fn record_after_predecessor_redelivering(
+    job: Job,
+    tx: &mut PgTx,
+    ctx: &consumer::MessageContext,
+) -> Result<(), JobError> {
+    record(job, tx, ctx).await
+}
+
+async fn record(job: Job, tx: &mut PgTx, ctx: &consumer::MessageContext) -> Result<(), JobError> {
     let before: Option<i64> =
         sqlx::query_scalar("SELECT max(seq) FROM churn_effects WHERE key = $1")
             .bind(&job.key)
@@ -71,12 +90,18 @@ async fn record_after_predecessor(
     Ok(())
 }
 
-fn topology(queue: &str, queue_type: QueueType) -> PartitionedTopology {
-    PartitionedTopology::new(queue, PARTITIONS)
+/// The test topology: with `capped`, delay queues up to 256 ms whatever
+/// the handler; else the defaults (sized to the handler's longest delay).
+fn topology(queue: &str, queue_type: QueueType, capped: bool) -> PartitionedTopology {
+    let t = PartitionedTopology::new(queue, PARTITIONS)
         .expect("valid test queue name")
         .with_queue_type(queue_type)
-        .with_max_retry_delay(Duration::from_millis(256))
-        .with_expires(Duration::from_secs(600))
+        .with_expires(Duration::from_secs(600));
+    if capped {
+        t.with_max_retry_delay(Duration::from_millis(256))
+    } else {
+        t
+    }
 }
 
 fn queue_type_name(t: QueueType) -> &'static str {
@@ -94,9 +119,10 @@ async fn child_churn_consumer_process() {
     let spec = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
         panic!("{CHILD_ENV} is unset: this is a child process of the churn tests, not a test of its own")
     });
-    let [queue, schema, queue_type] = spec.split(' ').collect::<Vec<_>>()[..] else {
-        panic!("{CHILD_ENV} is `queue schema quorum|classic`");
+    let [queue, schema, queue_type, layout] = spec.split(' ').collect::<Vec<_>>()[..] else {
+        panic!("{CHILD_ENV} is `queue schema quorum|classic capped|defaults`");
     };
+    let capped = layout == "capped";
     let queue_type = match queue_type {
         "quorum" => QueueType::Quorum,
         _ => QueueType::Classic,
@@ -110,7 +136,7 @@ async fn child_churn_consumer_process() {
     let pool = consumer::testing::FreshSchema::pool_on(schema, 8)
         .await
         .expect("child pool");
-    let source = PartitionedSource::builder(amqp_url(), topology(queue, queue_type))
+    let source = PartitionedSource::builder(amqp_url(), topology(queue, queue_type, capped))
         .with_instance_id(instance())
         .build()
         .expect("a partitioned source");
@@ -136,12 +162,23 @@ async fn child_churn_consumer_process() {
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
-    Consumer::new(source, Store::new(pool), record_after_predecessor)
-        .run_until(async move {
-            terminate.recv().await;
-        })
+    let stop = async move {
+        terminate.recv().await;
+    };
+    if capped {
+        Consumer::new(source, Store::new(pool), record_after_predecessor)
+            .run_until(stop)
+            .await
+    } else {
+        Consumer::new(
+            source,
+            Store::new(pool),
+            record_after_predecessor_redelivering,
+        )
+        .run_until(stop)
         .await
-        .expect("child consumer");
+    }
+    .expect("child consumer");
 }
 
 /// A consumer process: this test binary run again on
@@ -336,7 +373,7 @@ struct Churn {
 }
 
 impl Churn {
-    async fn new(tag: &str, queue_type: QueueType, instances: usize) -> Self {
+    async fn new(tag: &str, queue_type: QueueType, instances: usize, capped: bool) -> Self {
         let h = PgHarness::new().await;
         for ddl in [
             "CREATE TABLE churn_effects (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, \
@@ -349,22 +386,27 @@ impl Churn {
             sqlx::query(ddl).execute(h.pool()).await.expect(ddl);
         }
         let queue = unique_prefix(tag);
-        let topology = topology(&queue, queue_type);
+        let topology = topology(&queue, queue_type, capped);
         // The producer publishes to the partition queues: they must exist
-        // before it starts.
-        let conn = connect().await;
-        let channel = conn.create_channel().await.expect("channel");
-        for p in 0..PARTITIONS {
+        // before it starts. At the defaults the consumer processes declare
+        // them, all at once (the producer starts once each has its share).
+        if capped {
+            let conn = connect().await;
+            let channel = conn.create_channel().await.expect("channel");
             topology
-                .partition(p)
                 .declare(&channel)
                 .await
                 .expect("declare the partition queues");
+            let _ = conn.close(200, "declared".into()).await;
         }
-        let _ = conn.close(200, "declared".into()).await;
         let logs = std::env::temp_dir().join("consumer-churn").join(&queue);
         std::fs::create_dir_all(&logs).expect("log dir");
-        let spec = format!("{queue} {} {}", h.schema, queue_type_name(queue_type));
+        let spec = format!(
+            "{queue} {} {} {}",
+            h.schema,
+            queue_type_name(queue_type),
+            if capped { "capped" } else { "defaults" }
+        );
         let slots = (1..=instances)
             .map(|n| ConsumerProcess::spawn(&format!("c{n}"), &spec, &logs))
             .collect();
@@ -528,12 +570,10 @@ impl Churn {
     /// Every message id waiting in the partition, delay and dead-letter
     /// queues (read with `basic.get` and put back).
     async fn ids_in_queues(&self) -> BTreeMap<String, String> {
-        let mut queues: Vec<String> = Vec::new();
-        for p in 0..PARTITIONS {
-            let t = self.topology.partition(p);
-            queues.push(t.queue().to_owned());
-            queues.extend(t.delay_queues().into_iter().map(|(_, q)| q));
-        }
+        let mut queues: Vec<String> = (0..PARTITIONS)
+            .map(|p| self.topology.partition_queue(p))
+            .collect();
+        queues.extend(self.topology.delay_queues().into_iter().map(|(_, q)| q));
         queues.push(self.topology.dead_letter_queue());
         let mut out = BTreeMap::new();
         for queue in queues {
@@ -611,11 +651,14 @@ struct Plan {
     /// crashed queue, which the consumers must have reported, rather than
     /// waited for.
     crash_is_the_brokers: bool,
+    /// Delay queues up to 256 ms declared by the test itself, or the
+    /// defaults: sized to the handler (200 ms), declared by the consumers.
+    capped: bool,
 }
 
 async fn run(plan: Plan) {
     let total = plan.keys * plan.per_key;
-    let mut churn = Churn::new(plan.tag, plan.queue_type, plan.instances).await;
+    let mut churn = Churn::new(plan.tag, plan.queue_type, plan.instances, plan.capped).await;
     let (mut producer, mut said) = start_producer(
         &churn.queue,
         plan.keys,
@@ -865,6 +908,7 @@ async fn quorum_partitions_keep_every_key_in_order_through_16_sigkills() {
         kills_while_draining: 8,
         leaves_while_draining: 2,
         crash_is_the_brokers: false,
+        capped: true,
     })
     .await;
 }
@@ -885,6 +929,90 @@ async fn classic_partitions_keep_every_key_in_order_through_16_sigkills() {
         kills_while_draining: 8,
         leaves_while_draining: 2,
         crash_is_the_brokers: true,
+        capped: true,
     })
     .await;
+}
+
+/// Two services deploying together on one RabbitMQ node: two partitioned
+/// topologies at their defaults (8 quorum partition queues each, a handler
+/// whose longest retry delay is 200 ms), three consumer processes each,
+/// all started at once, then each consuming a backlog from an outside
+/// producer through SIGKILLs. At the old defaults (a delay queue per bucket
+/// up to 1 h, per partition: about 161 quorum queues a topology) this made
+/// the node's queues unresponsive within a minute; at the defaults now
+/// each topology declares 14. Throughout, the node answers
+/// `rabbitmqctl list_queues` within its timeout (read every 2 s), and
+/// nothing is lost, done twice or reordered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_partitioned_topologies_started_together_keep_the_broker_answering() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let watch = tokio::task::spawn_blocking(move || watch_list_queues(stopped));
+    let plan = |tag| Plan {
+        tag,
+        queue_type: QueueType::Quorum,
+        instances: 3,
+        keys: 32,
+        per_key: 200,
+        rate: 2000,
+        kills_while_publishing: 2,
+        kills_while_draining: 3,
+        leaves_while_draining: 0,
+        crash_is_the_brokers: false,
+        capped: false,
+    };
+    tokio::join!(run(plan("twoa")), run(plan("twob")));
+    let _ = stop.send(());
+    let answers = watch.await.expect("the list_queues watch");
+    let slowest = answers.iter().copied().fold(0.0, f64::max);
+    println!(
+        "rabbitmqctl list_queues answered {} times, the slowest in {slowest:.2} s",
+        answers.len()
+    );
+}
+
+/// Runs `rabbitmqctl list_queues` (a 30 s timeout of its own) every 2 s
+/// until `stop`; panics, naming RabbitMQ, when one does not answer or says
+/// queues are unresponsive. Returns how long each took; empty where there
+/// is no `rabbitmqctl` (a broker on another machine).
+fn watch_list_queues(mut stop: tokio::sync::oneshot::Receiver<()>) -> Vec<f64> {
+    use tokio::sync::oneshot::error::TryRecvError;
+    let mut took = Vec::new();
+    loop {
+        let t0 = std::time::Instant::now();
+        let Ok(out) = Command::new("timeout")
+            .args([
+                "60",
+                "rabbitmqctl",
+                "-q",
+                "list_queues",
+                "--no-table-headers",
+                "--timeout",
+                "30",
+                "name",
+            ])
+            .stdin(Stdio::null())
+            .output()
+        else {
+            return took;
+        };
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && !text.contains("unresponsive"),
+            "RabbitMQ did not answer `rabbitmqctl list_queues` within its 30 s timeout while two partitioned topologies ran ({}): {}",
+            out.status,
+            text.lines().rev().take(5).collect::<Vec<_>>().join(" / ")
+        );
+        took.push(t0.elapsed().as_secs_f64());
+        for _ in 0..20 {
+            if !matches!(stop.try_recv(), Err(TryRecvError::Empty)) {
+                return took;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

@@ -228,3 +228,55 @@ async fn links_stalled_past_the_heartbeat_lose_nothing_and_both_sides_reconnect(
 async fn slowed_links_lose_nothing_and_reorder_nothing() {
     links_fail_mid_run(Fault::Slow).await;
 }
+
+/// A RabbitMQ that takes connections but answers nothing (the link
+/// stalled): a declare fails with `NoAnswer` naming the queue, and a
+/// partitioned source's start fails the same way, each within the
+/// topology's deadline, instead of hanging the service's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_does_not_answer_fails_the_start_naming_what_it_did_not_answer() {
+    use consumer::amqp::{Error, PartitionedSource, PartitionedTopology};
+
+    drop(connect().await);
+    let link = LinkProxy::start(upstream()).await.expect("proxy");
+    let queue = unique_prefix("stuck");
+    let conn = lapin::Connection::connect(&through(&link), lapin::ConnectionProperties::default())
+        .await
+        .expect("a connection through the proxy");
+    let channel = conn.create_channel().await.expect("a channel");
+    link.stall();
+    let declared = support::within(
+        test_topology(&queue)
+            .with_declare_timeout(Duration::from_secs(2))
+            .declare(&channel),
+    )
+    .await;
+    match declared {
+        Err(e @ Error::NoAnswer { .. }) => {
+            let said = e.to_string();
+            assert!(said.contains(&format!("`{queue}.dlx`")), "{said}");
+            assert!(
+                said.contains("did not answer the declare of exchange"),
+                "{said}"
+            );
+        }
+        other => panic!("expected NoAnswer for the first declare, got {other:?}"),
+    }
+    drop(conn);
+
+    let stalled = LinkProxy::start(upstream()).await.expect("proxy");
+    stalled.stall();
+    let topology = PartitionedTopology::new(unique_prefix("stuckp"), 2)
+        .expect("a valid name")
+        .with_declare_timeout(Duration::from_secs(2))
+        .with_expires(Duration::from_secs(600));
+    let started =
+        support::within(PartitionedSource::builder(through(&stalled), topology).connect()).await;
+    match started {
+        Err(e @ Error::NoAnswer { .. }) => {
+            assert!(e.to_string().contains("within 2s"), "{e}");
+        }
+        Err(other) => panic!("expected NoAnswer, got {other}"),
+        Ok(_) => panic!("a partitioned source started through a stalled link"),
+    }
+}

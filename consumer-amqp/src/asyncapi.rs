@@ -42,33 +42,39 @@ fn queue_channel(queue: &str, prefix: AttributePrefix) -> ChannelDescription {
 }
 
 /// The channels of a source over `topology`. Retry copies wait in a delay
-/// queue (published through the default exchange) and come back on the
-/// work queue; dead letters go to the dead-letter exchange with the work
-/// queue's name as routing key.
+/// queue (published through the default exchange, or, for a partitioned
+/// topology's shared ones, through the bucket's `fanout` exchange with the
+/// partition queue as routing key) and come back on the work queue; dead
+/// letters go to the dead-letter exchange with the work queue's name as
+/// routing key.
 pub(crate) fn source_channels(topology: &Topology, prefix: AttributePrefix) -> SourceChannels {
     let input = queue_channel(topology.queue(), prefix)
         .with_receive_binding(json!({ "ack": true, "bindingVersion": BINDING_VERSION }));
+    let delays = topology.delays();
+    let retry_address = format!("{}.{{delay}}", delays.prefix());
+    let binding = if delays.shared() {
+        routing_key_binding(&retry_address, Some("fanout"))
+    } else {
+        queue_binding(&retry_address)
+    };
+    let mut delay = json!({
+        "description": "The delay bucket: the smallest that holds the retry's delay. The copy returns to the work queue when it expires. There are as many as the longest delay of the consumer's handlers needs.",
+    });
     let buckets: Vec<String> = topology
         .delay_queues()
         .iter()
-        .filter_map(|(_, name)| name.rsplit('.').next().map(str::to_owned))
+        .map(|(bucket, _)| format!("{}ms", bucket.as_millis()))
         .collect();
-    let first = topology.delay_queue_for(std::time::Duration::ZERO);
-    let retry_prefix = first
-        .rsplit_once('.')
-        .map_or(first.as_str(), |(prefix, _)| prefix);
-    let retry_address = format!("{retry_prefix}.{{delay}}");
-    let retry = ChannelDescription::new("amqp", retry_address.clone())
-        .with_attribute_prefix(prefix.as_str())
-        .with_binding(queue_binding(&retry_address))
-        .with_send_binding(send_binding())
-        .with_parameter(
-            "delay",
-            json!({
-                "enum": buckets,
-                "description": "The delay bucket: the smallest that holds the retry's delay. The copy returns to the work queue when it expires.",
-            }),
-        );
+    // Handlers that all retry in place need no delay queue: none is
+    // declared, none described.
+    let retry = (!buckets.is_empty()).then(|| {
+        delay["enum"] = json!(buckets);
+        ChannelDescription::new("amqp", retry_address)
+            .with_attribute_prefix(prefix.as_str())
+            .with_binding(binding)
+            .with_send_binding(send_binding())
+            .with_parameter("delay", delay)
+    });
     let dead_letter = ChannelDescription::new("amqp", topology.queue())
         .with_attribute_prefix(prefix.as_str())
         .with_binding(routing_key_binding(
@@ -78,17 +84,17 @@ pub(crate) fn source_channels(topology: &Topology, prefix: AttributePrefix) -> S
         .with_send_binding(send_binding());
     SourceChannels {
         input,
-        retry: Some(retry),
+        retry,
         retries_return_on_input: true,
         dead_letter: Some(dead_letter),
     }
 }
 
 /// The channels of a source over a partitioned topology: partition 0's,
-/// with the partition number as the `partition` parameter in every address
-/// and queue name (`orders.p{partition}`, `orders.p{partition}.retry.{delay}`;
-/// dead letters go to the shared exchange with the partition queue as
-/// routing key).
+/// with the partition number as the `partition` parameter in the work
+/// queue's and the dead letters' addresses (`orders.p{partition}`; dead
+/// letters go to the shared exchange with the partition queue as routing
+/// key); the retry copies' channel is the shared delay exchanges'.
 pub(crate) fn partitioned_source_channels(
     topology: &PartitionedTopology,
     prefix: AttributePrefix,
@@ -98,10 +104,7 @@ pub(crate) fn partitioned_source_channels(
     let template = format!("{}.p{{partition}}", topology.name());
     debug_assert!(channels.retries_return_on_input);
     let n = topology.partitions();
-    for c in std::iter::once(&mut channels.input)
-        .chain(channels.retry.as_mut())
-        .chain(channels.dead_letter.as_mut())
-    {
+    for c in std::iter::once(&mut channels.input).chain(channels.dead_letter.as_mut()) {
         templated(c, &first, &template, n);
     }
     channels
@@ -180,6 +183,11 @@ mod tests {
     #[test]
     fn a_source_reads_its_queue_retries_through_delay_queues_and_dead_letters_to_its_exchange() {
         let topology = Topology::new("orders").expect("valid");
+        let in_place = source_channels(&topology, AttributePrefix::default());
+        assert!(in_place.retry.is_none(), "no delay queue, no retry channel");
+        topology
+            .size_delays_for(std::time::Duration::from_secs(1))
+            .expect("no cap");
         let channels = source_channels(&topology, AttributePrefix::default());
         assert_eq!(channels.input.address, "orders");
         let retry = channels.retry.expect("delay queues");
@@ -207,12 +215,22 @@ mod tests {
     #[test]
     fn a_partitioned_source_names_its_partition_as_a_parameter() {
         let topology = PartitionedTopology::new("orders", 3).expect("valid");
+        topology
+            .size_delays_for(std::time::Duration::from_secs(1))
+            .expect("no cap");
         let channels = partitioned_source_channels(&topology, AttributePrefix::default());
         assert_eq!(channels.input.address, "orders.p{partition}");
         let retry = channels.retry.expect("delay queues");
-        assert_eq!(retry.address, "orders.p{partition}.retry.{delay}");
+        assert_eq!(
+            retry.address, "orders.retry.{delay}",
+            "shared by the partitions"
+        );
+        assert_eq!(
+            retry.binding.expect("a binding")["exchange"]["type"],
+            "fanout"
+        );
         let names: Vec<&str> = retry.parameters.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["delay", "partition"]);
+        assert_eq!(names, ["delay"]);
         let dl = channels.dead_letter.expect("a dlx");
         assert_eq!(dl.address, "orders.p{partition}");
         assert_eq!(

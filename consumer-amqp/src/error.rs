@@ -103,6 +103,23 @@ pub enum Error {
         /// The partition queues found on the broker.
         found: u32,
     },
+    /// RabbitMQ did not answer a step of a source's start (the connection,
+    /// a channel, a declare) within the topology's deadline
+    /// ([`Topology::with_declare_timeout`](crate::Topology::with_declare_timeout)):
+    /// the broker is overloaded or stuck. A start fails with it instead of
+    /// hanging; a reconnect tries again.
+    #[error(
+        "RabbitMQ did not answer {what} `{name}` within {after:?}: the broker is overloaded or stuck \
+         (`rabbitmqctl list_queues` says which queues are unresponsive)"
+    )]
+    NoAnswer {
+        /// What was asked: "the declare of queue", "the connection to", ...
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
     /// The delivery's channel closed before it could be settled; RabbitMQ
     /// delivers it again.
     #[error("the channel of this delivery is closed; RabbitMQ redelivers it")]
@@ -153,9 +170,10 @@ impl Error {
     pub fn kind(&self) -> BrokerErrorKind {
         match self {
             Self::Amqp { source, .. } => kind_of(source),
-            Self::Nacked { .. } | Self::ChannelClosed | Self::QueueCrashed { .. } => {
-                BrokerErrorKind::Unavailable
-            }
+            Self::Nacked { .. }
+            | Self::ChannelClosed
+            | Self::QueueCrashed { .. }
+            | Self::NoAnswer { .. } => BrokerErrorKind::Unavailable,
             Self::TooLarge { .. } => BrokerErrorKind::TooLarge,
             Self::Unroutable { .. } => BrokerErrorKind::NoDestination,
             Self::Unencodable(_) => BrokerErrorKind::Rejected,
@@ -177,6 +195,13 @@ impl Error {
     pub(crate) fn amqp(context: &'static str) -> impl FnOnce(lapin::Error) -> Self {
         move |source| Self::Amqp { context, source }
     }
+}
+
+/// Whether RabbitMQ answered `405 RESOURCE_LOCKED`: another connection
+/// holds the exclusive queue.
+pub(crate) fn is_locked(error: &lapin::Error) -> bool {
+    matches!(error.kind(), ErrorKind::ProtocolError(amqp)
+        if matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::RESOURCELOCKED)))
 }
 
 /// Whether RabbitMQ answered `404 NOT_FOUND` because the queue does not

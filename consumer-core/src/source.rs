@@ -68,9 +68,10 @@ pub trait Source: Send + 'static {
     }
 
     /// Told, before the first delivery, the retry policy of each handler
-    /// this source feeds. `Err` says in one sentence what this source cannot
-    /// serve and how to fix it; the consumer then refuses to start, before
-    /// it takes a delivery.
+    /// this source feeds (when the consumer is built, and again when it
+    /// starts: telling it twice must change nothing more than once). `Err`
+    /// says in one sentence what this source cannot serve and how to fix
+    /// it; the consumer then refuses to start, before it takes a delivery.
     ///
     /// The default asks [`check_redelivery`](Self::check_redelivery) about
     /// every policy that retries through the broker. A source overrides

@@ -22,9 +22,10 @@ use crate::topology::Topology;
 ///   (a nack would put it behind them).
 /// * `publish_retry`: publishes the retry copy the runtime built (same id,
 ///   `x-consumer-attempt` and `x-consumer-first-failure` set, the key as
-///   `ce_partitionkey`) to the delay queue of its delay with a per-message
-///   expiration, and returns once RabbitMQ confirms it; the runtime acks
-///   afterwards.
+///   `ce_partitionkey`) to the delay queue of its delay (a partitioned
+///   topology's shared one, through its exchange, with the partition queue
+///   as routing key) with a per-message expiration, and returns once
+///   RabbitMQ confirms it; the runtime acks afterwards.
 /// * `publish_dead_letter`: publishes the dead letter to the dead-letter
 ///   exchange (`mandatory`, routed by the work queue's name) and returns
 ///   once RabbitMQ confirms it. A letter that routes nowhere (the
@@ -145,9 +146,9 @@ impl Acker for AmqpAcker {
         &mut self,
         copy: &RetryCopy,
     ) -> Result<(), consumer_core::backend::Error> {
-        let queue = self.topology.delay_queue_for(copy.delay);
+        let (exchange, routing_key) = self.topology.retry_route(copy.delay);
         self.publisher
-            .publish_to("", &queue, &copy.message, Some(copy.delay))
+            .publish_to(&exchange, &routing_key, &copy.message, Some(copy.delay))
             .await?;
         Ok(())
     }

@@ -87,6 +87,8 @@ struct Session {
     connection: Connection,
     channel: Channel,
     consumer: Consumer,
+    /// How many delay buckets were declared on this session.
+    delay_tiers: u32,
 }
 
 impl std::fmt::Debug for AmqpSource {
@@ -164,13 +166,20 @@ impl AmqpSource {
     async fn open(&self) -> Result<Session> {
         let props = ConnectionProperties::default()
             .with_connection_name(format!("consumer {}", self.topology.queue()).into());
-        let connection = Connection::connect(&self.options.uri, props)
-            .await
+        let connection = self
+            .topology
+            .answered(
+                "the connection to",
+                &server_of(&self.options.uri).map_or_else(String::new, |(h, p)| format!("{h}:{p}")),
+                Connection::connect(&self.options.uri, props),
+            )
+            .await?
             .map_err(Error::amqp("connection"))?;
         let channel = connection
             .create_channel()
             .await
             .map_err(Error::amqp("channel open"))?;
+        let delay_tiers = self.topology.delays().tiers();
         self.topology.declare(&channel).await?;
         channel
             .basic_qos(self.options.prefetch, BasicQosOptions::default())
@@ -199,7 +208,23 @@ impl AmqpSource {
             connection,
             channel,
             consumer,
+            delay_tiers,
         })
+    }
+
+    /// Declares the delay buckets sized since the session was opened (a
+    /// handler's retry policy, told before the first delivery).
+    async fn declare_new_delays(&mut self) -> Result<()> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        if session.delay_tiers < self.topology.delays().tiers() {
+            session.delay_tiers = self
+                .topology
+                .declare_delays(&session.channel, session.delay_tiers)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn drop_session(&mut self, reason: &str) {
@@ -240,7 +265,19 @@ impl Source for AmqpSource {
     }
 
     fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
-        check_delay_queues(&self.topology, longest_delay)
+        self.topology
+            .delays()
+            .check(longest_delay, self.topology.queue())
+    }
+
+    /// Sizes the delay queues to the longest delay of the handlers that
+    /// retry through the broker; they are declared before the next
+    /// delivery is taken.
+    fn accept_retry_policy(
+        &mut self,
+        policy: &consumer_core::backend::RetryPolicy,
+    ) -> std::result::Result<(), String> {
+        redelivers(policy).map_or(Ok(()), |longest| self.topology.size_delays_for(longest))
     }
 
     async fn recv(
@@ -251,6 +288,11 @@ impl Source for AmqpSource {
                 tokio::time::sleep_until(c.retry_at()).await;
             }
             self.start().await?;
+        }
+        if let Err(e) = self.declare_new_delays().await {
+            let reason = e.to_string();
+            self.drop_session(&reason).await;
+            return Err(e.into());
         }
         let Some(session) = self.session.as_mut() else {
             return Err(Error::ChannelClosed.into());
@@ -304,26 +346,10 @@ impl Source for AmqpSource {
     }
 }
 
-/// Whether `topology`'s delay queues hold retries of `longest_delay`; the
-/// sentence saying how to fix it when they do not.
-fn check_delay_queues(
-    topology: &Topology,
-    longest_delay: Duration,
-) -> std::result::Result<(), String> {
-    let longest_bucket = topology
-        .delay_queues()
-        .last()
-        .map_or(Duration::ZERO, |(bucket, _)| *bucket);
-    if longest_delay > longest_bucket {
-        return Err(format!(
-            "retries may wait up to {longest_delay:?}, but the longest delay queue of `{}` holds \
-             {longest_bucket:?} (a copy would come back early): raise \
-             Topology::with_max_retry_delay to at least {longest_delay:?}, or lower the handler's \
-             max_delay",
-            topology.queue()
-        ));
-    }
-    Ok(())
+/// The longest delay of `policy` when it retries through the broker.
+fn redelivers(policy: &consumer_core::backend::RetryPolicy) -> Option<Duration> {
+    (policy.mode() == consumer_core::backend::RetryMode::Redeliver && policy.max_attempts() > 1)
+        .then(|| policy.longest_delay())
 }
 
 /// Host and port of an `amqp://` or `amqps://` URI (user info and vhost

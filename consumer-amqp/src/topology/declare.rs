@@ -1,4 +1,7 @@
-//! Declaring a [`Topology`] on the broker, idempotently.
+//! Declaring a [`Topology`] on the broker, idempotently, each step within
+//! the topology's deadline.
+
+use std::future::Future;
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -13,53 +16,51 @@ impl Topology {
     /// settings changes nothing. A conflict (a queue declared earlier with
     /// other arguments) is an [`Error::Topology`], a queue of another type an
     /// [`Error::QueueTypeMismatch`], a queue RabbitMQ reports crashed an
-    /// [`Error::QueueCrashed`]; each closes `channel`.
+    /// [`Error::QueueCrashed`]; each closes `channel`. A step RabbitMQ does
+    /// not answer within the deadline is an [`Error::NoAnswer`].
+    ///
+    /// The delay queues declared are those sized so far (see the module
+    /// docs); a partition's shared ones are declared by its
+    /// [`PartitionedTopology`](super::PartitionedTopology), once.
     pub async fn declare(&self, channel: &Channel) -> Result<()> {
         self.validate()?;
-        let durable = QueueDeclareOptions::durable();
-        channel
-            .exchange_declare(
-                short(&self.dead_letter_exchange)?,
-                ExchangeKind::Direct,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|source| Error::Topology {
-                what: "exchange",
-                name: self.dead_letter_exchange.clone(),
-                source,
-            })?;
-
+        self.declare_exchange(channel, &self.dead_letter_exchange, ExchangeKind::Direct)
+            .await?;
         let dlq_args = self.base_args(self.queue_type);
-        self.declare_queue(channel, &self.dead_letter_queue, durable, dlq_args)
+        self.declare_queue(channel, &self.dead_letter_queue, dlq_args)
             .await?;
-        channel
-            .queue_bind(
-                short(&self.dead_letter_queue)?,
-                short(&self.dead_letter_exchange)?,
-                short(&self.queue)?,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|source| Error::Topology {
-                what: "binding of queue",
-                name: self.dead_letter_queue.clone(),
-                source,
-            })?;
-
-        self.declare_queue(channel, &self.queue, durable, self.work_queue_args())
+        self.bind(
+            channel,
+            &self.dead_letter_queue,
+            &self.dead_letter_exchange,
+            &self.queue,
+        )
+        .await?;
+        self.declare_queue(channel, &self.queue, self.work_queue_args())
             .await?;
-        for (_, name) in self.delay_queues() {
-            self.declare_queue(channel, &name, durable, self.delay_queue_args())
-                .await?;
+        if !self.delays.shared() {
+            self.declare_delays(channel, 0).await?;
         }
         tracing::debug!(target: "consumer::amqp", queue = %self.queue, "topology declared");
         Ok(())
+    }
+
+    /// Declares the delay queues from bucket `from` up to those sized so
+    /// far (shared ones with their exchange and binding); returns how many
+    /// buckets are declared.
+    pub(crate) async fn declare_delays(&self, channel: &Channel, from: u32) -> Result<u32> {
+        let buckets = self.delays.buckets();
+        let skip = usize::try_from(from).unwrap_or(usize::MAX);
+        for (_, name) in buckets.iter().skip(skip) {
+            self.declare_queue(channel, name, self.delay_queue_args())
+                .await?;
+            if self.delays.shared() {
+                self.declare_exchange(channel, name, ExchangeKind::Fanout)
+                    .await?;
+                self.bind(channel, name, name, "").await?;
+            }
+        }
+        Ok(u32::try_from(buckets.len()).unwrap_or(u32::MAX))
     }
 
     /// The work queue's arguments.
@@ -87,8 +88,7 @@ impl Topology {
     /// queue through the default exchange.
     pub(super) fn delay_queue_args(&self) -> FieldTable {
         let mut args = self.base_args(self.queue_type);
-        args.insert("x-dead-letter-exchange".into(), long(""));
-        args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+        self.delays.dead_letter_args(&mut args, &self.queue);
         self.at_least_once(&mut args);
         args
     }
@@ -111,45 +111,104 @@ impl Topology {
         args
     }
 
-    async fn declare_queue(
+    /// `step`, failed with [`Error::NoAnswer`] when RabbitMQ does not
+    /// answer within the deadline.
+    pub(crate) async fn answered<T>(
+        &self,
+        what: &'static str,
+        name: &str,
+        step: impl Future<Output = std::result::Result<T, lapin::Error>>,
+    ) -> Result<std::result::Result<T, lapin::Error>> {
+        tokio::time::timeout(self.declare_timeout, step)
+            .await
+            .map_err(|_| Error::NoAnswer {
+                what,
+                name: name.to_owned(),
+                after: self.declare_timeout,
+            })
+    }
+
+    async fn declare_exchange(
         &self,
         channel: &Channel,
         name: &str,
-        options: QueueDeclareOptions,
-        args: FieldTable,
+        kind: ExchangeKind,
     ) -> Result<()> {
-        channel
-            .queue_declare(short(name)?, options, args)
-            .await
-            .map(|_| ())
-            .map_err(|source| {
-                if let Some(reply) = crashed_reply(&source) {
-                    return Error::QueueCrashed {
-                        queue: name.to_owned(),
-                        reply,
-                    };
-                }
-                if let Some(found) = queue_type_found(&source) {
-                    return Error::QueueTypeMismatch {
-                        queue: name.to_owned(),
-                        declared: self.queue_type.as_str(),
-                        found,
-                        queues: self.queues_in_words(),
-                    };
-                }
-                Error::Topology {
-                    what: "queue",
-                    name: name.to_owned(),
-                    source,
-                }
-            })
+        let options = ExchangeDeclareOptions {
+            durable: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        self.answered(
+            "the declare of exchange",
+            name,
+            channel.exchange_declare(short(name)?, kind, options, FieldTable::default()),
+        )
+        .await?
+        .map_err(|source| Error::Topology {
+            what: "exchange",
+            name: name.to_owned(),
+            source,
+        })
+    }
+
+    async fn bind(&self, channel: &Channel, queue: &str, exchange: &str, key: &str) -> Result<()> {
+        self.answered(
+            "the binding of queue",
+            queue,
+            channel.queue_bind(
+                short(queue)?,
+                short(exchange)?,
+                short(key)?,
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?
+        .map_err(|source| Error::Topology {
+            what: "binding of queue",
+            name: queue.to_owned(),
+            source,
+        })
+    }
+
+    async fn declare_queue(&self, channel: &Channel, name: &str, args: FieldTable) -> Result<()> {
+        let declared = self
+            .answered(
+                "the declare of queue",
+                name,
+                channel.queue_declare(short(name)?, QueueDeclareOptions::durable(), args),
+            )
+            .await?;
+        declared.map(|_| ()).map_err(|source| {
+            if let Some(reply) = crashed_reply(&source) {
+                return Error::QueueCrashed {
+                    queue: name.to_owned(),
+                    reply,
+                };
+            }
+            if let Some(found) = queue_type_found(&source) {
+                return Error::QueueTypeMismatch {
+                    queue: name.to_owned(),
+                    declared: self.queue_type.as_str(),
+                    found,
+                    queues: self.queues_in_words(),
+                };
+            }
+            Error::Topology {
+                what: "queue",
+                name: name.to_owned(),
+                source,
+            }
+        })
     }
 
     /// The queues of this topology, for a migration's instructions.
     fn queues_in_words(&self) -> String {
         format!(
             "`{}`, its delay queues `{}.*` and its dead-letter queue `{}`",
-            self.queue, self.delay_prefix, self.dead_letter_queue
+            self.queue,
+            self.delays.prefix(),
+            self.dead_letter_queue
         )
     }
 }

@@ -7,7 +7,7 @@
 //! | work queue | `orders` | durable; classic or quorum; `x-dead-letter-exchange = orders.dlx`, `x-dead-letter-routing-key = orders` |
 //! | dead-letter exchange | `orders.dlx` | durable, `direct` |
 //! | dead-letter queue | `orders.dlq` | durable, same type as the work queue, bound to `orders.dlx` with key `orders` |
-//! | delay queues | `orders.retry.16ms`, `orders.retry.32ms`, ... | durable, same type as the work queue, no consumer; `x-dead-letter-exchange = ""` (the default exchange), `x-dead-letter-routing-key = orders` |
+//! | delay queues | `orders.retry.16ms`, `orders.retry.32ms`, ... up to the longest delay the handlers ask for (none when they retry in place) | durable, same type as the work queue, no consumer; `x-dead-letter-exchange = ""` (the default exchange), `x-dead-letter-routing-key = orders` |
 //!
 //! **Dead letters.** The framework publishes its own dead letters (original
 //! payload and headers plus the `x-dlq-*` context) to the dead-letter
@@ -18,11 +18,15 @@
 //! `x-death` header instead of the framework's context.
 //!
 //! **Delayed retries.** A retry copy is published to the delay queue whose
-//! bucket (a power of two milliseconds, from 16 ms up to the first one at or
-//! above [`Topology::with_max_retry_delay`]) is the smallest that holds its
-//! delay, with a per-message `expiration` equal to the delay. When it
-//! expires, RabbitMQ dead-letters it through the default exchange back to
-//! the work queue. RabbitMQ only expires messages at the head of a queue,
+//! bucket (a power of two milliseconds, from 16 ms) is the smallest that
+//! holds its delay, with a per-message `expiration` equal to the delay. When
+//! it expires, RabbitMQ dead-letters it through the default exchange back to
+//! the work queue. The buckets go up to the longest delay the consumer's
+//! handlers can ask for, which the source learns before its first delivery
+//! (a handler that retries in place needs none; a topology with
+//! [`Topology::with_max_retry_delay`] declares every bucket up to it and
+//! refuses a handler that asks for more); see `delays.rs` for how a
+//! partitioned topology shares them. RabbitMQ only expires messages at the head of a queue,
 //! so a copy can wait behind a longer one: bucketing bounds that, since
 //! every copy in a bucket expires within one bucket width, a retry never
 //! comes back early and at most twice as late as its delay (delays above
@@ -64,24 +68,32 @@
 //!   publishes, which the publisher's confirm reports, instead of dropping
 //!   its oldest message); the dead-letter queue has no dead-letter target.
 //!
+//! **Declaring** is idempotent and has a deadline
+//! ([`Topology::with_declare_timeout`], 30 s by default): a declare RabbitMQ
+//! does not answer in time ([`Error::NoAnswer`]) names the queue and
+//! fails the start, instead of hanging it; so does a connection that is not
+//! opened in time.
+//!
 //! Names are validated before they reach the broker: 1 to 255 bytes of
 //! `[A-Za-z0-9._:-]`, and the `amq.` prefix (reserved by RabbitMQ) is refused.
 
 mod declare;
+mod delays;
 mod depths;
 mod partitioned;
 
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use delays::DelayQueues;
 pub use depths::Depths;
 pub use partitioned::PartitionedTopology;
 
 use crate::error::{Error, Result};
 use crate::names::validate_name;
 
-/// The smallest delay bucket: retries shorter than this wait this long.
-const MIN_BUCKET_MS: u64 = 16;
+/// How long a declare may take before the start fails, by default.
+pub const DEFAULT_DECLARE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Classic or quorum work queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -110,11 +122,11 @@ pub struct Topology {
     queue_type: QueueType,
     dead_letter_exchange: String,
     dead_letter_queue: String,
-    delay_prefix: String,
-    max_retry_delay: Duration,
+    delays: DelayQueues,
     delivery_limit: Option<u32>,
     expires: Option<Duration>,
     single_active_consumer: bool,
+    declare_timeout: Duration,
 }
 
 impl Topology {
@@ -131,13 +143,13 @@ impl Topology {
         Self {
             dead_letter_exchange: format!("{queue}.dlx"),
             dead_letter_queue: format!("{queue}.dlq"),
-            delay_prefix: format!("{queue}.retry"),
+            delays: DelayQueues::new(format!("{queue}.retry"), false),
             queue,
             queue_type: QueueType::Classic,
-            max_retry_delay: Duration::from_secs(3600),
             delivery_limit: None,
             expires: None,
             single_active_consumer: false,
+            declare_timeout: DEFAULT_DECLARE_TIMEOUT,
         }
     }
 
@@ -161,14 +173,26 @@ impl Topology {
 
     /// Prefix of the delay queues (default `<queue>.retry`).
     pub fn with_delay_queue_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.delay_prefix = prefix.into();
+        self.delays = self.delays.renamed(prefix.into());
         self
     }
 
-    /// The longest retry delay to expect: delay queues are declared up to
-    /// the first power-of-two bucket at or above it (default one hour).
+    /// The longest retry delay to expect: every delay queue up to the first
+    /// power-of-two bucket at or above it is declared, and a handler whose
+    /// retries may wait longer is refused at start. Unset (the default), the
+    /// delay queues go up to the longest delay the consumer's handlers can
+    /// ask for, and there are none when they all retry in place.
     pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
-        self.max_retry_delay = delay;
+        self.delays = self.delays.with_cap(delay);
+        self
+    }
+
+    /// How long each step of a source's start may take (default
+    /// [`DEFAULT_DECLARE_TIMEOUT`]): opening the connection, each declare.
+    /// One RabbitMQ does not answer in time fails with [`Error::NoAnswer`],
+    /// naming the queue or exchange.
+    pub fn with_declare_timeout(mut self, timeout: Duration) -> Self {
+        self.declare_timeout = timeout;
         self
     }
 
@@ -222,35 +246,44 @@ impl Topology {
         &self.dead_letter_queue
     }
 
-    /// Every delay queue with its bucket, shortest first.
+    /// Every delay queue with its bucket, shortest first: as many as the
+    /// longest delay asked for needs (see the module docs).
     pub fn delay_queues(&self) -> Vec<(Duration, String)> {
-        let max = u64::try_from(self.max_retry_delay.as_millis()).unwrap_or(u64::MAX);
-        let mut out = Vec::new();
-        let mut ms = MIN_BUCKET_MS;
-        loop {
-            out.push((Duration::from_millis(ms), self.delay_queue_name(ms)));
-            if ms >= max || ms > u64::MAX / 2 {
-                break;
-            }
-            ms *= 2;
-        }
-        out
+        self.delays.buckets()
     }
 
     /// The delay queue a retry of `delay` goes to: the smallest bucket that
     /// holds it, or the largest one.
     pub fn delay_queue_for(&self, delay: Duration) -> String {
-        let queues = self.delay_queues();
-        queues
-            .iter()
-            .find(|(bucket, _)| *bucket >= delay)
-            .or(queues.last())
-            .map(|(_, name)| name.clone())
-            .unwrap_or_else(|| self.delay_queue_name(MIN_BUCKET_MS))
+        self.delays.queue_for(delay)
     }
 
-    fn delay_queue_name(&self, ms: u64) -> String {
-        format!("{}.{ms}ms", self.delay_prefix)
+    /// Where a retry copy of `delay` is published: `(exchange, routing key)`.
+    pub(crate) fn retry_route(&self, delay: Duration) -> (String, String) {
+        self.delays.route(delay, &self.queue)
+    }
+
+    pub(crate) fn delays(&self) -> &DelayQueues {
+        &self.delays
+    }
+
+    /// Makes the delay queues hold retries of up to `longest` (before they
+    /// are declared); `Err` says in one sentence why they cannot.
+    pub(crate) fn size_delays_for(&self, longest: Duration) -> std::result::Result<(), String> {
+        if let Some(why) = self.delays.refusal(longest, &self.queue) {
+            return Err(why);
+        }
+        if let Some(expires) = self.expires {
+            let bucket = self.delays.bucket_for(longest).max(self.delays.longest());
+            if expires <= bucket {
+                return Err(format!(
+                    "retries may wait up to {longest:?}, which needs a delay queue of {bucket:?}, but the queues of `{}` expire after {expires:?} (with_expires): raise it above {bucket:?}",
+                    self.queue
+                ));
+            }
+        }
+        self.delays.size_for(longest);
+        Ok(())
     }
 
     /// Checks every name, the derived ones included.
@@ -258,9 +291,8 @@ impl Topology {
         validate_name("queue", &self.queue)?;
         validate_name("exchange", &self.dead_letter_exchange)?;
         validate_name("queue", &self.dead_letter_queue)?;
-        for (_, name) in self.delay_queues() {
-            validate_name("queue", &name)?;
-        }
+        // The longest name a bucket can have, whatever the handlers ask.
+        validate_name("queue", &format!("{}.{}ms", self.delays.prefix(), u64::MAX))?;
         if let Some(expires) = self.expires {
             let largest = self.delay_queues().last().map_or(Duration::ZERO, |q| q.0);
             if expires <= largest {
@@ -291,14 +323,20 @@ impl fmt::Display for Topology {
             self.dead_letter_exchange, self.dead_letter_queue, self.queue
         )?;
         let delays = self.delay_queues();
-        let first = delays.first().map(|d| d.1.as_str()).unwrap_or_default();
-        let last = delays.last().map(|d| d.1.as_str()).unwrap_or_default();
-        write!(
-            f,
-            "delayed retries   {} queues, {first} .. {last}, expired -> default exchange -> {}",
-            delays.len(),
-            self.queue
-        )
+        match (delays.first(), delays.last()) {
+            (Some(first), Some(last)) => write!(
+                f,
+                "delayed retries   {} queues, {} .. {}, expired -> default exchange -> {}",
+                delays.len(),
+                first.1,
+                last.1,
+                self.queue
+            ),
+            _ => write!(
+                f,
+                "delayed retries   none yet (sized to the handlers' longest delay at start)"
+            ),
+        }
     }
 }
 
@@ -356,6 +394,22 @@ mod tests {
             assert_eq!(arg(&args, "x-dead-letter-strategy"), None);
             assert_eq!(arg(&args, "x-overflow"), None);
         }
+    }
+
+    #[test]
+    fn without_a_cap_the_delay_queues_follow_the_handlers() {
+        let t = Topology::new("q").expect("valid");
+        assert!(t.delay_queues().is_empty(), "none before a handler asks");
+        t.size_delays_for(Duration::from_millis(200))
+            .expect("no cap to exceed");
+        assert_eq!(t.delay_queues().len(), 5, "16 ms to 256 ms");
+        let short_lived = Topology::new("q")
+            .expect("valid")
+            .with_expires(Duration::from_secs(1));
+        let why = short_lived
+            .size_delays_for(Duration::from_secs(5))
+            .expect_err("the queues would expire before the copies");
+        assert!(why.contains("with_expires"), "{why}");
     }
 
     #[test]

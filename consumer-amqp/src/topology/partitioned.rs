@@ -6,9 +6,24 @@
 //! | object | name | settings |
 //! |---|---|---|
 //! | partition queues | `orders.p0` .. `orders.p3` | as a [`Topology`] work queue, with `x-single-active-consumer` |
-//! | delay queues | `orders.p0.retry.16ms`, ... | per partition: an expired retry comes back to its own partition |
+//! | delay queues | `orders.retry.16ms`, ... up to the handlers' longest delay | shared by the partitions, each behind a `fanout` exchange of the same name: a retry copy is published there with its partition queue as routing key, and comes back to that partition when it expires |
 //! | dead-letter exchange and queue | `orders.dlx`, `orders.dlq` | shared, bound once per partition queue |
 //! | members exchange | `orders.members` | `fanout`, not durable: the instances' heartbeats |
+//! | declare lock | `orders.declaring` | exclusive, auto-deleted: held by the instance that declares |
+//!
+//! **What it costs the broker.** With quorum queues each queue is a Raft
+//! group with its own log and processes: a partitioned topology of N
+//! partitions holds N + B + 1 of them (B delay buckets, 5 for handlers whose
+//! longest delay is 200 ms), whatever N is for the delay queues.
+//! `benches/amqp_footprint.rs` prints the queues and the broker memory of
+//! each layout.
+//!
+//! **Declaring gently.** The instances of a topology that start together do
+//! not all declare at once: the first takes the declare lock (an exclusive
+//! queue, which RabbitMQ deletes with its connection should that instance
+//! die), declares, and lets it go; the others wait for it (at most the
+//! declare timeout), then check the same declarations, which find
+//! everything in place.
 //!
 //! **Which partition.** The publishers ([`AmqpPublisherBuilder::with_partitions`],
 //! and so the outbox relay that publishes through it) send a message for
@@ -42,10 +57,10 @@
 
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
+use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 
-use super::{QueueType, Topology};
+use super::{DEFAULT_DECLARE_TIMEOUT, DelayQueues, QueueType, Topology};
 use crate::error::{Error, Result};
 use crate::names::{short, validate_name};
 use crate::publisher::AmqpPublisher;
@@ -59,9 +74,10 @@ pub struct PartitionedTopology {
     name: String,
     partitions: u32,
     queue_type: QueueType,
-    max_retry_delay: Option<Duration>,
+    delays: DelayQueues,
     delivery_limit: Option<u32>,
     expires: Option<Duration>,
+    declare_timeout: Duration,
 }
 
 impl PartitionedTopology {
@@ -78,12 +94,13 @@ impl PartitionedTopology {
             });
         }
         let t = Self {
+            delays: DelayQueues::new(format!("{name}.retry"), true),
             name,
             partitions,
             queue_type: QueueType::Quorum,
-            max_retry_delay: None,
             delivery_limit: None,
             expires: None,
+            declare_timeout: DEFAULT_DECLARE_TIMEOUT,
         };
         for p in 0..partitions {
             t.partition(p).validate()?;
@@ -98,10 +115,27 @@ impl PartitionedTopology {
         self
     }
 
-    /// As [`Topology::with_max_retry_delay`], for every partition.
+    /// As [`Topology::with_max_retry_delay`], for the shared delay queues.
     pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
-        self.max_retry_delay = Some(delay);
+        self.delays = self.delays.with_cap(delay);
         self
+    }
+
+    /// As [`Topology::with_declare_timeout`], for every declare.
+    pub fn with_declare_timeout(mut self, timeout: Duration) -> Self {
+        self.declare_timeout = timeout;
+        self
+    }
+
+    /// The shared delay queues with their buckets, shortest first (as many
+    /// as the longest delay asked for needs).
+    pub fn delay_queues(&self) -> Vec<(Duration, String)> {
+        self.delays.buckets()
+    }
+
+    /// The exclusive queue whose holder declares the topology.
+    pub fn declare_lock(&self) -> String {
+        format!("{}.declaring", self.name)
     }
 
     /// As [`Topology::with_delivery_limit`], for every partition.
@@ -147,18 +181,18 @@ impl PartitionedTopology {
     }
 
     /// The topology of partition `p`: its queue with a single active
-    /// consumer, its delay queues, the shared dead-letter exchange and queue.
+    /// consumer, the shared delay queues, the shared dead-letter exchange
+    /// and queue.
     pub fn partition(&self, p: u32) -> Topology {
         let mut t = Topology {
             dead_letter_exchange: format!("{}.dlx", self.name),
             dead_letter_queue: self.dead_letter_queue(),
+            delays: self.delays.clone(),
+            declare_timeout: self.declare_timeout,
             ..Topology::fresh(self.partition_queue(p))
         }
         .with_queue_type(self.queue_type)
         .with_single_active_consumer();
-        if let Some(d) = self.max_retry_delay {
-            t = t.with_max_retry_delay(d);
-        }
         if let Some(l) = self.delivery_limit {
             t = t.with_delivery_limit(l);
         }
@@ -168,14 +202,132 @@ impl PartitionedTopology {
         t
     }
 
+    /// Declares every partition's topology and the shared delay queues on
+    /// `channel`, as [`Topology::declare`] does; idempotent. The sources
+    /// declare through their own start, which first checks the partition
+    /// count and takes the declare lock; this is for tools and tests that
+    /// need the queues before any source runs (a producer that publishes
+    /// to the partition queues).
+    pub async fn declare(&self, channel: &lapin::Channel) -> Result<()> {
+        for p in (0..self.partitions).rev() {
+            self.partition(p)
+                .declare(channel)
+                .await
+                .map_err(|e| self.in_partitioned_words(e))?;
+        }
+        self.partition(0)
+            .declare_delays(channel, 0)
+            .await
+            .map_err(|e| self.in_partitioned_words(e))?;
+        Ok(())
+    }
+
+    /// A channel of `publisher`'s connection (which it opens when it has
+    /// none), within the declare deadline.
+    async fn side_channel(&self, publisher: &AmqpPublisher) -> Result<lapin::Channel> {
+        tokio::time::timeout(self.declare_timeout, publisher.side_channel())
+            .await
+            .map_err(|_| Error::NoAnswer {
+                what: "a channel on the connection for the declares of",
+                name: self.name.clone(),
+                after: self.declare_timeout,
+            })?
+    }
+
+    /// How long each step of a source's start may take.
+    pub(crate) fn declare_timeout(&self) -> Duration {
+        self.declare_timeout
+    }
+
+    /// Makes the shared delay queues hold retries of up to `longest`; as
+    /// [`Topology`]'s.
+    pub(crate) fn size_delays_for(&self, longest: Duration) -> std::result::Result<(), String> {
+        self.partition(0).size_delays_for(longest)
+    }
+
     /// Checks the partition count against the broker's queues (see the
-    /// module docs), then declares every partition's topology on channels of
+    /// module docs), then, holding the declare lock, declares every
+    /// partition's topology and the shared delay queues on channels of
     /// `publisher`'s connection. Returns the partitions whose declare met a
     /// queue RabbitMQ reports crashed (they are left as they are: the
-    /// sources report them and try again); any other refusal is an error.
-    pub(crate) async fn check_and_declare(&self, publisher: &AmqpPublisher) -> Result<Vec<u32>> {
+    /// sources report them and try again) and how many delay buckets are
+    /// declared; any other refusal is an error.
+    pub(crate) async fn check_and_declare(
+        &self,
+        publisher: &AmqpPublisher,
+    ) -> Result<(Vec<u32>, u32)> {
         self.check_partition_count(publisher).await?;
-        let mut channel = publisher.side_channel().await?;
+        let lock = self.take_declare_lock(publisher).await?;
+        let declared = self.declare_all(publisher).await;
+        if let Some(channel) = lock {
+            let _ = channel
+                .queue_delete(short(&self.declare_lock())?, QueueDeleteOptions::default())
+                .await;
+            let _ = channel.close(200, "declared".into()).await;
+        }
+        let declared = declared?;
+        // Two first starts with different counts at the same moment could
+        // both see nothing: checking again after declaring catches it (the
+        // smaller count then finds the larger one's queues).
+        self.check_partition_count(publisher).await?;
+        Ok(declared)
+    }
+
+    /// Declares the shared delay queues from bucket `from` on; how many are
+    /// declared.
+    pub(crate) async fn declare_delays(&self, publisher: &AmqpPublisher, from: u32) -> Result<u32> {
+        let channel = self.side_channel(publisher).await?;
+        let n = self.partition(0).declare_delays(&channel, from).await;
+        let _ = channel.close(200, "delay queues declared".into()).await;
+        n
+    }
+
+    /// Takes the declare lock (an exclusive queue on a channel of
+    /// `publisher`'s connection, which RabbitMQ deletes with that connection),
+    /// waiting while another instance holds it; after the declare timeout
+    /// it goes on without it (`None`), as it does where RabbitMQ refuses the
+    /// lock for another reason.
+    async fn take_declare_lock(&self, publisher: &AmqpPublisher) -> Result<Option<lapin::Channel>> {
+        let name = self.declare_lock();
+        let deadline = tokio::time::Instant::now() + self.declare_timeout;
+        loop {
+            let channel = self.side_channel(publisher).await?;
+            let options = QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            };
+            let taken = tokio::time::timeout_at(
+                deadline,
+                channel.queue_declare(short(&name)?, options, FieldTable::default()),
+            )
+            .await;
+            match taken {
+                Ok(Ok(_)) => return Ok(Some(channel)),
+                Ok(Err(e)) if crate::error::is_locked(&e) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(target: "consumer::amqp", queue = %self.name, error = %e, "could not take the declare lock; declaring without it");
+                    return Ok(None);
+                }
+                Err(_) => {
+                    return Err(Error::NoAnswer {
+                        what: "the declare of queue",
+                        name,
+                        after: self.declare_timeout,
+                    });
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(target: "consumer::amqp", queue = %self.name, "another instance held the declare lock for the whole declare timeout; declaring anyway");
+                return Ok(None);
+            }
+            // Polled: RabbitMQ sends no event when an exclusive queue goes.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn declare_all(&self, publisher: &AmqpPublisher) -> Result<(Vec<u32>, u32)> {
+        let mut channel = self.side_channel(publisher).await?;
         let mut crashed = Vec::new();
         // Highest first: an instance checking while another declares sees
         // the last partition (all there is to see) or nothing at all.
@@ -185,17 +337,18 @@ impl PartitionedTopology {
                 // The refusal closed the channel.
                 Err(Error::QueueCrashed { .. }) => {
                     crashed.push(p);
-                    channel = publisher.side_channel().await?;
+                    channel = self.side_channel(publisher).await?;
                 }
                 Err(e) => return Err(self.in_partitioned_words(e)),
             }
         }
+        let delays = self
+            .partition(0)
+            .declare_delays(&channel, 0)
+            .await
+            .map_err(|e| self.in_partitioned_words(e))?;
         let _ = channel.close(200, "partitions declared".into()).await;
-        // Two first starts with different counts at the same moment could
-        // both see nothing: checking again after declaring catches it (the
-        // smaller count then finds the larger one's queues).
-        self.check_partition_count(publisher).await?;
-        Ok(crashed)
+        Ok((crashed, delays))
     }
 
     /// `e`, with a migration's instructions naming every queue of this
@@ -212,8 +365,8 @@ impl PartitionedTopology {
                 declared,
                 found,
                 queues: format!(
-                    "the partition queues `{name}.p0` .. `{name}.p{last}`, their delay queues \
-                     `{name}.p*.retry.*` and the shared dead-letter queue `{dlq}`",
+                    "the partition queues `{name}.p0` .. `{name}.p{last}`, the delay queues \
+                     `{name}.retry.*` and the shared dead-letter queue `{dlq}`",
                     name = self.name,
                     last = self.partitions - 1,
                     dlq = self.dead_letter_queue(),
@@ -256,15 +409,22 @@ impl PartitionedTopology {
     /// Whether partition queue `p` exists: a passive declare on a channel of
     /// its own (a missing queue closes the channel).
     async fn exists(&self, publisher: &AmqpPublisher, p: u32) -> Result<bool> {
-        let channel = publisher.side_channel().await?;
+        let channel = self.side_channel(publisher).await?;
         let name = self.partition_queue(p);
-        let found = channel
-            .queue_declare(
+        let found = tokio::time::timeout(
+            self.declare_timeout,
+            channel.queue_declare(
                 short(&name)?,
                 QueueDeclareOptions::durable().passive(),
                 FieldTable::default(),
-            )
-            .await;
+            ),
+        )
+        .await
+        .map_err(|_| Error::NoAnswer {
+            what: "the passive declare of queue",
+            name: name.clone(),
+            after: self.declare_timeout,
+        })?;
         match found {
             Ok(_) => {
                 let _ = channel.close(200, "probe done".into()).await;
@@ -286,7 +446,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn partitions_share_dead_letters_and_keep_their_own_retries() {
+    fn partitions_share_dead_letters_and_delay_queues() {
         let t = PartitionedTopology::new("orders", 4).expect("valid");
         let p2 = t.partition(2);
         assert_eq!(p2.queue(), "orders.p2");
@@ -298,10 +458,18 @@ mod tests {
         assert!(p2.single_active_consumer());
         assert_eq!(p2.dead_letter_exchange(), "orders.dlx");
         assert_eq!(p2.dead_letter_queue(), "orders.dlq");
-        assert!(
-            p2.delay_queues()
-                .iter()
-                .all(|(_, q)| q.starts_with("orders.p2.retry."))
+        t.size_delays_for(Duration::from_millis(200))
+            .expect("no cap");
+        assert_eq!(
+            p2.delay_queues(),
+            t.partition(5).delay_queues(),
+            "one set of delay queues for every partition"
+        );
+        assert_eq!(p2.delay_queues().len(), 5);
+        assert_eq!(
+            p2.retry_route(Duration::from_millis(100)),
+            ("orders.retry.128ms".to_owned(), "orders.p2".to_owned()),
+            "a copy waits in the shared queue and comes back to its partition"
         );
         assert_eq!(t.members_exchange(), "orders.members");
     }

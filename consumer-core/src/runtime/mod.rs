@@ -112,7 +112,17 @@ where
     R: Routes<S>,
 {
     /// A consumer of any [`Routes`].
-    pub fn routed(source: Src, store: S, routes: R) -> Self {
+    ///
+    /// The source is told every handler's retry policy now (what it
+    /// describes and declares may depend on them: a RabbitMQ topology sizes
+    /// its delay queues to the longest delay); what it refuses is reported
+    /// by [`run_until`](Self::run_until), before the first delivery.
+    pub fn routed(mut source: Src, store: S, routes: R) -> Self {
+        for handler in routes.handlers() {
+            for policy in handler.retry_policies() {
+                let _ = source.accept_retry_policy(&policy);
+            }
+        }
         Self {
             source,
             store,

@@ -171,13 +171,20 @@ impl PartitionedSource {
     }
 
     async fn open(&self) -> Result<Session> {
-        let crashed = self.topology.check_and_declare(&self.publisher).await?;
+        let (crashed, delay_tiers) = self.topology.check_and_declare(&self.publisher).await?;
         let props = ConnectionProperties::default().with_connection_name(
             format!("consumer {} {}", self.topology.name(), self.instance).into(),
         );
-        let connection = Connection::connect(&self.options.uri, props)
-            .await
-            .map_err(Error::amqp("connection"))?;
+        let timeout = self.topology.declare_timeout();
+        let connection =
+            tokio::time::timeout(timeout, Connection::connect(&self.options.uri, props))
+                .await
+                .map_err(|_| Error::NoAnswer {
+                    what: "the connection for the heartbeats of",
+                    name: self.topology.name().to_owned(),
+                    after: timeout,
+                })?
+                .map_err(Error::amqp("connection"))?;
         let control = connection
             .create_channel()
             .await
@@ -205,7 +212,23 @@ impl PartitionedSource {
             (leave, membership),
             capacity,
             crashed,
+            delay_tiers,
         ))
+    }
+
+    /// Declares the shared delay buckets sized since the session was opened
+    /// (a handler's retry policy, told before the first delivery).
+    async fn declare_new_delays(&mut self) -> Result<()> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        if session.delay_tiers < self.topology.delay_queues().len() as u32 {
+            session.delay_tiers = self
+                .topology
+                .declare_delays(&self.publisher, session.delay_tiers)
+                .await?;
+        }
+        Ok(())
     }
 
     fn partitions(&self) -> Partitions<'_> {
@@ -289,10 +312,18 @@ impl Source for PartitionedSource {
     }
 
     fn check_redelivery(&self, longest_delay: Duration) -> std::result::Result<(), String> {
-        match self.partitions.first() {
-            Some(p) => super::check_delay_queues(p, longest_delay),
-            None => Ok(()),
-        }
+        let first = self.topology.partition(0);
+        first.delays().check(longest_delay, self.topology.name())
+    }
+
+    /// Sizes the shared delay queues to the longest delay of the handlers
+    /// that retry through the broker; they are declared before the next
+    /// delivery is taken.
+    fn accept_retry_policy(
+        &mut self,
+        policy: &consumer_core::backend::RetryPolicy,
+    ) -> std::result::Result<(), String> {
+        super::redelivers(policy).map_or(Ok(()), |longest| self.topology.size_delays_for(longest))
     }
 
     async fn recv(
@@ -301,6 +332,10 @@ impl Source for PartitionedSource {
         loop {
             if self.session.is_none() {
                 self.session = Some(self.open().await?);
+            }
+            if let Err(e) = self.declare_new_delays().await {
+                self.drop_session(&e.to_string()).await;
+                return Err(e.into());
             }
             if self.session.as_ref().is_some_and(|s| s.stale)
                 && let Err(e) = self.reconcile().await

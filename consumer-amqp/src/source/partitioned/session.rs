@@ -53,17 +53,21 @@ pub(super) struct Session {
     next_lease: LeaseId,
     /// The leases are to be compared with the assignment again.
     pub(super) stale: bool,
+    /// How many shared delay buckets were declared for this session.
+    pub(super) delay_tiers: u32,
 }
 
 impl Session {
     /// A session on `connection` that follows `desired`; `crashed` are the
-    /// partitions whose declare met a crashed queue at start.
+    /// partitions whose declare met a crashed queue at start, `delay_tiers`
+    /// the delay buckets declared.
     pub(super) fn new(
         connection: Connection,
         desired: watch::Receiver<Option<Vec<u32>>>,
         (leave, membership): (Arc<Notify>, JoinHandle<()>),
         capacity: usize,
         crashed: Vec<u32>,
+        delay_tiers: u32,
     ) -> Self {
         let (tx, rx) = mpsc::channel(capacity);
         let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
@@ -84,6 +88,7 @@ impl Session {
             membership: Some(membership),
             next_lease: 0,
             stale: false,
+            delay_tiers,
         }
     }
 
