@@ -288,7 +288,7 @@ impl Publisher for Broker {
         "memory"
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
         if !self.delay.is_zero() {
             let us = rand::random_range(0..=self.delay.as_micros() as u64);
             tokio::time::sleep(Duration::from_micros(us)).await;

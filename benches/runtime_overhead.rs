@@ -492,7 +492,7 @@ impl Source for Exhausting {
         self.source.gauges()
     }
 
-    async fn recv(&mut self) -> consumer::Result<Option<(Arc<Envelope>, MemoryAcker)>> {
+    async fn recv(&mut self) -> consumer::backend::Result<Option<(Arc<Envelope>, MemoryAcker)>> {
         if self.left == 0 {
             self.broker.wait_drained(TOPIC).await;
             return Ok(None);

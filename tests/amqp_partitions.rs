@@ -111,7 +111,7 @@ async fn partition_queues_are_quorum_and_a_classic_one_on_the_broker_is_refused_
     ] {
         assert!(text.contains(needle), "the refusal says {needle:?}: {text}");
     }
-    let core: consumer::Error = err.into();
+    let core: consumer::backend::Error = err.into();
     assert!(
         !core.is_retriable(),
         "a type mismatch does not heal: {core}"

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use consumer::outbox::{Due, ScheduleToken, WakeUp};
 use consumer::{
-    Envelope, Error, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
-    Store,
+    Envelope, MemoryBroker, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy, Store,
     outbox::{OutboxDatabase, RowOutcome},
     source::{Acker, Source},
 };
@@ -750,12 +749,12 @@ impl Publisher for Refusing {
         "memory"
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
         let refused = self.refused.lock().expect("lock").clone();
         let mut out = Vec::new();
         for o in batch {
             if o.message.key.as_ref().is_some_and(|k| refused.contains(k)) {
-                out.push(Err(Error::broker(
+                out.push(Err(consumer::backend::Error::broker(
                     consumer::error::BrokerErrorKind::TooLarge,
                     "message too large",
                     None,

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use consumer::outbox::WakeUp;
-use consumer::{Error, NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, error::BrokerErrorKind};
+use consumer::{NewEvent, Outbox, OutboxRelay, Outgoing, Publisher, error::BrokerErrorKind};
 use rand::RngExt;
 
 const SCHEMA_ENV: &str = "OUTBOX_CRASH_SCHEMA";
@@ -37,7 +37,7 @@ impl Publisher for Sink {
         "memory"
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
         let mut out = Vec::with_capacity(batch.len());
         for o in batch {
             let id = o
@@ -54,7 +54,13 @@ impl Publisher for Sink {
                 .execute(&self.0)
                 .await
                 .map(|_| ())
-                .map_err(|e| Error::broker(BrokerErrorKind::Unavailable, e.to_string(), None));
+                .map_err(|e| {
+                    consumer::backend::Error::broker(
+                        BrokerErrorKind::Unavailable,
+                        e.to_string(),
+                        None,
+                    )
+                });
             out.push(r);
         }
         out

@@ -4,7 +4,7 @@
 //! dead-letter exchange and its routing key, and each publisher
 //! destination.
 
-use consumer_core::backend::{ChannelDescription, SourceChannels};
+use consumer_backend::{ChannelDescription, SourceChannels};
 use serde_json::{Value, json};
 
 use crate::headers::AttributePrefix;

@@ -2,7 +2,7 @@
 
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
-use consumer_core::backend::names;
+use consumer_backend::names;
 
 use crate::headers::Received;
 

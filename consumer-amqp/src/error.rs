@@ -1,7 +1,7 @@
 //! The crate's error type, and the kinds of broker failure the
 //! framework's settle loop reads from it.
 
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 use lapin::ErrorKind;
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 
@@ -285,11 +285,11 @@ fn kind_of(error: &lapin::Error) -> BrokerErrorKind {
     }
 }
 
-impl From<Error> for consumer_core::backend::Error {
+impl From<Error> for consumer_backend::Error {
     fn from(e: Error) -> Self {
         // The context is this error's message; its cause chain goes on
         // from lapin's error, so nothing is said twice.
-        let source: Option<consumer_core::backend::BoxError> = match &e {
+        let source: Option<consumer_backend::BoxError> = match &e {
             Error::Amqp { source, .. } | Error::Topology { source, .. } => {
                 Some(Box::new(source.clone()))
             }
@@ -298,10 +298,8 @@ impl From<Error> for consumer_core::backend::Error {
         match e {
             Error::InvalidName { .. }
             | Error::PartitionCount { .. }
-            | Error::QueueTypeMismatch { .. } => {
-                consumer_core::backend::Error::Config(e.to_string())
-            }
-            e => consumer_core::backend::Error::broker(e.kind(), e.to_string(), source),
+            | Error::QueueTypeMismatch { .. } => consumer_backend::Error::Config(e.to_string()),
+            e => consumer_backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }
 }
@@ -317,7 +315,7 @@ mod tests {
             limit: 5,
             routing_key: "q".into(),
         };
-        let core: consumer_core::backend::Error = too_large.into();
+        let core: consumer_backend::Error = too_large.into();
         assert!(core.is_too_large(), "{core}");
         let unroutable = Error::Unroutable {
             exchange: "x".into(),

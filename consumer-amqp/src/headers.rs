@@ -34,8 +34,8 @@
 //! [RabbitMQ protocol binding]: https://github.com/knative-extensions/eventing-rabbitmq/blob/main/cloudevents-protocol-spec/spec.md
 
 use bytes::Bytes;
-use consumer_core::backend::names;
-use consumer_core::backend::{Envelope, Headers, Message, Origin, Placement};
+use consumer_backend::names;
+use consumer_backend::{Envelope, Headers, Message, Origin, Placement};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use time::OffsetDateTime;

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use consumer_core::backend::Outgoing;
+use consumer_backend::Outgoing;
 use tokio::sync::OnceCell;
 
 use crate::error::Result;
@@ -120,7 +120,7 @@ impl PartitionRoutes {
 
 #[cfg(test)]
 mod tests {
-    use consumer_core::backend::Message;
+    use consumer_backend::Message;
 
     use super::*;
 

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer_core::backend::{Message, Outgoing, Publisher};
-use consumer_core::backend::{SendTarget, Sends};
+use consumer_backend::{Message, Outgoing, Publisher};
+use consumer_backend::{SendTarget, Sends};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
@@ -36,7 +36,7 @@ use crate::partition_route::PartitionRoutes;
 ///   a message with a `ce_type` and no `ce_source` gets the publisher's
 ///   [source](AmqpPublisherBuilder::with_source), one with no `ce_id` a UUIDv7, and
 ///   `ce_specversion: 1.0`; a message with no type loses any
-///   `ce_specversion` ([`cloudevent::complete`](consumer_core::backend::complete_cloudevent)).
+///   `ce_specversion` ([`cloudevent::complete`](consumer_backend::complete_cloudevent)).
 ///   Retry copies and dead letters ([`publish_to`](Self::publish_to)) are
 ///   sent as they were received.
 /// * Headers map as the [`headers`] module says, the
@@ -97,7 +97,7 @@ impl AmqpPublisherBuilder {
 
     /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
     /// `urn:acme:orders`) of messages that name none; default
-    /// [`DEFAULT_SOURCE`](consumer_core::backend::DEFAULT_SOURCE).
+    /// [`DEFAULT_SOURCE`](consumer_backend::DEFAULT_SOURCE).
     pub fn with_source(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
@@ -168,7 +168,7 @@ impl AmqpPublisher {
             name: "consumer-publisher".to_owned(),
             max_unconfirmed: 1024,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-            source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
+            source: consumer_backend::DEFAULT_SOURCE.to_owned(),
             prefix: AttributePrefix::default(),
             partitions: PartitionRoutes::default(),
         }
@@ -419,7 +419,7 @@ impl Publisher for AmqpPublisher {
     }
 
     /// See the type's docs for how a destination reads.
-    fn channel(&self, destination: &str) -> Option<consumer_core::backend::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<consumer_backend::ChannelDescription> {
         if let Some(topology) = self.inner.partitions.topology_for(destination) {
             return Some(crate::asyncapi::partitioned_destination_channel(
                 topology,
@@ -432,7 +432,7 @@ impl Publisher for AmqpPublisher {
         ))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
         if let Err(e) = self.inner.partitions.prepare(self, batch).await {
             return batch.iter().map(|_| Err(e.clone().into())).collect();
         }
@@ -442,7 +442,7 @@ impl Publisher for AmqpPublisher {
             .publish_batch(sends.batch())
             .await
             .into_iter()
-            .map(|r| r.map_err(consumer_core::backend::Error::from))
+            .map(|r| r.map_err(consumer_backend::Error::from))
             .collect();
         sends.finish(&results);
         results

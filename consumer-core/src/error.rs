@@ -1,11 +1,10 @@
-//! The crate's error type, and the kinds of broker failure the settle loop
-//! and the outbox relay read.
+//! The crate's error type: a broker's ([`BrokerError`], from the backends)
+//! or the runtime's own (the database, a configuration the runtime
+//! refuses).
 
-use std::fmt;
 use std::time::Duration;
 
-/// A boxed error, as handlers and backends return them.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use consumer_backend::error::{BoxError, BrokerError, BrokerErrorKind};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -60,6 +59,20 @@ pub enum Error {
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// Another failure a backend reported.
+    #[error(transparent)]
+    Backend(consumer_backend::Error),
+}
+
+impl From<consumer_backend::Error> for Error {
+    fn from(e: consumer_backend::Error) -> Self {
+        match e {
+            consumer_backend::Error::Broker(b) => Self::Broker(b),
+            consumer_backend::Error::Config(c) => Self::Config(c),
+            consumer_backend::Error::Serialize { what, source } => Self::Serialize { what, source },
+            other => Self::Backend(other),
+        }
+    }
 }
 
 impl Error {
@@ -70,6 +83,7 @@ impl Error {
         match self {
             Self::Database(e) => database_error_can_heal(e),
             Self::Broker(e) => e.kind().is_retriable(),
+            Self::Backend(e) => e.is_retriable(),
             Self::Migrate(_)
             | Self::Serialize { .. }
             | Self::RetentionTooShort { .. }
@@ -140,90 +154,6 @@ fn sql_state_can_heal(code: &str) -> bool {
         code.get(..2),
         Some("0A" | "22" | "23" | "28" | "42" | "44" | "54")
     )
-}
-
-/// What kind of failure a broker reported: whether it can heal, and which
-/// fallback a refused settle step takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BrokerErrorKind {
-    /// Unreachable, timed out, a leader that moved, a closed channel, a
-    /// refusal for now (a full queue, a `basic.nack`): trying again later
-    /// may succeed.
-    Unavailable,
-    /// The message is over the destination's size limit: it will never be
-    /// taken as it is.
-    TooLarge,
-    /// The destination does not exist, or routes the message nowhere.
-    NoDestination,
-    /// The client may not write there (or read from there).
-    NotAuthorized,
-    /// Refused for another reason that will not change (an invalid record,
-    /// a policy violation, a header the protocol cannot carry).
-    Rejected,
-    /// The client is misconfigured or has failed for good.
-    Fatal,
-}
-
-impl BrokerErrorKind {
-    /// Whether an operation that failed this way may succeed later.
-    pub const fn is_retriable(self) -> bool {
-        matches!(self, Self::Unavailable)
-    }
-
-    /// A short name for logs and dead-letter records.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Unavailable => "unavailable",
-            Self::TooLarge => "too_large",
-            Self::NoDestination => "no_destination",
-            Self::NotAuthorized => "not_authorized",
-            Self::Rejected => "rejected",
-            Self::Fatal => "fatal",
-        }
-    }
-}
-
-impl fmt::Display for BrokerErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A broker failure: its kind, what was being done, and the client
-/// library's error.
-#[derive(Debug, thiserror::Error)]
-#[error("broker error ({kind}): {context}")]
-pub struct BrokerError {
-    kind: BrokerErrorKind,
-    context: String,
-    #[source]
-    source: Option<BoxError>,
-}
-
-impl BrokerError {
-    /// A failure of `kind` while doing `context`.
-    pub fn new(
-        kind: BrokerErrorKind,
-        context: impl Into<String>,
-        source: Option<BoxError>,
-    ) -> Self {
-        Self {
-            kind,
-            context: context.into(),
-            source,
-        }
-    }
-
-    /// Its kind.
-    pub fn kind(&self) -> BrokerErrorKind {
-        self.kind
-    }
-
-    /// What was being done.
-    pub fn context(&self) -> &str {
-        &self.context
-    }
 }
 
 #[cfg(test)]

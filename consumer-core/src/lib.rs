@@ -18,32 +18,28 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
 pub mod batch;
-pub mod dead_letter;
 pub mod describe;
-pub mod envelope;
 pub mod error;
 pub mod handler;
-mod hex;
 pub mod memory;
 pub mod metrics;
 pub mod outbox;
-pub mod partition;
-pub mod publish;
-pub mod retry;
-mod retry_copy;
 pub mod router;
 pub mod runtime;
 pub mod saga;
 pub mod service;
-pub mod source;
 pub mod stats;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod trace;
+
+/// What a broker backend implements and uses: the `consumer-backend`
+/// crate, which the backends depend on instead of this one.
+pub use consumer_backend as backend;
+pub use consumer_backend::{dead_letter, envelope, partition, publish, retry, source};
 
 pub use dead_letter::{DeadLetter, DeadLetterKind};
 pub use envelope::{Envelope, Headers, Message};

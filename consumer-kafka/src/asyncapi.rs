@@ -2,7 +2,7 @@
 //! document: a channel per topic with the Kafka channel binding (0.5.0),
 //! the consumer group on receive operations.
 
-use consumer_core::backend::{ChannelDescription, SourceChannels};
+use consumer_backend::{ChannelDescription, SourceChannels};
 use serde_json::json;
 
 use crate::topics::Topics;

@@ -8,7 +8,7 @@
 //! ([`BrokerErrorKind::NotAuthorized`]) or a record the broker rejects as
 //! invalid ([`BrokerErrorKind::Rejected`]) will not.
 
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// `Result` with this crate's [`Error`].
@@ -284,11 +284,11 @@ pub fn is_retriable(code: RDKafkaErrorCode) -> bool {
     kind_of(code).is_retriable()
 }
 
-impl From<Error> for consumer_core::backend::Error {
+impl From<Error> for consumer_backend::Error {
     fn from(e: Error) -> Self {
         // The context is this error's message; its cause chain goes on
         // from librdkafka's error, so nothing is said twice.
-        let source: Option<consumer_core::backend::BoxError> = match &e {
+        let source: Option<consumer_backend::BoxError> = match &e {
             Error::Kafka { source, .. } | Error::Config { source, .. } => {
                 Some(Box::new(source.clone()))
             }
@@ -296,9 +296,9 @@ impl From<Error> for consumer_core::backend::Error {
         };
         match e {
             Error::InvalidTopic { .. } | Error::InvalidInstanceId { .. } => {
-                consumer_core::backend::Error::Config(e.to_string())
+                consumer_backend::Error::Config(e.to_string())
             }
-            e => consumer_core::backend::Error::broker(e.kind(), e.to_string(), source),
+            e => consumer_backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }
 }
@@ -504,7 +504,7 @@ mod tests {
                 message.contains("billing-0") && message.contains("`billing`"),
                 "{message}"
             );
-            let core: consumer_core::backend::Error = e.into();
+            let core: consumer_backend::Error = e.into();
             assert!(!core.is_retriable(), "{core}");
         }
         // A dynamic member has no instance id to be fenced on.
@@ -540,7 +540,7 @@ mod tests {
             KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
         );
         assert!(!e.is_retriable());
-        let core: consumer_core::backend::Error = e.into();
+        let core: consumer_backend::Error = e.into();
         assert!(core.is_too_large(), "{core}");
         assert!(core.to_string().contains("orders.dlq"), "{core}");
     }

@@ -26,8 +26,8 @@
 //!   is stable across redeliveries.
 
 use bytes::Bytes;
-use consumer_core::backend::HeaderError;
-use consumer_core::backend::{Channel, Envelope, Headers, Message, Origin, Placement, Position};
+use consumer_backend::HeaderError;
+use consumer_backend::{Channel, Envelope, Headers, Message, Origin, Placement, Position};
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 
@@ -181,7 +181,7 @@ fn refuse_nul_in_framework_names(envelope: &mut Envelope) {
 /// Names the framework reads or writes: the CloudEvents attributes, the
 /// trace context, the retry and dead-letter headers.
 fn is_framework_header(name: &str) -> bool {
-    use consumer_core::backend::names;
+    use consumer_backend::names;
     [names::CONTENT_TYPE, names::TRACEPARENT, names::TRACESTATE].contains(&name)
         || ["ce_", "x-consumer-", "x-dlq-"]
             .iter()
@@ -376,8 +376,8 @@ mod tests {
 
 #[cfg(test)]
 mod placement_tests {
-    use consumer_core::backend::Placement;
-    use consumer_core::backend::{DeadLetter, DeadLetterKind};
+    use consumer_backend::Placement;
+    use consumer_backend::{DeadLetter, DeadLetterKind};
 
     use super::record_envelope;
 

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use consumer_core::backend::{Outgoing, Publisher};
-use consumer_core::backend::{SendTarget, Sends};
+use consumer_backend::{Outgoing, Publisher};
+use consumer_backend::{SendTarget, Sends};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -36,7 +36,7 @@ pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
 ///   a message with a `ce_type` and no `ce_source` gets the publisher's
 ///   [source](KafkaPublisherBuilder::with_source), one with no `ce_id` a
 ///   UUIDv7, and `ce_specversion: 1.0`; a message with no type loses any
-///   `ce_specversion` ([`cloudevent::complete`](consumer_core::backend::complete_cloudevent)).
+///   `ce_specversion` ([`cloudevent::complete`](consumer_backend::complete_cloudevent)).
 /// * A batch is enqueued whole (pipelined), and each result is `Ok` only
 ///   once that record's delivery report succeeded.
 ///
@@ -80,7 +80,7 @@ impl KafkaPublisherBuilder {
 
     /// The CloudEvents `source` (a URI-reference, e.g. `/orders` or
     /// `urn:acme:orders`) of messages that name none; default
-    /// [`DEFAULT_SOURCE`](consumer_core::backend::DEFAULT_SOURCE).
+    /// [`DEFAULT_SOURCE`](consumer_backend::DEFAULT_SOURCE).
     pub fn with_source(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
@@ -119,7 +119,7 @@ impl KafkaPublisher {
         KafkaPublisherBuilder {
             brokers: brokers.into(),
             properties: Vec::new(),
-            source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
+            source: consumer_backend::DEFAULT_SOURCE.to_owned(),
         }
     }
 
@@ -164,11 +164,11 @@ impl Publisher for KafkaPublisher {
     }
 
     /// The destination is the topic.
-    fn channel(&self, destination: &str) -> Option<consumer_core::backend::ChannelDescription> {
+    fn channel(&self, destination: &str) -> Option<consumer_backend::ChannelDescription> {
         Some(crate::asyncapi::topic_channel(destination))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
         let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
         let results = self.publish_all(sends.batch()).await;
         sends.finish(&results);
@@ -178,10 +178,7 @@ impl Publisher for KafkaPublisher {
 
 impl KafkaPublisher {
     /// Enqueues every record of `batch`, then waits for each report.
-    async fn publish_all(
-        &self,
-        batch: &[Outgoing],
-    ) -> Vec<Result<(), consumer_core::backend::Error>> {
+    async fn publish_all(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {
             pending.push(self.enqueue(out).await);

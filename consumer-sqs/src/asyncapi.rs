@@ -3,7 +3,7 @@
 //! redrive policy, and the dead-letter queue it sends letters to. Retries
 //! stay on the queue (visibility), so there is no retry channel.
 
-use consumer_core::backend::{ChannelDescription, SourceChannels};
+use consumer_backend::{ChannelDescription, SourceChannels};
 use serde_json::{Value, json};
 
 use crate::topology::Resolved;

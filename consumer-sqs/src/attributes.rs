@@ -38,7 +38,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use consumer_core::backend::Headers;
+use consumer_backend::Headers;
 use serde_json::{Map, Value};
 
 use crate::client::AttributeValue;

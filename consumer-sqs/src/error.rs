@@ -8,7 +8,7 @@
 //! limit ([`BrokerErrorKind::TooLarge`]) and a request SQS refuses
 //! ([`BrokerErrorKind::Rejected`]) do not: nothing retries them.
 
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 
 use crate::client::{ApiError, EntryFailure};
 
@@ -112,22 +112,22 @@ impl Error {
     }
 }
 
-impl From<Error> for consumer_core::backend::Error {
+impl From<Error> for consumer_backend::Error {
     fn from(e: Error) -> Self {
         match e {
             Error::InvalidQueue { .. } | Error::Topology { .. } => {
-                consumer_core::backend::Error::Config(e.to_string())
+                consumer_backend::Error::Config(e.to_string())
             }
             e => {
                 let kind = e.kind();
                 let context = e.to_string();
                 // The context is this error's message; the chain goes on
                 // from SQS's own error, so nothing is said twice.
-                let source: Option<consumer_core::backend::BoxError> = match e {
+                let source: Option<consumer_backend::BoxError> = match e {
                     Error::Sqs { source, .. } => Some(Box::new(source)),
                     _ => None,
                 };
-                consumer_core::backend::Error::broker(kind, context, source)
+                consumer_backend::Error::broker(kind, context, source)
             }
         }
     }
@@ -144,13 +144,13 @@ mod tests {
             limit: 262_144,
             queue: "orders-dlq.fifo".into(),
         };
-        let core: consumer_core::backend::Error = e.into();
+        let core: consumer_backend::Error = e.into();
         assert!(core.is_too_large(), "{core}");
         let sqs = Error::sqs("SendMessageBatch", "q")(ApiError::service(
             "InvalidParameterValue",
             "One or more parameters are invalid. Reason: Message must be shorter than 262144 bytes.",
         ));
-        let core: consumer_core::backend::Error = sqs.into();
+        let core: consumer_backend::Error = sqs.into();
         assert!(core.is_too_large(), "{core}");
     }
 
@@ -162,7 +162,7 @@ mod tests {
         ));
         assert_eq!(missing.kind(), BrokerErrorKind::NoDestination);
         let denied = Error::sqs("ReceiveMessage", "q")(ApiError::service("AccessDenied", "no"));
-        assert!(!consumer_core::backend::Error::from(denied).is_retriable());
+        assert!(!consumer_backend::Error::from(denied).is_retriable());
         let throttled =
             Error::sqs("ReceiveMessage", "q")(ApiError::service("ThrottlingException", "slow"));
         assert!(throttled.is_retriable());

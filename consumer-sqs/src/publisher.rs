@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use consumer_core::backend::{ChannelDescription, Outgoing, Publisher, SendTarget, Sends, names};
+use consumer_backend::{ChannelDescription, Outgoing, Publisher, SendTarget, Sends, names};
 
 use crate::attributes;
 use crate::client::{SendEntry, SqsApi};
@@ -103,7 +103,7 @@ impl SqsPublisher {
     pub fn builder(client: SqsClient) -> SqsPublisherBuilder {
         SqsPublisherBuilder {
             client,
-            source: consumer_core::backend::DEFAULT_SOURCE.to_owned(),
+            source: consumer_backend::DEFAULT_SOURCE.to_owned(),
         }
     }
 
@@ -122,7 +122,7 @@ impl SqsPublisher {
             None => {
                 return Err(Error::sqs("GetQueueUrl", name.name())(
                     crate::client::ApiError::new(
-                        consumer_core::backend::BrokerErrorKind::NoDestination,
+                        consumer_backend::BrokerErrorKind::NoDestination,
                         format!("the queue `{name}` does not exist"),
                     ),
                 ));
@@ -366,9 +366,9 @@ impl Publisher for SqsPublisher {
         Some(crate::asyncapi::queue_channel(name.name(), name.is_fifo()))
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_core::backend::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
         let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
-        let results: Vec<Result<(), consumer_core::backend::Error>> = self
+        let results: Vec<Result<(), consumer_backend::Error>> = self
             .publish_all(sends.batch())
             .await
             .into_iter()

@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 
 use crate::client::SqsApi;
 use crate::error::{Error, Result};

@@ -3,8 +3,8 @@
 //! a message that parses back to the same letter.
 #![no_main]
 
-use consumer_core::dead_letter::DeadLetter;
-use consumer_core::envelope::{Headers, Message};
+use consumer_backend::dead_letter::DeadLetter;
+use consumer_backend::envelope::{Headers, Message};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 

@@ -3,8 +3,8 @@
 //! is a W3C one that injects back to the same trace and parent.
 #![no_main]
 
-use consumer_core::envelope::{Headers, names};
-use consumer_core::trace;
+use consumer_backend::envelope::{Headers, names};
+use consumer_backend::trace;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use opentelemetry::trace::TraceContextExt;

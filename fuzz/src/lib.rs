@@ -1,10 +1,10 @@
 //! What the fuzz targets check, beyond "never panics": the properties the
 //! framework relies on for any envelope a backend builds from the wire.
 
-use consumer_core::dead_letter::DeadLetter;
-use consumer_core::envelope::{Envelope, Headers};
-use consumer_core::backend::RetryCopy;
-use consumer_core::dead_letter::DeadLetterKind;
+use consumer_backend::dead_letter::DeadLetter;
+use consumer_backend::envelope::{Envelope, Headers};
+use consumer_backend::RetryCopy;
+use consumer_backend::dead_letter::DeadLetterKind;
 
 /// The error every property builds a dead letter with.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ pub fn check_envelope(envelope: &Envelope) {
 /// but the dead-letter context ones.
 fn without_context(headers: &Headers) -> Headers {
     let mut h = headers.clone();
-    for name in consumer_core::dead_letter::headers::ALL {
+    for name in consumer_backend::dead_letter::headers::ALL {
         h.remove(name);
     }
     h

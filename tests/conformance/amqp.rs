@@ -275,7 +275,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
         self.queue(topic)
     }
 
-    async fn connect(&self, topic: &str) -> Result<AmqpSource, consumer::Error> {
+    async fn connect(&self, topic: &str) -> Result<AmqpSource, consumer::backend::Error> {
         let settings = self.settle.get(topic);
         let mut source = AmqpSource::builder(amqp_url(), self.topology(topic)).with_prefetch(64);
         if let Some(bytes) = settings.max_dead_letter_bytes {

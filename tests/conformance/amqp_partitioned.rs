@@ -45,7 +45,7 @@ impl Publisher for TopicPublishers {
         "rabbitmq"
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
         let mut results = Vec::with_capacity(batch.len());
         for out in batch {
             let queue = out.destination.trim_start_matches('/');
@@ -167,7 +167,7 @@ impl BrokerHarness for AmqpPartitionedBroker {
         (0..t.partitions()).any(|p| t.partition_queue(p) == destination)
     }
 
-    async fn connect(&self, topic: &str) -> Result<PartitionedSource, consumer::Error> {
+    async fn connect(&self, topic: &str) -> Result<PartitionedSource, consumer::backend::Error> {
         let settings = self.settle.get(topic);
         let mut source = PartitionedSource::builder(amqp_url(), self.topology(topic))
             .with_prefetch(64)

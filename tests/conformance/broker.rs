@@ -70,7 +70,7 @@ pub trait BrokerHarness: Clone + Send + Sync + 'static {
     fn connect(
         &self,
         topic: &str,
-    ) -> impl Future<Output = Result<Self::Inner, consumer::Error>> + Send;
+    ) -> impl Future<Output = Result<Self::Inner, consumer::backend::Error>> + Send;
     /// Resolves once `topic` has nothing left to settle: nothing ready,
     /// delayed or unacked.
     fn wait_drained(&self, topic: &str) -> impl Future<Output = ()> + Send;
@@ -196,7 +196,7 @@ impl BrokerHarness for MemoryHarness {
         topic.to_owned()
     }
 
-    async fn connect(&self, topic: &str) -> Result<MemorySource, consumer::Error> {
+    async fn connect(&self, topic: &str) -> Result<MemorySource, consumer::backend::Error> {
         Ok(self.broker.source(topic))
     }
 

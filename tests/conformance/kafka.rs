@@ -480,7 +480,7 @@ impl<const EXTERNAL: bool> BrokerHarness for KafkaBroker<EXTERNAL> {
         self.topic_name(topic)
     }
 
-    async fn connect(&self, topic: &str) -> Result<KafkaSource, consumer::Error> {
+    async fn connect(&self, topic: &str) -> Result<KafkaSource, consumer::backend::Error> {
         self.create(topic).await;
         let source = self.source_builder(topic).connect().await?;
         self.metrics

@@ -429,7 +429,7 @@ impl<const FIFO: bool> BrokerHarness for SqsBroker<FIFO> {
         self.queue(topic)
     }
 
-    async fn connect(&self, topic: &str) -> Result<SqsSource, consumer::Error> {
+    async fn connect(&self, topic: &str) -> Result<SqsSource, consumer::backend::Error> {
         let settings = self.settle.get(topic);
         let mut builder = self.builder(topic);
         if let Some(bytes) = settings.max_dead_letter_bytes {

@@ -36,6 +36,8 @@ pub enum PingError {
     Db(#[from] sqlx::Error),
     #[error("consumer")]
     Consumer(#[from] consumer::Error),
+    #[error("broker")]
+    Broker(#[from] consumer::backend::Error),
     #[error("json")]
     Json(#[from] serde_json::Error),
 }

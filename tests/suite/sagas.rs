@@ -10,8 +10,8 @@ use std::time::Duration;
 use consumer::outbox::ScheduleToken;
 use consumer::saga::{NotFound, SagaBuilder, SagaHandler, SagaRecord, SagaStatus, SagaStore, Step};
 use consumer::{
-    Consumer, DeadLetterKind, Error, Message, Outbox, OutboxRelay, Outgoing, Publisher,
-    RetryPolicy, Router, Saga, handler, retry::RetryMode,
+    Consumer, DeadLetterKind, Message, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
+    Router, Saga, handler, retry::RetryMode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,7 @@ impl<B: BrokerHarness> Publisher for HarnessPublisher<B> {
         self.0.publisher().system()
     }
 
-    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
         Publisher::publish(self.0.publisher(), batch).await
     }
 }

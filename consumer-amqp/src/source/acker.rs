@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use consumer_core::backend::{Acker, Message, RetryCopy};
+use consumer_backend::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 
 use super::partitioned::InFlightGuard;
@@ -93,7 +93,7 @@ impl AmqpAcker {
 }
 
 impl Acker for AmqpAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn ack(mut self) -> Result<(), consumer_backend::Error> {
         self.done();
         match self.delivery.ack(BasicAckOptions::default()).await {
             Ok(true) => Ok(()),
@@ -106,7 +106,7 @@ impl Acker for AmqpAcker {
         }
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn release(mut self) -> Result<(), consumer_backend::Error> {
         self.done();
         if let Some(partition) = self._in_flight.take() {
             partition.requeue_by_channel_close();
@@ -130,7 +130,7 @@ impl Acker for AmqpAcker {
     async fn publish_dead_letter(
         &mut self,
         letter: &Message,
-    ) -> Result<(), consumer_core::backend::Error> {
+    ) -> Result<(), consumer_backend::Error> {
         self.publisher
             .publish_to(
                 self.topology.dead_letter_exchange(),
@@ -142,10 +142,7 @@ impl Acker for AmqpAcker {
         Ok(())
     }
 
-    async fn publish_retry(
-        &mut self,
-        copy: &RetryCopy,
-    ) -> Result<(), consumer_core::backend::Error> {
+    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_backend::Error> {
         let (exchange, routing_key) = self.topology.retry_route(copy.delay);
         self.publisher
             .publish_to(&exchange, &routing_key, &copy.message, Some(copy.delay))

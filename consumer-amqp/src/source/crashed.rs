@@ -9,7 +9,7 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use consumer_core::backend::RetryPolicy;
+use consumer_backend::RetryPolicy;
 use tokio::time::Instant;
 
 use super::stats::StatsInner;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use consumer_core::backend::{QueueRole, SourceGauges, SourceReadings};
+use consumer_backend::{QueueRole, SourceGauges, SourceReadings};
 
 use super::stats::StatsInner;
 use crate::topology::Topology;

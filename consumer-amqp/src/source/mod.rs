@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::backend::{Envelope, Source};
+use consumer_backend::{Envelope, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -250,14 +250,14 @@ impl Source for AmqpSource {
         server_of(&self.options.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
+    fn channels(&self) -> Option<consumer_backend::SourceChannels> {
         Some(crate::asyncapi::source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
         ))
     }
 
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_backend::SourceGauges>> {
         Some(gauges::AmqpGauges::start(
             Arc::clone(&self.metrics.inner),
             self.options.depth_interval,
@@ -275,14 +275,14 @@ impl Source for AmqpSource {
     /// delivery is taken.
     fn accept_retry_policy(
         &mut self,
-        policy: &consumer_core::backend::RetryPolicy,
+        policy: &consumer_backend::RetryPolicy,
     ) -> std::result::Result<(), String> {
         redelivers(policy).map_or(Ok(()), |longest| self.topology.size_delays_for(longest))
     }
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_backend::Error> {
         while self.session.is_none() {
             if let Some(c) = &self.crashed {
                 tokio::time::sleep_until(c.retry_at()).await;
@@ -347,8 +347,8 @@ impl Source for AmqpSource {
 }
 
 /// The longest delay of `policy` when it retries through the broker.
-fn redelivers(policy: &consumer_core::backend::RetryPolicy) -> Option<Duration> {
-    (policy.mode() == consumer_core::backend::RetryMode::Redeliver && policy.max_attempts() > 1)
+fn redelivers(policy: &consumer_backend::RetryPolicy) -> Option<Duration> {
+    (policy.mode() == consumer_backend::RetryMode::Redeliver && policy.max_attempts() > 1)
         .then(|| policy.longest_delay())
 }
 

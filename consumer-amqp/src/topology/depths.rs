@@ -4,7 +4,7 @@ use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 
-use consumer_core::backend::QueueRole;
+use consumer_backend::QueueRole;
 
 use super::Topology;
 use crate::error::{Error, Result};

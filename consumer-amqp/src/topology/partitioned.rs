@@ -28,7 +28,7 @@
 //! **Which partition.** The publishers ([`AmqpPublisherBuilder::with_partitions`],
 //! and so the outbox relay that publishes through it) send a message for
 //! `orders` to `orders.p{partition_for(key, 4)}`, Kafka's partitioner
-//! ([`partition_for`](consumer_core::backend::partition_for)); no plugin is involved, so no broker
+//! ([`partition_for`](consumer_backend::partition_for)); no plugin is involved, so no broker
 //! restart or binding change can move a key.
 //!
 //! **The count is checked, never assumed.** The partition queues on the
@@ -167,7 +167,7 @@ impl PartitionedTopology {
 
     /// The partition queue a message with `key` goes to.
     pub fn queue_for_key(&self, key: &[u8]) -> String {
-        self.partition_queue(consumer_core::backend::partition_for(key, self.partitions))
+        self.partition_queue(consumer_backend::partition_for(key, self.partitions))
     }
 
     /// The fanout exchange the instances' heartbeats go through.
@@ -479,7 +479,7 @@ mod tests {
         let t = PartitionedTopology::new("orders", 8).expect("valid");
         let q = t.queue_for_key(b"order-17");
         assert_eq!(q, t.queue_for_key(b"order-17"));
-        let p = consumer_core::backend::partition_for(b"order-17", 8);
+        let p = consumer_backend::partition_for(b"order-17", 8);
         assert_eq!(q, format!("orders.p{p}"));
     }
 

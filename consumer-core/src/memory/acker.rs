@@ -4,9 +4,9 @@ use tokio::time::Instant;
 
 use super::MemoryBroker;
 use crate::envelope::Message;
-use crate::error::Error;
-use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
+use consumer_backend::Error;
+use consumer_backend::RetryCopy;
 
 /// Settles one delivery of a [`MemorySource`](super::MemorySource);
 /// dropping it unsettled releases the delivery.

@@ -39,7 +39,7 @@ pub use source::{DEFAULT_MAX_PER_PARTITION, MemorySource};
 
 use crate::dead_letter::DeadLetter;
 use crate::envelope::Message;
-use crate::error::{BrokerErrorKind, Error};
+use consumer_backend::{BrokerErrorKind, Error};
 use partition::Partition;
 
 /// Where a published message landed.

@@ -3,9 +3,9 @@
 
 use super::MemoryBroker;
 use crate::describe::ChannelDescription;
-use crate::error::Error;
 use crate::publish::{Outgoing, Publisher};
 use crate::trace::Sends;
+use consumer_backend::Error;
 
 impl Publisher for MemoryBroker {
     fn system(&self) -> &'static str {

@@ -8,9 +8,9 @@ use super::MemoryBroker;
 use super::acker::MemoryAcker;
 use super::gauges::MemoryGauges;
 use crate::envelope::{Envelope, Message, Origin, Placement, Position};
-use crate::error::Error;
 use crate::metrics::SourceGauges;
 use crate::source::Source;
+use consumer_backend::Error;
 
 /// Unsettled deliveries one partition may have before a source skips it
 /// (see [`MemorySource::with_max_per_partition`]).

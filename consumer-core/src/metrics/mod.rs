@@ -61,7 +61,7 @@ use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::Meter;
 
 pub use catalogue::{CATALOGUE, Instrument, MetricSpec};
-pub use source::{QueueRole, SourceGauges, SourceReadings};
+pub use consumer_backend::gauges::{QueueRole, SourceGauges, SourceReadings};
 
 /// The instrumentation scope of every instrument: `consumer`, this
 /// crate's version, and the conventions' schema.
@@ -75,20 +75,4 @@ pub fn scope() -> InstrumentationScope {
 /// The meter from the global provider, as installed now.
 pub fn global_meter() -> Meter {
     opentelemetry::global::meter_with_scope(scope())
-}
-
-/// `error.type` of a failed broker or store operation: see
-/// [`attr::error_type`].
-pub(crate) fn error_type(error: &crate::Error) -> &'static str {
-    use crate::error::BrokerErrorKind as K;
-    use attr::error_type as t;
-    match error.broker_kind() {
-        Some(K::Unavailable) => t::UNAVAILABLE,
-        Some(K::TooLarge) => t::TOO_LARGE,
-        Some(K::NoDestination) => t::NO_DESTINATION,
-        Some(K::NotAuthorized) => t::NOT_AUTHORIZED,
-        Some(K::Rejected) => t::REJECTED,
-        Some(K::Fatal) => t::FATAL,
-        _ => t::OTHER,
-    }
 }

@@ -1,117 +1,17 @@
-//! What a source reports when metrics are collected: lag per partition,
-//! queue depths, and the counters only the backend sees (rebalances,
-//! commit failures, reconnects).
-//!
-//! A backend implements [`SourceGauges`] and returns it from
-//! [`Source::gauges`](crate::source::Source::gauges); the runtime registers the
-//! instruments (the names and units are core's: see
-//! [`catalogue`]) and calls [`SourceGauges::observe`] at
-//! each collection. Only what is observed is exported, so a partition that
-//! is revoked stops being reported and its series go away.
+//! The instruments of what a source reports when metrics are collected
+//! ([`SourceGauges`], implemented by the backends): registered on the
+//! consumer's meter with the names and units of the [`catalogue`], read at
+//! each collection.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Meter};
 
+use consumer_backend::gauges::{PartitionReading, QueueRole, SourceGauges, SourceReadings};
+
 use super::attr;
 use super::catalogue::{self, MetricSpec};
-
-/// Reports a source's gauges; called on the collector's thread, so it
-/// must only read what the source keeps up to date (atomics, a short
-/// lock), never block or wait for the broker.
-pub trait SourceGauges: Send + Sync + 'static {
-    /// Appends the current readings.
-    fn observe(&self, readings: &mut SourceReadings);
-}
-
-/// The role of a queue a source reads or retries through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueRole {
-    /// Where deliveries come from.
-    Work,
-    /// Where retry copies wait for their due time.
-    Delay,
-    /// Where dead letters go.
-    DeadLetter,
-    /// Messages of the work queue taken by consumers and not settled yet,
-    /// where the broker counts them (SQS's
-    /// `ApproximateNumberOfMessagesNotVisible`).
-    InFlight,
-}
-
-#[derive(Debug, Clone)]
-struct Partition {
-    destination: Arc<str>,
-    partition: i32,
-    lag: u64,
-    oldest_age: Duration,
-}
-
-#[derive(Debug, Clone)]
-struct Queue {
-    name: Arc<str>,
-    role: QueueRole,
-    depth: u64,
-}
-
-/// What [`SourceGauges::observe`] fills in.
-#[derive(Debug, Default)]
-pub struct SourceReadings {
-    partitions: Vec<Partition>,
-    queues: Vec<Queue>,
-    crashed: Vec<(Arc<str>, bool)>,
-    rebalances: Option<[u64; 3]>,
-    commit_failures: Option<u64>,
-    reconnects: Option<(Arc<str>, u64)>,
-}
-
-impl SourceReadings {
-    /// One assigned partition: `lag` records not yet settled by this
-    /// consumer, and the age of the oldest one it holds unsettled
-    /// (`Duration::ZERO` when it holds none).
-    pub fn partition(
-        &mut self,
-        destination: Arc<str>,
-        partition: i32,
-        lag: u64,
-        oldest_age: Duration,
-    ) {
-        self.partitions.push(Partition {
-            destination,
-            partition,
-            lag,
-            oldest_age,
-        });
-    }
-
-    /// The messages in a queue.
-    pub fn queue(&mut self, name: Arc<str>, role: QueueRole, depth: u64) {
-        self.queues.push(Queue { name, role, depth });
-    }
-
-    /// Whether the broker reports `queue` (one the source consumes) as
-    /// crashed: its messages are out of reach until an operator acts.
-    pub fn queue_crashed(&mut self, queue: Arc<str>, crashed: bool) {
-        self.crashed.push((queue, crashed));
-    }
-
-    /// Group membership changes since the source started.
-    pub fn rebalances(&mut self, assigned: u64, revoked: u64, lost: u64) {
-        self.rebalances = Some([assigned, revoked, lost]);
-    }
-
-    /// Offset commits that failed since the source started.
-    pub fn commit_failures(&mut self, n: u64) {
-        self.commit_failures = Some(n);
-    }
-
-    /// Times the consuming connection to `destination` was opened again.
-    pub fn reconnects(&mut self, destination: Arc<str>, n: u64) {
-        self.reconnects = Some((destination, n));
-    }
-}
 
 /// The attributes every source series starts with.
 #[derive(Clone)]
@@ -153,7 +53,7 @@ pub(crate) fn register(
     }
     let mut handles: Vec<Box<dyn std::any::Any + Send + Sync>> = Vec::new();
 
-    let partition_gauge = |spec: &MetricSpec, value: fn(&Partition) -> f64| {
+    let partition_gauge = |spec: &MetricSpec, value: fn(&PartitionReading) -> f64| {
         let (weak, series) = (Arc::downgrade(gauges), series.clone());
         meter
             .f64_observable_gauge(spec.name)
@@ -161,7 +61,7 @@ pub(crate) fn register(
             .with_description(spec.description)
             .with_callback(move |out: &dyn AsyncInstrument<f64>| {
                 let Some(r) = read(&weak) else { return };
-                for p in &r.partitions {
+                for p in r.partitions_read() {
                     let mut attrs = series.base();
                     attrs.push(KeyValue::new(
                         attr::DESTINATION_NAME,
@@ -186,7 +86,7 @@ pub(crate) fn register(
             .with_description(spec.description)
             .with_callback(move |out: &dyn AsyncInstrument<u64>| {
                 let Some(r) = read(&weak) else { return };
-                for q in &r.queues {
+                for q in r.queues_read() {
                     if (q.role == QueueRole::DeadLetter) != dead_letter {
                         continue;
                     }
@@ -222,7 +122,7 @@ pub(crate) fn register(
                 .with_description(spec.description)
                 .with_callback(move |out: &dyn AsyncInstrument<u64>| {
                     let Some(r) = read(&weak) else { return };
-                    for (queue, crashed) in &r.crashed {
+                    for (queue, crashed) in r.crashed_read() {
                         let attrs = [
                             KeyValue::new(attr::MESSAGING_SYSTEM, system),
                             KeyValue::new(attr::DESTINATION_NAME, Arc::clone(queue)),
@@ -248,7 +148,9 @@ pub(crate) fn register(
                 .build()
         };
     handles.push(Box::new(counter(&catalogue::REBALANCES, |r, base, out| {
-        let Some(counts) = r.rebalances else { return };
+        let Some(counts) = r.rebalances_read() else {
+            return;
+        };
         for (event, n) in ["assigned", "revoked", "lost"].into_iter().zip(counts) {
             let mut attrs = base.to_vec();
             attrs.push(KeyValue::new(attr::REBALANCE_EVENT, event));
@@ -258,20 +160,20 @@ pub(crate) fn register(
     handles.push(Box::new(counter(
         &catalogue::COMMIT_FAILURES,
         |r, base, out| {
-            if let Some(n) = r.commit_failures {
+            if let Some(n) = r.commit_failures_read() {
                 out.observe(n, base);
             }
         },
     )));
     handles.push(Box::new(counter(&catalogue::RECONNECTS, |r, base, out| {
-        if let Some((destination, n)) = &r.reconnects {
+        if let Some((destination, n)) = r.reconnects_read() {
             // The group is not among this metric's attributes.
             let mut attrs = vec![base[0].clone()];
             attrs.push(KeyValue::new(
                 attr::DESTINATION_NAME,
                 Arc::clone(destination),
             ));
-            out.observe(*n, &attrs);
+            out.observe(n, &attrs);
         }
     })));
     SourceInstruments {

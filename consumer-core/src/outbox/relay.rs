@@ -505,13 +505,16 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         let mut results = results.into_iter();
         for row in sent {
             let result = results.next().unwrap_or_else(|| {
-                Err(Error::broker(
+                Err(consumer_backend::Error::broker(
                     BrokerErrorKind::Unavailable,
                     "the publisher returned too few results",
                     None,
                 ))
             });
-            let error = result.as_ref().err().map(crate::metrics::error_type);
+            let error = result
+                .as_ref()
+                .err()
+                .map(consumer_backend::Error::error_type);
             self.metrics()
                 .sent(&row.destination, took, waited(&row, now_ms), error);
             let outcome = match result {

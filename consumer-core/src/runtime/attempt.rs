@@ -21,12 +21,12 @@ use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
 use crate::metrics::attr::error_type;
 use crate::retry::{RetryMode, RetryPolicy};
-use crate::retry_copy::RetryCopy;
 use crate::router::{Route, Routes};
 use crate::source::Acker;
 use crate::stats::Counter;
 use crate::store::{DedupStore, FailureRecord};
 use crate::trace;
+use consumer_backend::RetryCopy;
 
 /// Input rejected before the handler runs: always a poison pill.
 #[derive(Debug, thiserror::Error)]

@@ -372,7 +372,7 @@ where
                     () = tokio::time::sleep(delay) => {}
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -524,7 +524,9 @@ mod tests {
             "plain"
         }
 
-        async fn recv(&mut self) -> Result<Option<(Arc<Envelope>, MemoryAcker)>, Error> {
+        async fn recv(
+            &mut self,
+        ) -> Result<Option<(Arc<Envelope>, MemoryAcker)>, consumer_backend::Error> {
             self.0.recv().await
         }
     }

@@ -47,12 +47,12 @@ use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
 use crate::metrics::consumer::ConsumerMetrics;
-use crate::metrics::{self, attr::fallback, attr::operation};
-use crate::retry_copy::RetryCopy;
+use crate::metrics::{attr::fallback, attr::operation};
 use crate::source::Acker;
 use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
 use crate::trace::{self, SpanScope};
+use consumer_backend::RetryCopy;
 
 /// The settle loop: ack, release, retry copy and dead letter, each step
 /// retried while its failure can heal and otherwise taken down its
@@ -162,9 +162,14 @@ impl<S: DedupStore> Settler<S> {
 
     /// Runs one settle operation in its span, and records its duration
     /// and outcome.
-    async fn settle_op<F>(&self, envelope: &Envelope, op: &'static str, run: F) -> Result<(), Error>
+    async fn settle_op<F>(
+        &self,
+        envelope: &Envelope,
+        op: &'static str,
+        run: F,
+    ) -> Result<(), consumer_backend::Error>
     where
-        F: Future<Output = Result<(), Error>>,
+        F: Future<Output = Result<(), consumer_backend::Error>>,
     {
         let span = trace::settle_span(envelope, op, &self.spans);
         let started = Instant::now();
@@ -173,7 +178,7 @@ impl<S: DedupStore> Settler<S> {
         } else {
             run.instrument(span.clone()).await
         };
-        let error = r.as_ref().err().map(metrics::error_type);
+        let error = r.as_ref().err().map(consumer_backend::Error::error_type);
         if let Some(e) = error {
             trace::record_error(&span, e);
         }
@@ -222,7 +227,7 @@ impl<S: DedupStore> Settler<S> {
             let r = self
                 .settle_op(envelope, operation::RETRY, acker.publish_retry(copy))
                 .await;
-            let Err(e) = r else {
+            let Err(e) = r.map_err(Error::from) else {
                 return Redelivered::Settled(self.ack(envelope, acker).await);
             };
             match self
@@ -443,7 +448,7 @@ impl<S: DedupStore> Settler<S> {
                     acker.publish_dead_letter(letter),
                 )
                 .await;
-            let Err(e) = r else {
+            let Err(e) = r.map_err(Error::from) else {
                 return Published::Yes;
             };
             match self

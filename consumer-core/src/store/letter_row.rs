@@ -108,7 +108,7 @@ pub fn headers_json(headers: &Headers) -> String {
                 Ok(text) if !text.contains('\0') => {
                     serde_json::json!({ "name": name, "value": text })
                 }
-                _ => serde_json::json!({ "name": name, "value_hex": crate::hex::encode(value) }),
+                _ => serde_json::json!({ "name": name, "value_hex": hex::encode(value) }),
             }
         })
         .collect();
@@ -125,7 +125,7 @@ pub fn headers_from_json(json: &str) -> Option<Headers> {
         match (entry.get("value"), entry.get("value_hex")) {
             (Some(serde_json::Value::String(text)), _) => headers.append(name, text.as_str()),
             (_, Some(serde_json::Value::String(hex))) => {
-                headers.append(name, crate::hex::decode(hex)?)
+                headers.append(name, hex::decode(hex).ok()?)
             }
             _ => return None,
         }

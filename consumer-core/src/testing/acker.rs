@@ -3,9 +3,9 @@
 use super::Faults;
 use super::source::Hold;
 use crate::envelope::Message;
-use crate::error::Error;
-use crate::retry_copy::RetryCopy;
 use crate::source::Acker;
+use consumer_backend::Error;
+use consumer_backend::RetryCopy;
 
 /// Wraps the acker of a [`FaultySource`](super::FaultySource).
 pub struct FaultyAcker<A> {

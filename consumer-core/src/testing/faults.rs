@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::{BrokerErrorKind, Error};
+use consumer_backend::{BrokerErrorKind, Error};
 
 /// What goes wrong next; cheap to clone, clones share the same faults.
 #[derive(Debug, Clone, Default)]

@@ -1,8 +1,8 @@
 //! [`FaultyPublisher`]: a publisher that duplicates and fails on demand.
 
 use super::Faults;
-use crate::error::Error;
 use crate::publish::{Outgoing, Publisher};
+use consumer_backend::Error;
 
 /// Wraps a [`Publisher`]: sends a message twice after
 /// [`Faults::duplicate_next_publishes`], fails it after

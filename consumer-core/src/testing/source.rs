@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 
 use super::{Faults, FaultyAcker};
 use crate::envelope::Envelope;
-use crate::error::Error;
 use crate::source::Source;
+use consumer_backend::Error;
 
 /// Starts a fresh source after a simulated crash, as a restarted process
 /// would (a new group member, a new connection).
@@ -226,8 +226,8 @@ mod tests {
 
     use super::*;
     use crate::envelope::{Headers, Message, Origin};
-    use crate::retry_copy::RetryCopy;
     use crate::source::Acker;
+    use consumer_backend::RetryCopy;
 
     type Log = Arc<Mutex<Vec<String>>>;
 

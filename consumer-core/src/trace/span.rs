@@ -191,15 +191,6 @@ pub fn settle_span(envelope: &Envelope, operation: &'static str, scope: &SpanSco
     span
 }
 
-/// Marks `span` failed with `error_type` (from the closed set of
-/// [`metrics::attr::error_type`](crate::metrics::attr::error_type)).
-pub fn record_error(span: &Span, error_type: &'static str) {
-    if !span.is_disabled() {
-        span.record("error.type", error_type);
-        span.record("otel.status_code", "ERROR");
-    }
-}
-
 /// The attributes every span about one delivery has: destination, where
 /// it sat, the group and the broker.
 fn record_delivery(span: &Span, envelope: &Envelope, scope: &SpanScope) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::backend::{Acker, BrokerErrorKind, Message, RetryCopy};
+use consumer_backend::{Acker, BrokerErrorKind, Message, RetryCopy};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 
@@ -108,12 +108,12 @@ impl KafkaAcker {
 }
 
 impl Acker for KafkaAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn ack(mut self) -> Result<(), consumer_backend::Error> {
         self.leave_ledger(true);
         Ok(())
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn release(mut self) -> Result<(), consumer_backend::Error> {
         self.leave_ledger(false);
         Ok(())
     }
@@ -121,19 +121,16 @@ impl Acker for KafkaAcker {
     async fn publish_dead_letter(
         &mut self,
         letter: &Message,
-    ) -> Result<(), consumer_core::backend::Error> {
+    ) -> Result<(), consumer_backend::Error> {
         let topic = self.link.topics.dead_letter_topic();
         Ok(self.produce(topic, letter).await?)
     }
 
-    async fn publish_retry(
-        &mut self,
-        copy: &RetryCopy,
-    ) -> Result<(), consumer_core::backend::Error> {
+    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_backend::Error> {
         // The runtime checked at start that a handler retrying through the
         // broker runs on a source with a retry topic.
         let Some(topic) = self.link.topics.retry_topic() else {
-            return Err(consumer_core::backend::Error::broker(
+            return Err(consumer_backend::Error::broker(
                 BrokerErrorKind::NoDestination,
                 format!("{} has no retry topic", self.link.topics.topic()),
                 None,

@@ -145,7 +145,7 @@ impl KafkaSourceBuilder {
     /// [`Error::Fenced`] (not retriable: the consumer stops rather than
     /// rejoining in a loop).
     ///
-    /// [`close`]: consumer_core::backend::Source::close
+    /// [`close`]: consumer_backend::Source::close
     pub fn with_static_membership(mut self, instance_id: impl Into<String>) -> Self {
         self.instance_id = Some(instance_id.into());
         self
@@ -340,7 +340,7 @@ mod static_membership_tests {
             };
             assert!(matches!(e, Error::InvalidInstanceId { .. }), "{id:?}: {e}");
             assert!(!e.is_retriable());
-            let core: consumer_core::backend::Error = e.into();
+            let core: consumer_backend::Error = e.into();
             assert!(
                 core.to_string().contains("group.instance.id"),
                 "{id:?}: {core}"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::backend::{SourceGauges, SourceReadings};
+use consumer_backend::{SourceGauges, SourceReadings};
 
 use super::ledger::Ledger;
 use super::poller::now_ms;

@@ -72,7 +72,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use consumer_core::backend::{Envelope, Source};
+use consumer_backend::{Envelope, Source};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
@@ -95,7 +95,7 @@ pub use stats::{KafkaStats, KafkaStatsSnapshot, PartitionStats};
 
 /// Header of a retry copy: when it is due (RFC 3339). The framework's own
 /// name, kept here for compatibility.
-pub const DUE: &str = consumer_core::backend::names::DUE;
+pub const DUE: &str = consumer_backend::names::DUE;
 
 /// A Kafka consumer-group member as a [`Source`].
 ///
@@ -106,7 +106,7 @@ pub const DUE: &str = consumer_core::backend::names::DUE;
 /// ```no_run
 /// use consumer_kafka::{KafkaSource, Topics};
 ///
-/// # async fn demo() -> Result<(), consumer_core::backend::Error> {
+/// # async fn demo() -> Result<(), consumer_backend::Error> {
 /// let topics = Topics::new("orders")?;
 /// topics.create("127.0.0.1:9092", 6, 1).await?;
 /// let source = KafkaSource::builder("127.0.0.1:9092", "billing", topics)
@@ -184,7 +184,7 @@ impl Source for KafkaSource {
         Some(&self.group)
     }
 
-    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
+    fn channels(&self) -> Option<consumer_backend::SourceChannels> {
         Some(crate::asyncapi::source_channels(
             &self.link.topics,
             &self.group,
@@ -197,7 +197,7 @@ impl Source for KafkaSource {
             .map(|(host, port)| (host.as_str(), *port))
     }
 
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_backend::SourceGauges>> {
         Some(Arc::new(gauges::KafkaGauges {
             shared: Arc::clone(&self.link.shared),
             topic: Arc::from(self.link.topics.topic()),
@@ -225,7 +225,7 @@ impl Source for KafkaSource {
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Arc<Envelope>, KafkaAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, KafkaAcker)>, consumer_backend::Error> {
         loop {
             let Some(d) = self.batch.pop_front() else {
                 let Some(batch) = self.rx.recv().await else {

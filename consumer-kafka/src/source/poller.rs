@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use consumer_core::backend::due_in;
+use consumer_backend::due_in;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -274,7 +274,7 @@ impl Poller {
         &self,
         said: Duration,
         written_ms: i64,
-        envelope: &consumer_core::backend::Envelope,
+        envelope: &consumer_backend::Envelope,
         tp: &Tp,
         offset: i64,
     ) -> Duration {

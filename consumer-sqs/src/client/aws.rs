@@ -10,7 +10,7 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use bytes::Bytes;
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 
 use super::{
     ApiError, ApiFuture, AttributeValue, BatchOutcome, EntryFailure, ReceiptEntry, ReceiveRequest,

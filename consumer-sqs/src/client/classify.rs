@@ -7,7 +7,7 @@
 //! missing rights, a message over the size limit and a malformed request
 //! do not, so no loop retries them.
 
-use consumer_core::backend::BrokerErrorKind;
+use consumer_backend::BrokerErrorKind;
 
 /// The kind of an SQS error `code` (with its `message`, which alone tells
 /// a message over the size limit from another invalid parameter); `None`

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use consumer_core::backend::{BoxError, BrokerErrorKind};
+use consumer_backend::{BoxError, BrokerErrorKind};
 
 pub use aws::AwsSqs;
 pub use classify::kind_of_code;

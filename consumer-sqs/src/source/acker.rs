@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use consumer_core::backend::{Acker, Message, RetryCopy};
+use consumer_backend::{Acker, Message, RetryCopy};
 
 use super::Shared;
 use super::calls::Op;
@@ -67,7 +67,7 @@ impl SqsAcker {
 }
 
 impl Acker for SqsAcker {
-    async fn ack(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn ack(mut self) -> Result<(), consumer_backend::Error> {
         // Deletes are batched (ten a call) and their outcome counted in
         // `SqsStats`: the lane goes on at once. A delete that fails for
         // good leaves the message to come back when its visibility ends,
@@ -79,7 +79,7 @@ impl Acker for SqsAcker {
         Ok(())
     }
 
-    async fn release(mut self) -> Result<(), consumer_core::backend::Error> {
+    async fn release(mut self) -> Result<(), consumer_backend::Error> {
         self.shared.count_release(self.token);
         let r = self
             .shared
@@ -94,7 +94,7 @@ impl Acker for SqsAcker {
     async fn publish_dead_letter(
         &mut self,
         letter: &Message,
-    ) -> Result<(), consumer_core::backend::Error> {
+    ) -> Result<(), consumer_backend::Error> {
         let group = self.group_id.clone().or_else(|| self.key.clone());
         self.shared
             .send_letter(letter, group.as_deref())
@@ -102,10 +102,7 @@ impl Acker for SqsAcker {
             .map_err(Into::into)
     }
 
-    async fn publish_retry(
-        &mut self,
-        copy: &RetryCopy,
-    ) -> Result<(), consumer_core::backend::Error> {
+    async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_backend::Error> {
         let left = VISIBILITY_CAP
             .saturating_sub(self.received.elapsed())
             .saturating_sub(CAP_MARGIN);

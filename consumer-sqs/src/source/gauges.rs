@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use consumer_core::backend::{QueueRole, SourceGauges, SourceReadings};
+use consumer_backend::{QueueRole, SourceGauges, SourceReadings};
 
 use crate::client::SqsApi;
 use crate::topology::Resolved;

@@ -4,7 +4,7 @@
 //! gave a message back.
 //!
 //! * **Gating by group.** While some handler retries by visibility
-//!   ([`RetryMode::Redeliver`](consumer_core::backend::RetryMode)), only
+//!   ([`RetryMode::Redeliver`](consumer_backend::RetryMode)), only
 //!   one message of a group is out at a time: the next one waits here
 //!   until the one before is settled. When the one out is retried by
 //!   visibility, the group's waiting messages are given back (visibility
@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use consumer_core::backend::Envelope;
+use consumer_backend::Envelope;
 
 /// One message received and not settled.
 #[derive(Debug)]
@@ -220,7 +220,7 @@ pub(crate) fn secs(d: Duration) -> i32 {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use consumer_core::backend::{Headers, Origin};
+    use consumer_backend::{Headers, Origin};
 
     fn entry(group: &str, id: &str) -> Entry {
         Entry {

@@ -10,7 +10,7 @@ mod stats;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use consumer_core::backend::{
+use consumer_backend::{
     Channel, Envelope, Message, Origin, RetryMode, RetryPolicy, Source, SourceChannels,
     SourceGauges, names,
 };
@@ -555,7 +555,7 @@ impl Source for SqsSource {
 
     async fn recv(
         &mut self,
-    ) -> std::result::Result<Option<(Arc<Envelope>, SqsAcker)>, consumer_core::backend::Error> {
+    ) -> std::result::Result<Option<(Arc<Envelope>, SqsAcker)>, consumer_backend::Error> {
         loop {
             let ready = {
                 let mut l = self.shared.ledger();
@@ -605,8 +605,8 @@ impl Source for SqsSource {
                                     return Err(e.into());
                                 }
                                 Err(join) => {
-                                    return Err(consumer_core::backend::Error::broker(
-                                        consumer_core::backend::BrokerErrorKind::Unavailable,
+                                    return Err(consumer_backend::Error::broker(
+                                        consumer_backend::BrokerErrorKind::Unavailable,
                                         format!("the SQS receive task of `{}` ended: {join}", self.shared.queues.queue),
                                         None,
                                     ));

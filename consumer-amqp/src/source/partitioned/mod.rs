@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consumer_core::backend::{Envelope, Source};
+use consumer_backend::{Envelope, Source};
 use lapin::{Connection, ConnectionProperties};
 use tokio::sync::{Notify, watch};
 
@@ -292,7 +292,7 @@ impl Source for PartitionedSource {
         super::server_of(&self.options.uri)
     }
 
-    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
+    fn channels(&self) -> Option<consumer_backend::SourceChannels> {
         Some(crate::asyncapi::partitioned_source_channels(
             &self.topology,
             self.publisher.attribute_prefix(),
@@ -302,7 +302,7 @@ impl Source for PartitionedSource {
     /// The depths of every partition's work and delay queues and of the
     /// shared dead-letter queue, read every
     /// [`with_depth_interval`](PartitionedSourceBuilder::with_depth_interval).
-    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
+    fn gauges(&self) -> Option<Arc<dyn consumer_backend::SourceGauges>> {
         Some(super::gauges::AmqpGauges::start_for(
             Arc::clone(&self.metrics.inner),
             self.partitions.clone(),
@@ -321,14 +321,14 @@ impl Source for PartitionedSource {
     /// delivery is taken.
     fn accept_retry_policy(
         &mut self,
-        policy: &consumer_core::backend::RetryPolicy,
+        policy: &consumer_backend::RetryPolicy,
     ) -> std::result::Result<(), String> {
         super::redelivers(policy).map_or(Ok(()), |longest| self.topology.size_delays_for(longest))
     }
 
     async fn recv(
         &mut self,
-    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_core::backend::Error> {
+    ) -> Result<Option<(Arc<Envelope>, AmqpAcker)>, consumer_backend::Error> {
         loop {
             if self.session.is_none() {
                 self.session = Some(self.open().await?);

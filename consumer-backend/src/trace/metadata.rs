@@ -19,7 +19,7 @@ const MAX_LEN: usize = MAX_TRACEPARENT_LEN + MAX_TRACESTATE_LEN + 64;
 
 /// The `traceparent` and `tracestate` of `headers` (non-empty ones only)
 /// as the JSON stored with an outbox event; `None` when there is neither.
-pub(crate) fn encode(headers: &Headers) -> Option<String> {
+pub fn encode(headers: &Headers) -> Option<String> {
     let mut map = BTreeMap::new();
     for name in [names::TRACEPARENT, names::TRACESTATE] {
         if let Ok(Some(v)) = headers.get(name)
@@ -37,7 +37,7 @@ pub(crate) fn encode(headers: &Headers) -> Option<String> {
 
 /// The current context (see [`current`](super::current)) as
 /// `trace_metadata`.
-pub(crate) fn encode_current() -> Option<String> {
+pub fn encode_current() -> Option<String> {
     let mut headers = Headers::new();
     super::inject_current(&mut headers);
     encode(&headers)
@@ -48,7 +48,7 @@ pub(crate) fn encode_current() -> Option<String> {
 /// `traceparent`; an error when it is too long or not a JSON object of
 /// strings. The values are not checked here: [`extract`](super::extract)
 /// does that.
-pub(crate) fn decode(raw: &str) -> Result<Option<Headers>, TraceContextError> {
+pub fn decode(raw: &str) -> Result<Option<Headers>, TraceContextError> {
     if raw.len() > MAX_LEN {
         return Err(TraceContextError::Oversized {
             name: TRACE_METADATA,

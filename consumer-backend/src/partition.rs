@@ -13,7 +13,7 @@
 /// Kafka computes it, made positive, modulo the count.
 ///
 /// ```
-/// use consumer_core::partition::partition_for;
+/// use consumer_backend::partition::partition_for;
 /// assert_eq!(partition_for(b"order-17", 1), 0);
 /// assert!(partition_for(b"order-17", 8) < 8);
 /// ```

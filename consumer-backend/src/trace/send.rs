@@ -22,7 +22,7 @@ use crate::publish::Outgoing;
 /// Every [`Publisher`](crate::Publisher) runs its batch through this:
 ///
 /// ```
-/// use consumer_core::backend::{Error, Outgoing, Publisher, Sends};
+/// use consumer_backend::{Error, Outgoing, Publisher, Sends};
 ///
 /// struct Discard;
 ///
@@ -156,7 +156,7 @@ impl<'a> Sends<'a> {
     pub fn finish(self, results: &[Result<(), Error>]) {
         for (span, result) in self.spans.iter().zip(results) {
             if let Err(e) = result {
-                record_error(span, crate::metrics::error_type(e));
+                record_error(span, e.error_type());
             }
         }
     }

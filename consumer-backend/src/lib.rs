@@ -1,7 +1,10 @@
-//! The door for broker backends: everything a backend needs from core, and
-//! nothing else. `consumer-kafka` and `consumer-amqp` reach core only
-//! through here (a test in the suite checks it); a new backend is written
-//! against this module alone.
+//! What a broker backend of the `consumer` framework implements and uses,
+//! and nothing else: `consumer-kafka`, `consumer-amqp` and `consumer-sqs`
+//! depend on this crate and not on the runtime (`consumer-core`), and a new
+//! backend is written against it alone (a test of the workspace reads
+//! `cargo metadata` to keep it so). The runtime depends on it and
+//! re-exports, at the paths applications use (`consumer::Envelope`,
+//! `consumer::envelope::Origin`, ...), what applications need.
 //!
 //! # What a backend implements
 //!
@@ -52,20 +55,32 @@
 //! * Sends are traced with [`Sends`]: one `send` span per message, a child
 //!   of the caller's context, its `traceparent` injected.
 
-pub use crate::dead_letter::{DeadLetter, DeadLetterKind};
-pub use crate::describe::{ChannelDescription, SourceChannels};
-pub use crate::envelope::cloudevent::{
-    DEFAULT_SOURCE, complete as complete_cloudevent, needs_completion,
-};
-pub use crate::envelope::{
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod dead_letter;
+pub mod describe;
+pub mod envelope;
+pub mod error;
+pub mod gauges;
+pub mod partition;
+pub mod publish;
+pub mod retry;
+mod retry_copy;
+pub mod source;
+pub mod trace;
+
+pub use dead_letter::{DeadLetter, DeadLetterKind};
+pub use describe::{ChannelDescription, SourceChannels};
+pub use envelope::cloudevent::{DEFAULT_SOURCE, complete as complete_cloudevent, needs_completion};
+pub use envelope::{
     Channel, Envelope, HeaderError, Headers, Message, Origin, Placement, Position, format_time,
     names,
 };
-pub use crate::error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
-pub use crate::metrics::{QueueRole, SourceGauges, SourceReadings};
-pub use crate::partition::partition_for;
-pub use crate::publish::{Outgoing, Publisher};
-pub use crate::retry::{RetryMode, RetryPolicy};
-pub use crate::retry_copy::{RetryCopy, due_in};
-pub use crate::source::{Acker, Source};
-pub use crate::trace::{SendTarget, Sends};
+pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
+pub use gauges::{QueueRole, SourceGauges, SourceReadings};
+pub use partition::partition_for;
+pub use publish::{Outgoing, Publisher};
+pub use retry::{RetryMode, RetryPolicy};
+pub use retry_copy::{RetryCopy, due_in};
+pub use source::{Acker, Source};
+pub use trace::{SendTarget, Sends};

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
-use crate::metrics::SourceGauges;
+use crate::gauges::SourceGauges;
 use crate::retry::{RetryMode, RetryPolicy};
 use crate::retry_copy::RetryCopy;
 
@@ -46,7 +46,7 @@ pub trait Source: Send + 'static {
 
     /// What this source reports at each metrics collection (lag per
     /// partition, queue depths, rebalances): see
-    /// [`metrics::source`](crate::metrics::source).
+    /// [`gauges`](crate::gauges).
     fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
         None
     }
