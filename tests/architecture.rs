@@ -312,3 +312,60 @@ fn the_root_holds_the_applications_names_only() {
         all.len()
     );
 }
+
+/// The guide's pages (`docs/guide/*.md`, `index.md` aside) by file stem.
+fn guide_pages() -> Vec<String> {
+    let dir = workspace().join("docs/guide");
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            (path.extension().is_some_and(|x| x == "md"))
+                .then(|| path.file_stem()?.to_str().map(str::to_owned))
+                .flatten()
+        })
+        .filter(|p| p != "index")
+        .collect();
+    pages.sort();
+    pages
+}
+
+/// Every page of the guide is built into the crate docs (a module of
+/// `src/guide.rs` that includes it, so its examples run as doctests) and
+/// listed where readers look for it: the guide's index and the README.
+#[test]
+fn every_guide_page_is_built_and_listed() {
+    let pages = guide_pages();
+    assert!(
+        pages.len() >= 10,
+        "the guide's pages were not found: {pages:?}"
+    );
+    let read = |path: &str| {
+        std::fs::read_to_string(workspace().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let module = read("src/guide.rs");
+    let index = read("docs/guide/index.md");
+    let readme = read("README.md");
+    let mut missing = Vec::new();
+    for page in &pages {
+        if !module.contains(&format!("include_str!(\"../docs/guide/{page}.md\")"))
+            || !module.contains(&format!("pub mod {page} {{}}"))
+        {
+            missing.push(format!(
+                "{page}: not included by a `pub mod {page}` in src/guide.rs"
+            ));
+        }
+        if !index.contains(&format!("]({page})")) {
+            missing.push(format!("{page}: not in the table of docs/guide/index.md"));
+        }
+        if !readme.contains(&format!("/guide/{page}/)")) {
+            missing.push(format!("{page}: not in the README's list of pages"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "guide pages left out:\n{}",
+        missing.join("\n")
+    );
+}

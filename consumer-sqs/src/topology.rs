@@ -52,8 +52,8 @@ pub struct Topology {
 impl Topology {
     /// The queue `queue` (a name or a URL), checked; a FIFO queue when its
     /// name ends in `.fifo`.
-    pub fn new(queue: &str) -> Result<Self> {
-        let queue = QueueName::parse(queue)?;
+    pub fn new(queue: impl Into<String>) -> Result<Self> {
+        let queue = QueueName::parse(&queue.into())?;
         queue.default_dead_letter()?;
         Ok(Self {
             queue,

@@ -86,50 +86,81 @@ pub(super) fn from_structured(
     headers: &Headers,
     payload: &[u8],
 ) -> Result<(Headers, Bytes), HeaderError> {
-    let bad = |reason: String| HeaderError {
+    let event = parse_event(payload)?;
+    let content_type = match event.get("datacontenttype") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(bad("has a `datacontenttype` that is not a string")),
+    };
+    let data = event_data(&event, content_type)?;
+    let mut out = attribute_headers(headers, &event, payload.len())?;
+    if content_type.is_none() && event.get("data").is_some_and(|d| !d.is_null()) {
+        // The JSON format's default for `data` given as JSON.
+        out.insert(names::CONTENT_TYPE, "application/json");
+    }
+    Ok((out, data))
+}
+
+/// A structured body that is not a valid event: what is wrong with it.
+fn bad(reason: impl std::fmt::Display) -> HeaderError {
+    HeaderError {
         name: names::CONTENT_TYPE.to_owned(),
         reason: format!("is `{STRUCTURED_JSON}` but the body {reason}"),
-    };
-    let event: serde_json::Map<String, Value> = match serde_json::from_slice(payload) {
+    }
+}
+
+/// The event object, with its required attributes and at most one of
+/// `data` and `data_base64`.
+fn parse_event(payload: &[u8]) -> Result<serde_json::Map<String, Value>, HeaderError> {
+    let event = match serde_json::from_slice(payload) {
         Ok(Value::Object(map)) => map,
-        Ok(_) => return Err(bad("is not a JSON object".to_owned())),
-        Err(e) => return Err(bad(format!("is not JSON: {e}"))),
+        Ok(_) => return Err(bad("is not a JSON object")),
+        Err(e) => return Err(bad(format_args!("is not JSON: {e}"))),
     };
     for required in ["id", "source", "type", "specversion"] {
         match event.get(required) {
             Some(Value::String(s)) if !s.is_empty() => {}
-            Some(Value::String(_)) => return Err(bad(format!("has an empty `{required}`"))),
-            Some(_) => return Err(bad(format!("has a `{required}` that is not a string"))),
-            None => return Err(bad(format!("has no `{required}`"))),
+            Some(Value::String(_)) => return Err(bad(format_args!("has an empty `{required}`"))),
+            Some(_) => {
+                return Err(bad(format_args!("has a `{required}` that is not a string")));
+            }
+            None => return Err(bad(format_args!("has no `{required}`"))),
         }
     }
     if event.contains_key("data") && event.contains_key("data_base64") {
-        return Err(bad("has both `data` and `data_base64`".to_owned()));
+        return Err(bad("has both `data` and `data_base64`"));
     }
-    let content_type = match event.get("datacontenttype") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => {
-            return Err(bad(
-                "has a `datacontenttype` that is not a string".to_owned()
-            ));
-        }
-    };
-    let data = match (event.get("data"), event.get("data_base64")) {
+    Ok(event)
+}
+
+/// The payload: `data` as its content type says (JSON serialized, or the
+/// string itself), or the decoded `data_base64`.
+fn event_data(
+    event: &serde_json::Map<String, Value>,
+    content_type: Option<&str>,
+) -> Result<Bytes, HeaderError> {
+    Ok(match (event.get("data"), event.get("data_base64")) {
         (Some(Value::Null) | None, None) => Bytes::new(),
         (_, Some(Value::String(b64))) => base64::engine::general_purpose::STANDARD
             .decode(b64)
             .map(Bytes::from)
-            .map_err(|e| bad(format!("has a `data_base64` that is not base64: {e}")))?,
-        (_, Some(_)) => return Err(bad("has a `data_base64` that is not a string".to_owned())),
+            .map_err(|e| bad(format_args!("has a `data_base64` that is not base64: {e}")))?,
+        (_, Some(_)) => return Err(bad("has a `data_base64` that is not a string")),
         (Some(Value::String(s)), None) if !content_type.is_none_or(is_json) => {
             Bytes::from(s.clone().into_bytes())
         }
-        (Some(value), None) => {
-            Bytes::from(serde_json::to_vec(value).map_err(|e| bad(e.to_string()))?)
-        }
-    };
-    let mut out = Headers::with_capacity(headers.len() + event.len(), payload.len());
+        (Some(value), None) => Bytes::from(serde_json::to_vec(value).map_err(bad)?),
+    })
+}
+
+/// The headers of the event: the transport's own, but for the `ce_` ones
+/// and `content-type`, which the event's attributes replace.
+fn attribute_headers(
+    headers: &Headers,
+    event: &serde_json::Map<String, Value>,
+    payload_len: usize,
+) -> Result<Headers, HeaderError> {
+    let mut out = Headers::with_capacity(headers.len() + event.len(), payload_len);
     let replaced = |name: &str| {
         let n = name.as_bytes();
         n.len() > 3 && n[..3].eq_ignore_ascii_case(b"ce_")
@@ -148,7 +179,7 @@ pub(super) fn from_structured(
             Value::Bool(b) => b.to_string(),
             Value::Null => continue,
             Value::Array(_) | Value::Object(_) => {
-                return Err(bad(format!(
+                return Err(bad(format_args!(
                     "has an attribute `{attr}` that is not a scalar"
                 )));
             }
@@ -163,11 +194,7 @@ pub(super) fn from_structured(
             _ => out.insert(format!("ce_{attr}"), text),
         }
     }
-    if content_type.is_none() && event.get("data").is_some_and(|d| !d.is_null()) {
-        // The JSON format's default for `data` given as JSON.
-        out.insert(names::CONTENT_TYPE, "application/json");
-    }
-    Ok((out, data))
+    Ok(out)
 }
 
 /// Whether a media type is JSON (`application/json`, `text/json`, `+json`).

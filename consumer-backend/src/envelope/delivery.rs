@@ -94,30 +94,8 @@ impl Envelope {
 
         let time = parse_time(names::TIME, time_raw, &mut defects);
         let first_failure = parse_time(names::FIRST_FAILURE, first_failure_raw, &mut defects);
-        let attempt = match attempt_raw {
-            None => 1,
-            Some(raw) => match raw.trim().parse::<u32>() {
-                Ok(n) if n >= 1 => n,
-                _ => {
-                    defects.push(HeaderError {
-                        name: names::ATTEMPT.to_owned(),
-                        reason: format!("is not a positive attempt number: {raw:?}"),
-                    });
-                    1
-                }
-            },
-        };
-        let id = match id {
-            Some(id) if !id.is_empty() => id.to_owned(),
-            Some(_) => {
-                defects.push(HeaderError {
-                    name: names::ID.to_owned(),
-                    reason: "is empty".to_owned(),
-                });
-                fallback_id()
-            }
-            None => fallback_id(),
-        };
+        let attempt = parse_attempt(attempt_raw, &mut defects);
+        let id = message_id(id, fallback_id, &mut defects);
         let key = key.or_else(|| header_key.map(str::to_owned));
         Self {
             id,
@@ -133,6 +111,42 @@ impl Envelope {
             origin,
             defects,
         }
+    }
+}
+
+/// The attempt number `x-consumer-attempt` says (1 without one; a value
+/// that is not a positive number is a defect, and 1).
+fn parse_attempt(raw: Option<&str>, defects: &mut Vec<HeaderError>) -> u32 {
+    let Some(raw) = raw else { return 1 };
+    match raw.trim().parse::<u32>() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            defects.push(HeaderError {
+                name: names::ATTEMPT.to_owned(),
+                reason: format!("is not a positive attempt number: {raw:?}"),
+            });
+            1
+        }
+    }
+}
+
+/// The message id `ce_id` says, else the backend's fallback (an empty
+/// `ce_id` is a defect).
+fn message_id(
+    id: Option<&str>,
+    fallback: impl FnOnce() -> String,
+    defects: &mut Vec<HeaderError>,
+) -> String {
+    match id {
+        Some(id) if !id.is_empty() => id.to_owned(),
+        Some(_) => {
+            defects.push(HeaderError {
+                name: names::ID.to_owned(),
+                reason: "is empty".to_owned(),
+            });
+            fallback()
+        }
+        None => fallback(),
     }
 }
 

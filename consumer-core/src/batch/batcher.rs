@@ -128,44 +128,15 @@ where
     H: BatchHandler<S>,
 {
     Box::pin(async move {
-        if items.is_empty() {
+        let Some((mut tx, fresh, replies)) = claim(handler.name(), store, items).await else {
             return;
-        }
-        let claimed = {
-            let claims: Vec<(&str, &str)> = items
-                .iter()
-                .map(|p| (p.key.as_str(), p.item.context.message_id()))
-                .collect();
-            store.claim_batch(handler.name(), &claims).await
         };
-        let (mut tx, fresh) = match claimed {
-            Ok(c) => c,
-            Err(e) => {
-                let e = e.to_string();
-                for p in items {
-                    let _ = p
-                        .reply
-                        .send(failed(FailureKind::Transient, BatchFailed(e.clone())));
-                }
-                return;
-            }
-        };
-        let mut batch_items = Vec::with_capacity(items.len());
-        let mut replies = Vec::with_capacity(items.len());
-        for (p, fresh) in items.into_iter().zip(fresh) {
-            if fresh {
-                batch_items.push(p.item);
-                replies.push((p.key, p.reply));
-            } else {
-                let _ = p.reply.send(Outcome::Duplicate);
-            }
-        }
-        if batch_items.is_empty() {
+        if fresh.is_empty() {
             let _ = store.commit(tx).await;
             return;
         }
-        let span = crate::trace::batch_span(handler.name(), batch_items.iter().map(|i| &i.trace));
-        let mut batch = Batch::new(batch_items);
+        let span = crate::trace::batch_span(handler.name(), fresh.iter().map(|i| &i.trace));
+        let mut batch = Batch::new(fresh);
         let result = CatchUnwind::new(handler.handle_batch(&mut batch, &mut tx))
             .instrument(span.clone())
             .await;
@@ -176,71 +147,138 @@ where
             Err(_) => crate::trace::record_error(&span, "panic"),
         }
         drop(span);
-        let Batch {
-            items,
-            failed: marks,
-        } = batch;
-        match result {
-            Ok(Ok(())) if !marks.iter().any(Option::is_some) => match store.commit(tx).await {
-                Ok(()) => {
-                    for (_, reply) in replies {
-                        let _ = reply.send(Outcome::Processed);
-                    }
-                }
-                Err(e) => {
-                    let e = e.to_string();
-                    for (_, reply) in replies {
-                        let _ = reply.send(failed(FailureKind::Transient, BatchFailed(e.clone())));
-                    }
-                }
-            },
-            // Some marked failed: they get their failure, the others run
-            // again without them.
-            Ok(Ok(())) => {
-                rollback(store, tx).await;
-                let mut again = Vec::new();
-                for ((item, mark), (key, reply)) in items.into_iter().zip(marks).zip(replies) {
-                    match mark {
-                        Some((kind, error)) => {
-                            let _ = reply.send(failed(kind, error));
-                        }
-                        None => again.push(Pending { item, key, reply }),
-                    }
-                }
-                run(handler, store, again).await;
+        conclude(handler, store, tx, batch, replies, result).await;
+    })
+}
+
+/// Where each fresh message's outcome goes, with its key.
+type Replies = Vec<(String, oneshot::Sender<Outcome>)>;
+
+/// Claims every message's key in one transaction: the transaction, the
+/// fresh messages and where their outcomes go; duplicates are answered.
+/// `None` (everyone answered) when there is nothing to run or the claim
+/// failed.
+async fn claim<S: DedupStore, M>(
+    handler: &str,
+    store: &S,
+    items: Vec<Pending<M>>,
+) -> Option<(S::Tx, Vec<BatchItem<M>>, Replies)> {
+    if items.is_empty() {
+        return None;
+    }
+    let claims: Vec<(&str, &str)> = items
+        .iter()
+        .map(|p| (p.key.as_str(), p.item.context.message_id()))
+        .collect();
+    let (tx, fresh) = match store.claim_batch(handler, &claims).await {
+        Ok(c) => c,
+        Err(e) => {
+            let e = e.to_string();
+            for p in items {
+                let _ = p
+                    .reply
+                    .send(failed(FailureKind::Transient, BatchFailed(e.clone())));
             }
-            // Not attributed: a single message gets the failure (a panic is
-            // a bug: terminal, as on the one-message path); more are split.
-            Ok(Err(_)) | Err(_) if items.len() > 1 => {
-                rollback(store, tx).await;
-                let mut rest: Vec<Pending<H::Message>> = items
-                    .into_iter()
-                    .zip(replies)
-                    .map(|(item, (key, reply))| Pending { item, key, reply })
-                    .collect();
-                let second = rest.split_off(rest.len() / 2);
-                run(handler, store, rest).await;
-                run(handler, store, second).await;
-            }
-            Ok(Err(error)) => {
-                rollback(store, tx).await;
-                let kind = if handler.is_terminal(&*error) {
-                    FailureKind::Terminal
-                } else {
-                    FailureKind::Transient
-                };
-                if let Some((_, reply)) = replies.into_iter().next() {
-                    let _ = reply.send(failed(kind, error));
+            return None;
+        }
+    };
+    let mut batch_items = Vec::with_capacity(items.len());
+    let mut replies = Vec::with_capacity(items.len());
+    for (p, fresh) in items.into_iter().zip(fresh) {
+        if fresh {
+            batch_items.push(p.item);
+            replies.push((p.key, p.reply));
+        } else {
+            let _ = p.reply.send(Outcome::Duplicate);
+        }
+    }
+    Some((tx, batch_items, replies))
+}
+
+/// What the handler's result means for each message: all processed (the
+/// commit), some failed (they get their failure, the others run again),
+/// or a failure not attributed (split, down to the message that fails).
+async fn conclude<S, H>(
+    handler: &H,
+    store: &S,
+    tx: S::Tx,
+    batch: Batch<H::Message>,
+    replies: Replies,
+    result: Result<Result<(), crate::error::BoxError>, crate::error::BoxError>,
+) where
+    S: DedupStore,
+    H: BatchHandler<S>,
+{
+    let Batch {
+        items,
+        failed: marks,
+    } = batch;
+    match result {
+        Ok(Ok(())) if !marks.iter().any(Option::is_some) => commit(store, tx, replies).await,
+        // Some marked failed: they get their failure, the others run
+        // again without them.
+        Ok(Ok(())) => {
+            rollback(store, tx).await;
+            let mut again = Vec::new();
+            for ((item, mark), (key, reply)) in items.into_iter().zip(marks).zip(replies) {
+                match mark {
+                    Some((kind, error)) => {
+                        let _ = reply.send(failed(kind, error));
+                    }
+                    None => again.push(Pending { item, key, reply }),
                 }
             }
-            Err(panic) => {
-                rollback(store, tx).await;
-                if let Some((_, reply)) = replies.into_iter().next() {
-                    let _ = reply.send(failed(FailureKind::Terminal, panic));
-                }
+            run(handler, store, again).await;
+        }
+        // Not attributed: a single message gets the failure (a panic is
+        // a bug: terminal, as on the one-message path); more are split.
+        Ok(Err(_)) | Err(_) if items.len() > 1 => {
+            rollback(store, tx).await;
+            let mut rest: Vec<Pending<H::Message>> = items
+                .into_iter()
+                .zip(replies)
+                .map(|(item, (key, reply))| Pending { item, key, reply })
+                .collect();
+            let second = rest.split_off(rest.len() / 2);
+            run(handler, store, rest).await;
+            run(handler, store, second).await;
+        }
+        Ok(Err(error)) => {
+            rollback(store, tx).await;
+            let kind = if handler.is_terminal(&*error) {
+                FailureKind::Terminal
+            } else {
+                FailureKind::Transient
+            };
+            if let Some((_, reply)) = replies.into_iter().next() {
+                let _ = reply.send(failed(kind, error));
             }
         }
-    })
+        Err(panic) => {
+            rollback(store, tx).await;
+            if let Some((_, reply)) = replies.into_iter().next() {
+                let _ = reply.send(failed(FailureKind::Terminal, panic));
+            }
+        }
+    }
+}
+
+/// Commits the batch: every message processed, or every one failed
+/// (transient) with the commit's error.
+async fn commit<S: DedupStore>(store: &S, tx: S::Tx, replies: Replies) {
+    match store.commit(tx).await {
+        Ok(()) => {
+            for (_, reply) in replies {
+                let _ = reply.send(Outcome::Processed);
+            }
+        }
+        Err(e) => {
+            let e = e.to_string();
+            for (_, reply) in replies {
+                let _ = reply.send(failed(FailureKind::Transient, BatchFailed(e.clone())));
+            }
+        }
+    }
 }
 
 async fn rollback<S: DedupStore>(store: &S, tx: S::Tx) {

@@ -352,29 +352,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 backlog_read = Some(Instant::now());
             }
             let overlapped = finishing.is_some();
-            let claimed = match self
-                .alongside(&mut finishing, self.claim_and_publish())
-                .await
-            {
-                Ok(round) => {
-                    let claimed = round.claimed;
-                    // One round finishing at a time; its commit has
-                    // usually ended while this one claimed and published.
-                    self.settle(&mut finishing).await;
-                    if DB::OVERLAPPING_ROUNDS && claimed > 0 {
-                        finishing = Some(Box::pin(self.finish(round)));
-                        Ok(claimed)
-                    } else {
-                        let result = self.finish(round).await;
-                        self.count(&result);
-                        result
-                    }
-                }
-                Err(e) => {
-                    self.count_failed();
-                    Err(e)
-                }
-            };
+            let claimed = self.round(&mut finishing).await;
             let failed = claimed.is_err();
             match claimed {
                 Ok(n) if n >= self.batch as usize => {
@@ -416,6 +394,32 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         }
         self.settle(&mut finishing).await;
         Ok(())
+    }
+
+    /// One round: claims and publishes (while the previous round commits),
+    /// then marks and commits, or leaves that to go on beside the next
+    /// round where the database allows it. How many events it claimed.
+    async fn round<'a>(&'a self, finishing: &mut Option<Finishing<'a>>) -> Result<usize, Error> {
+        match self.alongside(finishing, self.claim_and_publish()).await {
+            Ok(round) => {
+                let claimed = round.claimed;
+                // One round finishing at a time; its commit has usually
+                // ended while this one claimed and published.
+                self.settle(finishing).await;
+                if DB::OVERLAPPING_ROUNDS && claimed > 0 {
+                    *finishing = Some(Box::pin(self.finish(round)));
+                    Ok(claimed)
+                } else {
+                    let result = self.finish(round).await;
+                    self.count(&result);
+                    result
+                }
+            }
+            Err(e) => {
+                self.count_failed();
+                Err(e)
+            }
+        }
     }
 
     /// Runs `work` while the unfinished round (if any) goes on marking and

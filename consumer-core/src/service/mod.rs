@@ -299,40 +299,9 @@ impl Service {
             None => None,
         };
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut running: JoinSet<Ended> = JoinSet::new();
-        let mut by_task = std::collections::HashMap::new();
-        for (part, run) in self.parts {
-            if part.kind != "consumer" {
-                part.set(PartState::Running);
-            }
-            let stop = StopSignal(stop_rx.clone());
-            let task = {
-                let part = Arc::clone(&part);
-                running.spawn(async move {
-                    let result = run(stop).await;
-                    (part, result)
-                })
-            };
-            by_task.insert(task.id(), part);
-        }
+        let (mut running, by_task) = spawn_parts(self.parts, &stop_rx);
         tracing::info!(target: "consumer::service", service = self.name, parts = running.len(), "service started");
-
-        let mut first_error: Option<Error> = None;
-        tokio::pin!(signal);
-        loop {
-            tokio::select! {
-                () = &mut signal => break,
-                joined = running.join_next_with_id() => match joined {
-                    None => break,
-                    Some(joined) => {
-                        if let Some(e) = finished(joined, &by_task) {
-                            first_error = Some(e);
-                            break;
-                        }
-                    }
-                },
-            }
-        }
+        let mut first_error = first_failure_before(signal, &mut running, &by_task).await;
 
         self.stopping.store(true, Ordering::SeqCst);
         for part in health.parts.iter() {
@@ -369,9 +338,56 @@ impl Service {
             server.abort();
             let _ = server.await;
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Which part a task runs.
+type PartsByTask = std::collections::HashMap<tokio::task::Id, Arc<Part>>;
+
+/// Starts every part with the stop signal `stop`.
+fn spawn_parts(
+    parts: Vec<(Arc<Part>, Runner)>,
+    stop: &watch::Receiver<bool>,
+) -> (JoinSet<Ended>, PartsByTask) {
+    let mut running: JoinSet<Ended> = JoinSet::new();
+    let mut by_task = PartsByTask::new();
+    for (part, run) in parts {
+        if part.kind != "consumer" {
+            part.set(PartState::Running);
+        }
+        let stop = StopSignal(stop.clone());
+        let task = {
+            let part = Arc::clone(&part);
+            running.spawn(async move {
+                let result = run(stop).await;
+                (part, result)
+            })
+        };
+        by_task.insert(task.id(), part);
+    }
+    (running, by_task)
+}
+
+/// Waits for `signal`, or for a part to fail (its error) or for every part
+/// to end.
+async fn first_failure_before<F: Future<Output = ()>>(
+    signal: F,
+    running: &mut JoinSet<Ended>,
+    by_task: &PartsByTask,
+) -> Option<Error> {
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            () = &mut signal => return None,
+            joined = running.join_next_with_id() => match joined {
+                None => return None,
+                Some(joined) => {
+                    if let Some(e) = finished(joined, by_task) {
+                        return Some(e);
+                    }
+                }
+            },
         }
     }
 }
