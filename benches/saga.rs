@@ -111,6 +111,10 @@ enum Side {
 
 async fn fresh(keys: u32) -> anyhow::Result<FreshSchema> {
     let fresh = FreshSchema::create("bench", keys).await?;
+    PgStore::new(fresh.pool.clone())
+        .with_extension(consumer::saga::SagaTables)
+        .migrate()
+        .await?;
     sqlx::query(HAND_TABLE).execute(&fresh.pool).await?;
     let mut held = Vec::new();
     for _ in 0..keys {

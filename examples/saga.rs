@@ -100,7 +100,10 @@ pub async fn run() -> anyhow::Result<String> {
         .max_connections(1)
         .connect("sqlite::memory:")
         .await?;
-    SqliteStore::new(pool.clone()).migrate().await?;
+    SqliteStore::new(pool.clone())
+        .with_extension(consumer::saga::SagaTables)
+        .migrate()
+        .await?;
     let broker = MemoryBroker::new(4);
     let to = Destinations::plain();
     let service = shop_service(pool.clone(), &broker)?;

@@ -181,6 +181,16 @@ pub mod architecture {
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use consumer_macros::handler;
 
+/// Sagas: multi-step processes with durable state, commands and timeouts
+/// through the outbox, compensation (the `consumer-saga` crate).
+#[cfg(feature = "saga")]
+#[cfg_attr(docsrs, doc(cfg(feature = "saga")))]
+pub use consumer_saga as saga;
+
+#[cfg(feature = "saga")]
+#[cfg_attr(docsrs, doc(cfg(feature = "saga")))]
+pub use consumer_saga::Saga;
+
 /// The RabbitMQ backend: `AmqpSource`, `AmqpPublisher`, declared topology.
 #[cfg(feature = "amqp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]

@@ -656,7 +656,7 @@ fn a_quantile_alert_reads_buckets_that_reach_past_its_threshold() {
             continue;
         };
         for (metric, _) in refs.metrics.iter().filter(|(m, _)| m.ends_with("_bucket")) {
-            let spec = consumer::metrics::CATALOGUE.iter().find(|s| {
+            let spec = every_spec().find(|s| {
                 prometheus_series(s.name, &s.instrument.to_string(), s.unit, s.attributes)
                     .iter()
                     .any(|(name, _)| name == metric)
@@ -839,7 +839,7 @@ fn the_naming_rules_are_the_exporters() {
     let metrics =
         consumer::service::PrometheusMetrics::new("ops-files").expect("the exporter starts");
     let meter = metrics.meter();
-    for spec in consumer::metrics::CATALOGUE {
+    for spec in every_spec() {
         let attrs: Vec<KeyValue> = spec
             .attributes
             .iter()
@@ -918,4 +918,11 @@ fn the_naming_rules_are_the_exporters() {
         ));
     }
     report(&problems);
+}
+
+/// The runtime's metrics and those of the parts built on it (sagas).
+fn every_spec() -> impl Iterator<Item = &'static consumer::metrics::MetricSpec> {
+    consumer::metrics::CATALOGUE
+        .iter()
+        .chain(consumer::saga::metrics::CATALOGUE)
 }

@@ -321,11 +321,15 @@ enum SharedStore {
 
 impl SharedStore {
     async fn pg() -> Self {
-        Self::Pg(
-            FreshSchema::create("ct", 4)
-                .await
-                .unwrap_or_else(|e| panic!("{e}")),
-        )
+        let fresh = FreshSchema::create("ct", 4)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Store::new(fresh.pool.clone())
+            .with_extension(consumer::saga::SagaTables)
+            .migrate()
+            .await
+            .expect("the saga table");
+        Self::Pg(fresh)
     }
 
     async fn sqlite() -> Self {
@@ -335,6 +339,7 @@ impl SharedStore {
         let path = path.to_string_lossy().into_owned();
         let pool = sqlite_pool(&path).await;
         Store::new(pool.clone())
+            .with_extension(consumer::saga::SagaTables)
             .migrate()
             .await
             .expect("migrations");

@@ -55,7 +55,7 @@ async fn each_transition_has_one_span_a_child_of_its_deliverys_span() {
         .connect("sqlite::memory:")
         .await
         .expect("SQLite");
-    let store = SqliteStore::new(pool.clone());
+    let store = SqliteStore::new(pool.clone()).with_extension(consumer::saga::SagaTables);
     store.migrate().await.expect("migrations");
     let id = |e: &Ev| e.id.clone();
     let saga = SagaBuilder::new(Traced, Outbox::new())

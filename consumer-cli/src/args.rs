@@ -375,8 +375,8 @@ pub enum SagaStatusArg {
 
 impl SagaStatusArg {
     /// The status it names.
-    pub fn status(self) -> consumer_core::saga::SagaStatus {
-        use consumer_core::saga::SagaStatus as S;
+    pub fn status(self) -> consumer_saga::SagaStatus {
+        use consumer_saga::SagaStatus as S;
         match self {
             Self::Running => S::Running,
             Self::Compensating => S::Compensating,

@@ -14,7 +14,7 @@
 use std::io::Write;
 
 use consumer_core::envelope::format_time;
-use consumer_core::saga::{OperatorError, SagaFilter, SagaRecord, SagaStore};
+use consumer_saga::{OperatorError, SagaFilter, SagaRecord, SagaStore};
 use serde_json::{Value, json};
 use sqlx::Postgres;
 use time::OffsetDateTime;
@@ -269,7 +269,7 @@ pub async fn resume(
     let sent: Vec<&str> = r
         .compensation
         .iter()
-        .filter(|u| u.status() == consumer_core::saga::UndoStatus::Sent)
+        .filter(|u| u.status() == consumer_saga::UndoStatus::Sent)
         .map(|u| u.name())
         .collect();
     write(

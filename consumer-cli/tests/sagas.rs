@@ -58,6 +58,11 @@ fn expire(_: &Orders, _: &mut Order, _: Ev, step: &mut Step<'_>) -> Result<(), N
 
 /// `o-1` running, waiting for its timeout; `o-2` in `compensation_failed`.
 async fn make_sagas(pool: &sqlx::PgPool) {
+    PgStore::new(pool.clone())
+        .with_extension(consumer::saga::SagaTables)
+        .migrate()
+        .await
+        .expect("the saga table");
     let id = |e: &Ev| e.id.clone();
     let saga = SagaBuilder::new(Orders, Outbox::new())
         .on("Open", id, NotFound::Start, open)

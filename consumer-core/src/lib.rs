@@ -7,8 +7,10 @@
 //!
 //! * **the root**, for applications: [`Consumer`], [`Router`], [`Service`],
 //!   [`Outbox`] and [`OutboxRelay`], the stores, [`RetryPolicy`],
-//!   [`DeadLetter`], [`MemoryBroker`], [`Saga`], and the modules they
-//!   open onto;
+//!   [`DeadLetter`], [`MemoryBroker`], and the modules they open onto
+//!   (sagas are a crate of their own, `consumer-saga`, on the hooks this
+//!   one offers: [`store::StoreExtension`], the metric catalogue's
+//!   [`MetricSpec`](metrics::MetricSpec), [`Handler`]);
 //! * **[`backend`]**, for broker backends (`consumer-kafka`,
 //!   `consumer-amqp`, and any other): the [`Source`](backend::Source) and
 //!   [`Acker`](backend::Acker) to implement, the envelope, the retry copy,
@@ -27,7 +29,6 @@ pub mod metrics;
 pub mod outbox;
 pub mod router;
 pub mod runtime;
-pub mod saga;
 pub mod service;
 pub mod stats;
 pub mod store;
@@ -51,7 +52,6 @@ pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use router::Router;
 pub use runtime::Consumer;
-pub use saga::Saga;
 pub use service::{Service, shutdown_signal};
 pub use stats::Stats;
 pub use store::{DedupStore, MemoryStore, MemoryTx, Store};

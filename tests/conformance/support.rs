@@ -503,7 +503,7 @@ impl Harness for SqliteHarness {
     }
 
     fn store(&self) -> Store<sqlx::Sqlite> {
-        Store::new(self.pool.clone())
+        Store::new(self.pool.clone()).with_extension(consumer::saga::SagaTables)
     }
 
     same_sql_on_both!();
@@ -555,11 +555,15 @@ impl Harness for PgHarness {
         .execute(&pool)
         .await
         .expect("effects table");
-        Self { pool, schema }
+        let h = Self { pool, schema };
+        // The fresh schema has the store's tables; the sagas' come with
+        // the store's extension.
+        h.store().migrate().await.expect("migrations");
+        h
     }
 
     fn store(&self) -> Store<sqlx::Postgres> {
-        Store::new(self.pool.clone())
+        Store::new(self.pool.clone()).with_extension(consumer::saga::SagaTables)
     }
 
     same_sql_on_both!();

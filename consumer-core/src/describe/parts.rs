@@ -92,7 +92,7 @@ pub struct HandlerDescription {
     /// say (a hand-written [`Handler`](crate::Handler)).
     pub payload: Option<PayloadType>,
     /// What it writes through the outbox, each with its destination: a
-    /// saga's commands and timeouts ([`SagaBuilder::with_command`](crate::saga::SagaBuilder)).
+    /// saga's commands and timeouts.
     pub sends: Vec<DeclaredEvent>,
 }
 

@@ -34,8 +34,8 @@ impl<'a, S: DedupStore> Invocation<'a, S> {
         }
     }
 
-    /// The delivery.
-    pub fn envelope(&self) -> &Envelope {
+    /// The delivery, shared (a handler that keeps it clones the `Arc`).
+    pub fn envelope(&self) -> &Arc<Envelope> {
         self.envelope
     }
 

@@ -63,8 +63,8 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
 
     /// What the service's AsyncAPI document says of this handler: by
     /// default one description from its name, its event types and its
-    /// payload type. A handler taking several payload types (a
-    /// [saga](crate::saga)) gives one per type.
+    /// payload type. A handler taking several payload types (a saga)
+    /// gives one per type.
     fn describe(&self) -> Vec<crate::describe::HandlerDescription> {
         vec![crate::describe::HandlerDescription::new(
             self.name(),

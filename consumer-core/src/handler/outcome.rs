@@ -37,8 +37,9 @@ impl Failure {
     }
 
     /// A transient failure retried under `policy` rather than the
-    /// handler's own: a saga event waiting for its saga to start
-    /// ([`NotFound::Retry`](crate::saga::NotFound::Retry)).
+    /// handler's own: a handler whose messages fail in ways that each have
+    /// their own policy (a saga event that arrives before its saga starts
+    /// waits under the saga's not-found policy).
     pub fn with_retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = Some(policy);
         self
@@ -66,8 +67,9 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
-    /// `source` decoding a `type_name`.
-    pub(crate) fn new(type_name: &'static str, source: serde_json::Error) -> Self {
+    /// `source` decoding a `type_name`: what a hand-written handler
+    /// returns (as poison) for a payload that does not decode.
+    pub fn new(type_name: &'static str, source: serde_json::Error) -> Self {
         Self { type_name, source }
     }
 }

@@ -42,14 +42,6 @@ pub const QUEUE_ROLE: &str = "consumer.queue.role";
 pub const REBALANCE_EVENT: &str = "consumer.rebalance.event";
 /// `consumer.outbox.table`: the outbox table a relay reads.
 pub const OUTBOX_TABLE: &str = "consumer.outbox.table";
-/// `consumer.saga.type`: the saga type (from code, never from input).
-pub const SAGA_TYPE: &str = "consumer.saga.type";
-/// `consumer.saga.status`: how a saga finished: `completed`,
-/// `compensated`, `failed`, `compensation_failed`.
-pub const SAGA_STATUS: &str = "consumer.saga.status";
-/// `consumer.saga.ignored.reason`: why a saga event was acked without a
-/// transition: `finished`, `stale_timeout`, `not_found`.
-pub const SAGA_IGNORED_REASON: &str = "consumer.saga.ignored.reason";
 
 /// Values of `messaging.operation.name`.
 pub mod operation {

@@ -67,7 +67,10 @@ pub const AGE_BUCKETS: &[f64] = &[
 const CONSUMER_SERIES: &[&str] = &[MESSAGING_SYSTEM, CONSUMER_GROUP, DESTINATION_NAME];
 
 impl MetricSpec {
-    const fn new(
+    /// A metric of ours (not the conventions'): the parts built on the
+    /// runtime (sagas) define theirs with it, and keep their own catalogue
+    /// beside [`CATALOGUE`].
+    pub const fn new(
         name: &'static str,
         instrument: Instrument,
         unit: &'static str,
@@ -90,12 +93,14 @@ impl MetricSpec {
         self
     }
 
-    const fn buckets(mut self, boundaries: &'static [f64]) -> Self {
+    /// A histogram's bucket boundaries.
+    pub const fn buckets(mut self, boundaries: &'static [f64]) -> Self {
         self.boundaries = boundaries;
         self
     }
 
-    pub(crate) fn counter(&self, meter: &Meter) -> Counter<u64> {
+    /// This spec's counter on `meter`.
+    pub fn counter(&self, meter: &Meter) -> Counter<u64> {
         debug_assert_eq!(self.instrument, Instrument::Counter);
         meter
             .u64_counter(self.name)
@@ -113,7 +118,8 @@ impl MetricSpec {
             .build()
     }
 
-    pub(crate) fn histogram(&self, meter: &Meter) -> Histogram<f64> {
+    /// This spec's histogram on `meter`.
+    pub fn histogram(&self, meter: &Meter) -> Histogram<f64> {
         debug_assert_eq!(self.instrument, Instrument::Histogram);
         meter
             .f64_histogram(self.name)
@@ -485,86 +491,6 @@ pub const OUTBOX_ROUND_FAILURES: MetricSpec = MetricSpec::new(
     OUTBOX_SERIES,
 );
 
-/// `consumer.saga.started`: sagas started (their first transition
-/// committed).
-pub const SAGA_STARTED: MetricSpec = MetricSpec::new(
-    "consumer.saga.started",
-    Instrument::Counter,
-    "{saga}",
-    "Sagas started: their first transition committed.",
-    &[SAGA_TYPE],
-);
-
-/// `consumer.saga.finished`: sagas finished, by the status they ended in.
-pub const SAGA_FINISHED: MetricSpec = MetricSpec::new(
-    "consumer.saga.finished",
-    Instrument::Counter,
-    "{saga}",
-    "Sagas finished, by how: completed, compensated, failed, compensation_failed.",
-    &[SAGA_TYPE, SAGA_STATUS],
-);
-
-/// `consumer.saga.timed_out`: timeouts that fired into a saga waiting for
-/// them (stale ones count in `consumer.saga.ignored`).
-pub const SAGA_TIMED_OUT: MetricSpec = MetricSpec::new(
-    "consumer.saga.timed_out",
-    Instrument::Counter,
-    "{timeout}",
-    "Saga timeouts that fired and ran their transition.",
-    &[SAGA_TYPE],
-);
-
-/// `consumer.saga.ignored`: saga events acked without a transition: late
-/// (the saga finished), stale timeouts, events whose policy ignores a
-/// missing saga.
-pub const SAGA_IGNORED: MetricSpec = MetricSpec::new(
-    "consumer.saga.ignored",
-    Instrument::Counter,
-    "{message}",
-    "Saga events acked without a transition, by reason.",
-    &[SAGA_TYPE, SAGA_IGNORED_REASON],
-);
-
-/// `consumer.saga.conflicts`: version conflicts (another transaction
-/// changed the saga first), each retried at once.
-pub const SAGA_CONFLICTS: MetricSpec = MetricSpec::new(
-    "consumer.saga.conflicts",
-    Instrument::Counter,
-    "{conflict}",
-    "Saga version conflicts, each retried at once on the new version.",
-    &[SAGA_TYPE],
-);
-
-/// `consumer.saga.active`: sagas running or compensating (read from the
-/// store by a `SagaMonitor`).
-pub const SAGA_ACTIVE: MetricSpec = MetricSpec::new(
-    "consumer.saga.active",
-    Instrument::Gauge,
-    "{saga}",
-    "Sagas running or compensating.",
-    &[DB_SYSTEM, SAGA_TYPE],
-);
-
-/// `consumer.saga.oldest_active.age`: how long ago the oldest active saga
-/// started (0 when none): a saga stuck waiting shows here.
-pub const SAGA_OLDEST_ACTIVE_AGE: MetricSpec = MetricSpec::new(
-    "consumer.saga.oldest_active.age",
-    Instrument::Gauge,
-    "s",
-    "Age of the oldest saga still running or compensating.",
-    &[DB_SYSTEM, SAGA_TYPE],
-);
-
-/// `consumer.saga.compensation_failed`: sagas whose compensation failed,
-/// waiting for an operator to resume or abandon them.
-pub const SAGA_COMPENSATION_FAILED: MetricSpec = MetricSpec::new(
-    "consumer.saga.compensation_failed",
-    Instrument::Gauge,
-    "{saga}",
-    "Sagas whose compensation failed, waiting for an operator.",
-    &[DB_SYSTEM, SAGA_TYPE],
-);
-
 /// Every metric, in documentation order.
 pub const CATALOGUE: &[MetricSpec] = &[
     PROCESS_DURATION,
@@ -596,14 +522,6 @@ pub const CATALOGUE: &[MetricSpec] = &[
     OUTBOX_SCHEDULED_LATENESS,
     OUTBOX_FAILED,
     OUTBOX_ROUND_FAILURES,
-    SAGA_STARTED,
-    SAGA_FINISHED,
-    SAGA_TIMED_OUT,
-    SAGA_IGNORED,
-    SAGA_CONFLICTS,
-    SAGA_ACTIVE,
-    SAGA_OLDEST_ACTIVE_AGE,
-    SAGA_COMPENSATION_FAILED,
 ];
 
 /// The spec named `name`.
@@ -614,8 +532,14 @@ pub fn spec(name: &str) -> Option<&'static MetricSpec> {
 /// The catalogue as the committed snapshot holds it: one line per metric,
 /// `name instrument unit attribute,attribute,...` (attributes sorted).
 pub fn snapshot() -> String {
+    snapshot_of(CATALOGUE)
+}
+
+/// `specs` as the committed snapshot holds them (see [`snapshot`]): for a
+/// part with a catalogue of its own.
+pub fn snapshot_of(specs: &[MetricSpec]) -> String {
     let mut out = String::new();
-    for s in CATALOGUE {
+    for s in specs {
         let mut attrs = s.attributes.to_vec();
         attrs.sort_unstable();
         out.push_str(&format!(

@@ -40,14 +40,6 @@
 //! | `consumer.outbox.scheduled.lateness` | histogram | s | a scheduled event's due time to broker confirmation |
 //! | `consumer.outbox.failed` | counter | {event} | marked failed |
 //! | `consumer.outbox.round.failures` | counter | {round} | relay rounds that failed |
-//! | `consumer.saga.started` | counter | {saga} | sagas started, by `consumer.saga.type` |
-//! | `consumer.saga.finished` | counter | {saga} | sagas finished, by type and `consumer.saga.status` |
-//! | `consumer.saga.timed_out` | counter | {timeout} | timeouts that fired into a waiting saga |
-//! | `consumer.saga.ignored` | counter | {message} | saga events acked without a transition, by reason |
-//! | `consumer.saga.conflicts` | counter | {conflict} | version conflicts, retried at once |
-//! | `consumer.saga.active` | gauge | {saga} | running or compensating (`SagaMonitor`) |
-//! | `consumer.saga.oldest_active.age` | gauge | s | the oldest active saga's age (`SagaMonitor`) |
-//! | `consumer.saga.compensation_failed` | gauge | {saga} | waiting for an operator (`SagaMonitor`) |
 //!
 //! The attributes of each are in [`catalogue`]; their keys and closed sets
 //! of values in [`attr`]. None carries a message id, key or offset.

@@ -44,6 +44,7 @@ mod relay;
 mod relay_metrics;
 mod relay_stats;
 mod schedule;
+mod schedule_seen;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use super::relay_metrics::{RelayMetrics, Waited};
 use super::relay_stats::RelayStats;
+use super::schedule_seen::{RELEASE_LOOK_EVERY, ScheduleSeen};
 use super::waves::Waves;
 use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome, message};
 use crate::error::{BrokerErrorKind, Error};
@@ -54,30 +55,6 @@ pub struct OutboxRelay<DB: sqlx::Database, P> {
     backlog_every: Duration,
     /// What the relay knows of the scheduled events.
     schedule: Mutex<ScheduleSeen>,
-}
-
-/// How often, at most, a busy relay looks for scheduled events that fell
-/// due (one statement before a claim) when the last look found none due
-/// before then: a wake-up goes straight to its claim, and a scheduled
-/// event is released at most this late (the schedule promises a second).
-const RELEASE_LOOK_EVERY: Duration = Duration::from_millis(25);
-
-/// What a relay's last look for due scheduled events found.
-#[derive(Default)]
-struct ScheduleSeen {
-    /// When the last look succeeded; `None`: look before the next claim.
-    looked: Option<Instant>,
-    /// When the earliest scheduled event falls due, as of that look.
-    next_due: Option<Instant>,
-}
-
-impl ScheduleSeen {
-    /// Whether to look again before the next claim.
-    fn look_now(&self, now: Instant) -> bool {
-        self.looked
-            .is_none_or(|at| now.saturating_duration_since(at) >= RELEASE_LOOK_EVERY)
-            || self.next_due.is_some_and(|due| due <= now)
-    }
 }
 
 impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {

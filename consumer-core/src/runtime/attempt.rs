@@ -180,8 +180,7 @@ where
             );
             return Next::Settled(within!(cx, letter));
         }
-        // A failure may carry its own policy (a saga event that overtook its
-        // start retries under its not-found policy, not the saga's).
+        // A failure may carry its own policy (see `Failure::with_retry`).
         let policy = &failure.retry.unwrap_or(*policy);
         let record = self.record_failure(name, &envelope, &failure.error).await;
         if !policy.should_retry(record.attempts) {

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 
 pub use database::StoreDatabase;
 pub use dedup::{Claim, DedupStore, FailureRecord};
+pub use extension::{ExtensionFuture, StoreExtension};
 pub use letter_row::{LetterRow, headers_from_json, headers_json};
 pub use memory::{MemoryStore, MemoryTx};
 #[cfg(feature = "postgres")]
@@ -26,6 +27,7 @@ pub use tx::Tx;
 
 mod database;
 mod dedup;
+mod extension;
 mod letter_row;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -34,8 +36,7 @@ mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod text;
-#[cfg(feature = "postgres")]
-pub(crate) use text::storable;
+pub use text::storable;
 mod tx;
 
 /// Name of the table that records which of this crate's migrations ran;
@@ -43,8 +44,9 @@ mod tx;
 /// migrations and ours never see each other's versions.
 pub const MIGRATIONS_TABLE: &str = "_consumer_migrations";
 
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch, as the store's time columns are
+/// written and compared (0 before it).
+pub fn now_ms() -> i64 {
     i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
 }
 

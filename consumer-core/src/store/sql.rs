@@ -1,29 +1,45 @@
 //! [`Store`]: the dedup, attempt and dead-letter store on a PostgreSQL or
 //! SQLite pool.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Database, Pool};
+use sqlx::Pool;
 use time::OffsetDateTime;
 
-use super::{Claim, DedupStore, FailureRecord, LetterRow, StoreDatabase, Tx};
+use super::{Claim, DedupStore, FailureRecord, LetterRow, StoreDatabase, StoreExtension, Tx};
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
 /// The dedup and attempt store on one database pool.
-#[derive(Debug)]
-pub struct Store<DB: Database> {
+pub struct Store<DB: StoreDatabase> {
     pool: Pool<DB>,
     retention: Duration,
     purge_batch: u32,
+    extensions: Vec<Arc<dyn StoreExtension<DB>>>,
 }
 
-impl<DB: Database> Clone for Store<DB> {
+impl<DB: StoreDatabase> std::fmt::Debug for Store<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("pool", &self.pool)
+            .field("retention", &self.retention)
+            .field("purge_batch", &self.purge_batch)
+            .field(
+                "extensions",
+                &self.extensions.iter().map(|e| e.name()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl<DB: StoreDatabase> Clone for Store<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
             retention: self.retention,
             purge_batch: self.purge_batch,
+            extensions: self.extensions.clone(),
         }
     }
 }
@@ -43,7 +59,16 @@ impl<DB: StoreDatabase> Store<DB> {
             pool,
             retention: Duration::from_secs(7 * 24 * 3600),
             purge_batch: 1000,
+            extensions: Vec::new(),
         }
+    }
+
+    /// Registers a part that keeps tables of its own in this database (the
+    /// sagas' `consumer_sagas`): [`migrate`](Self::migrate) creates them
+    /// and [`purge`](Self::purge) deletes their old rows with the store's.
+    pub fn with_extension(mut self, extension: impl StoreExtension<DB>) -> Self {
+        self.extensions.push(Arc::new(extension));
+        self
     }
 
     /// How long a dedup key is remembered. The consumer refuses to start
@@ -71,11 +96,15 @@ impl<DB: StoreDatabase> Store<DB> {
     }
 
     /// Creates or upgrades the tables (`consumer_processed`,
-    /// `consumer_attempts`, `consumer_dead_letters`, `consumer_sagas` and
-    /// the outbox's),
-    /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE).
+    /// `consumer_attempts`, `consumer_dead_letters` and the outbox's),
+    /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE), then each
+    /// [extension](Self::with_extension)'s.
     pub async fn migrate(&self) -> Result<(), Error> {
-        DB::migrate(&self.pool).await
+        DB::migrate(&self.pool).await?;
+        for extension in &self.extensions {
+            extension.migrate(&self.pool).await?;
+        }
+        Ok(())
     }
 
     /// Begins a transaction and claims `key` for `handler` in it.
@@ -166,9 +195,9 @@ impl<DB: StoreDatabase> Store<DB> {
         Ok(true)
     }
 
-    /// Deletes dedup and attempt rows older than the retention, and the
-    /// tombstones of sagas that finished before it (not those whose
-    /// compensation failed: an operator settles them), in batches of
+    /// Deletes dedup and attempt rows older than the retention, and each
+    /// [extension](Self::with_extension)'s rows it no longer needs (the
+    /// tombstones of sagas that finished before it), in batches of
     /// [`Store::with_purge_batch`] rows; returns how many went.
     pub async fn purge(&self) -> Result<u64, Error> {
         // A retention longer than the calendar reaches back (`Duration::MAX`:
@@ -181,8 +210,12 @@ impl<DB: StoreDatabase> Store<DB> {
         };
         let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut total = 0;
+        let batch = i64::from(self.purge_batch);
         loop {
-            let n = DB::purge_batch(&self.pool, cutoff_ms, i64::from(self.purge_batch)).await?;
+            let mut n = DB::purge_batch(&self.pool, cutoff_ms, batch).await?;
+            for extension in &self.extensions {
+                n = n.max(extension.purge_batch(&self.pool, cutoff_ms, batch).await?);
+            }
             total += n;
             if n < u64::from(self.purge_batch) {
                 return Ok(total);

@@ -10,6 +10,9 @@ impl StoreDatabase for Sqlite {
     async fn migrate(pool: &Pool<Self>) -> Result<(), Error> {
         let mut migrator = sqlx::migrate!("./migrations/sqlite");
         migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        // Version 5 (consumer_sagas) moved to consumer-saga's own
+        // migrations: databases that ran it here keep it, and may.
+        migrator.set_ignore_missing(true);
         migrator.run(pool).await?;
         Ok(())
     }
@@ -178,16 +181,6 @@ impl StoreDatabase for Sqlite {
         .execute(pool)
         .await?
         .rows_affected();
-        let sagas = sqlx::query(
-            "DELETE FROM consumer_sagas WHERE (saga_type, saga_id) IN \
-               (SELECT saga_type, saga_id FROM consumer_sagas WHERE finished_at < ?1 \
-                AND status <> 'compensation_failed' LIMIT ?2)",
-        )
-        .bind(older_than_ms)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        Ok(processed.max(attempts).max(sagas))
+        Ok(processed.max(attempts))
     }
 }

@@ -185,9 +185,22 @@ pub fn total(points: &[Point], name: &str, with: &[(&str, &str)]) -> f64 {
 /// Checks every point against the catalogue: a documented name, its unit
 /// and instrument, its buckets, and only documented attribute keys.
 pub fn check_against_catalogue(points: &[Point]) -> Result<(), String> {
+    check_against_catalogues(points, &[CATALOGUE])
+}
+
+/// [`check_against_catalogue`] against the runtime's catalogue and those
+/// of the parts built on it (the sagas' `consumer::saga::metrics::CATALOGUE`).
+pub fn check_against_catalogues(
+    points: &[Point],
+    catalogues: &[&[crate::metrics::MetricSpec]],
+) -> Result<(), String> {
     let mut problems = Vec::new();
     for p in points {
-        let Some(spec) = CATALOGUE.iter().find(|s| s.name == p.name) else {
+        let Some(spec) = catalogues
+            .iter()
+            .flat_map(|c| c.iter())
+            .find(|s| s.name == p.name)
+        else {
             problems.push(format!("{p}: not in the catalogue"));
             continue;
         };

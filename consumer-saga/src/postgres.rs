@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Pool, Postgres};
 
 use super::database::{OpenSagas, SagaDatabase, SagaFilter, open_sagas, saga_row, sealed};
 use super::record::{SagaRow, SagaWrite};
-use crate::store::storable;
+use consumer_core::store::storable;
 
 impl sealed::Sealed for Postgres {}
 
@@ -14,6 +14,27 @@ const COLUMNS: &str = "saga_type, saga_id, version, status, reason, state::text,
      (extract(epoch FROM finished_at) * 1000)::bigint";
 
 impl SagaDatabase for Postgres {
+    async fn migrate_sagas(pool: &Pool<Self>) -> Result<(), consumer_core::Error> {
+        super::database::run_migrations(sqlx::migrate!("./migrations/postgres"), pool).await
+    }
+
+    async fn purge_tombstones(
+        pool: &Pool<Self>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(
+            "DELETE FROM consumer_sagas WHERE ctid IN (SELECT ctid FROM consumer_sagas \
+             WHERE finished_at < to_timestamp($1::double precision / 1000) \
+               AND status <> 'compensation_failed' LIMIT $2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
+    }
+
     async fn load(
         conn: &mut PgConnection,
         saga_type: &str,

@@ -13,9 +13,13 @@ use opentelemetry::metrics::{AsyncInstrument, Meter};
 
 use super::SagaDatabase;
 use super::database::OpenSagas;
-use crate::error::Error;
-use crate::metrics::attr;
-use crate::metrics::catalogue::{self, MetricSpec};
+use consumer_core::error::Error;
+use consumer_core::metrics::attr::DB_SYSTEM;
+use consumer_core::metrics::catalogue::MetricSpec;
+
+use crate::metrics::{
+    SAGA_ACTIVE, SAGA_COMPENSATION_FAILED, SAGA_OLDEST_ACTIVE_AGE, attr::SAGA_TYPE,
+};
 
 type Readings = Arc<Mutex<BTreeMap<String, OpenSagas>>>;
 
@@ -88,7 +92,7 @@ impl<DB: SagaDatabase> SagaMonitor<DB> {
         let meter = self
             .meter
             .clone()
-            .unwrap_or_else(crate::metrics::global_meter);
+            .unwrap_or_else(consumer_core::metrics::global_meter);
         let readings: Readings = Arc::default();
         let _gauges = gauges::<DB>(&meter, &readings);
         tokio::pin!(stop);
@@ -124,8 +128,8 @@ fn gauges<DB: SagaDatabase>(
                     out.observe(
                         read(r),
                         &[
-                            KeyValue::new(attr::DB_SYSTEM, DB::SYSTEM),
-                            KeyValue::new(attr::SAGA_TYPE, saga_type.clone()),
+                            KeyValue::new(DB_SYSTEM, DB::SYSTEM),
+                            KeyValue::new(SAGA_TYPE, saga_type.clone()),
                         ],
                     );
                 }
@@ -133,13 +137,13 @@ fn gauges<DB: SagaDatabase>(
             .build()
     };
     vec![
-        Box::new(gauge(&catalogue::SAGA_ACTIVE, |r| r.active as f64)),
-        Box::new(gauge(&catalogue::SAGA_COMPENSATION_FAILED, |r| {
+        Box::new(gauge(&SAGA_ACTIVE, |r| r.active as f64)),
+        Box::new(gauge(&SAGA_COMPENSATION_FAILED, |r| {
             r.compensation_failed as f64
         })),
-        Box::new(gauge(&catalogue::SAGA_OLDEST_ACTIVE_AGE, |r| {
+        Box::new(gauge(&SAGA_OLDEST_ACTIVE_AGE, |r| {
             r.oldest_active_ms.map_or(0.0, |at| {
-                let age_ms = crate::store::now_ms().saturating_sub(at).max(0);
+                let age_ms = consumer_core::store::now_ms().saturating_sub(at).max(0);
                 Duration::from_millis(age_ms.cast_unsigned()).as_secs_f64()
             })
         })),

@@ -5,8 +5,8 @@ use std::future::Future;
 
 use super::record::{SagaRow, SagaWrite};
 use super::status::SagaStatus;
-use crate::outbox::OutboxDatabase;
-use crate::store::StoreDatabase;
+use consumer_core::outbox::OutboxDatabase;
+use consumer_core::store::StoreDatabase;
 
 pub(super) mod sealed {
     pub trait Sealed {}
@@ -117,6 +117,21 @@ pub(super) fn open_sagas(rows: Vec<(String, i64, i64, Option<i64>)>) -> Vec<Open
         .collect()
 }
 
+/// Runs the sagas' migrations, tracked in their own table.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(super) async fn run_migrations<DB>(
+    mut migrator: sqlx::migrate::Migrator,
+    pool: &sqlx::Pool<DB>,
+) -> Result<(), consumer_core::Error>
+where
+    DB: sqlx::Database,
+    <DB as sqlx::Database>::Connection: sqlx::migrate::Migrate,
+{
+    migrator.dangerous_set_table_name(super::MIGRATIONS_TABLE);
+    migrator.run(pool).await?;
+    Ok(())
+}
+
 /// A saga row from the columns each dialect's `COLUMNS` selects, in that
 /// order: type, id, version, status, reason, the five JSON documents as
 /// text, then started, updated and finished as Unix milliseconds.
@@ -186,4 +201,21 @@ pub trait SagaDatabase: StoreDatabase + OutboxDatabase + sealed::Sealed {
     fn open(
         pool: &sqlx::Pool<Self>,
     ) -> impl Future<Output = Result<Vec<OpenSagas>, sqlx::Error>> + Send;
+
+    /// Creates or upgrades `consumer_sagas`, tracked in
+    /// [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE).
+    #[doc(hidden)]
+    fn migrate_sagas(
+        pool: &sqlx::Pool<Self>,
+    ) -> impl Future<Output = Result<(), consumer_core::Error>> + Send;
+
+    /// Deletes at most `batch` tombstones of sagas that finished before
+    /// `older_than_ms`, never one whose compensation failed (an operator
+    /// settles it).
+    #[doc(hidden)]
+    fn purge_tombstones(
+        pool: &sqlx::Pool<Self>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 }

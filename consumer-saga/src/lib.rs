@@ -4,9 +4,9 @@
 //! and a [`SagaBuilder`] that registers, for each event type it takes, how
 //! the event finds its saga (`correlate`), what it does when the saga does
 //! not exist ([`NotFound`]) and its transition. The result is a
-//! [`SagaHandler`]: a [`Handler`](crate::Handler) that a
-//! [`Router`](crate::Router) takes beside ordinary `#[handler]`s, in a
-//! [`Service`](crate::Service).
+//! [`SagaHandler`]: a [`Handler`](consumer_core::Handler) that a
+//! [`Router`](consumer_core::Router) takes beside ordinary `#[handler]`s, in a
+//! [`Service`](consumer_core::Service).
 //!
 //! # One event, one transaction
 //!
@@ -67,7 +67,7 @@
 //!
 //! A finished saga (completed, compensated, failed, compensation failed,
 //! abandoned) keeps its row as a tombstone until the store's retention
-//! ends ([`Store::purge`](crate::Store::purge) deletes it with the dedup
+//! ends ([`Store::purge`](consumer_core::Store::purge) deletes it with the dedup
 //! rows of the same age): a late event is recognised, acked and counted
 //! (`consumer.saga.ignored`, reason `finished`), not taken for an unknown
 //! saga.
@@ -82,7 +82,7 @@ mod error;
 mod handler;
 mod ids;
 mod letter;
-mod metrics;
+pub mod metrics;
 mod monitor;
 mod not_found;
 #[cfg(feature = "postgres")]
@@ -94,6 +94,7 @@ mod sqlite;
 mod status;
 mod step;
 mod store;
+mod tables;
 
 pub use builder::{KeyMismatch, SagaBuilder};
 pub use compensation::Undo;
@@ -113,12 +114,17 @@ pub use record::{
 pub use status::SagaStatus;
 pub use step::Step;
 pub use store::SagaStore;
+pub use tables::SagaTables;
+
+/// Name of the table that records which of the sagas' migrations ran (kept
+/// apart from the store's `_consumer_migrations`).
+pub const MIGRATIONS_TABLE: &str = "_consumer_saga_migrations";
 
 /// A saga type: its name, its state and the error its transitions return.
 /// Its event types and transitions are registered with a [`SagaBuilder`].
 ///
 /// ```
-/// use consumer_core::Saga;
+/// use consumer_saga::Saga;
 ///
 /// #[derive(Default, serde::Serialize, serde::Deserialize)]
 /// struct Order {

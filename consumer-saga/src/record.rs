@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::status::SagaStatus;
-use crate::outbox::ScheduleToken;
+use consumer_core::outbox::ScheduleToken;
 
 /// Unix milliseconds as a time (clamped to what `OffsetDateTime` holds).
 pub(super) fn time_of(ms: i64) -> OffsetDateTime {
@@ -380,10 +380,10 @@ impl<'a> SagaWrite<'a> {
         version: i64,
         state: String,
         meta: &'a Meta,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, consumer_core::Error> {
         let json = |what: &'static str, v: &dyn erased::Json| {
             v.to_json()
-                .map_err(|source| crate::Error::Serialize { what, source })
+                .map_err(|source| consumer_core::Error::Serialize { what, source })
         };
         Ok(Self {
             saga_type,

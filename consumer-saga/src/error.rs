@@ -117,11 +117,11 @@ pub enum OperatorError {
     Unreadable(#[from] super::record::UnreadableRow),
     /// The database failed.
     #[error(transparent)]
-    Store(#[from] crate::Error),
+    Store(#[from] consumer_core::Error),
 }
 
 impl From<sqlx::Error> for OperatorError {
     fn from(e: sqlx::Error) -> Self {
-        Self::Store(crate::Error::Database(e))
+        Self::Store(consumer_core::Error::Database(e))
     }
 }

@@ -10,9 +10,9 @@ use super::compensation::{self, Undo};
 use super::ids;
 use super::record::{Meta, PendingTimeout, UndoStatus, UndoStep};
 use super::status::SagaStatus;
-use crate::handler::MessageContext;
-use crate::outbox::{Due, NewEvent, ScheduleToken};
-use crate::retry::RetryPolicy;
+use consumer_core::handler::MessageContext;
+use consumer_core::outbox::{Due, NewEvent, ScheduleToken};
+use consumer_core::retry::RetryPolicy;
 
 /// What the framework writes for a transition, in this order, after
 /// saving the state.

@@ -8,9 +8,9 @@ use time::OffsetDateTime;
 use super::SagaDatabase;
 use super::compensation;
 use super::record::Meta;
-use crate::dead_letter::{DeadLetter, DeadLetterKind};
-use crate::envelope::Envelope;
-use crate::store::{LetterRow, StoreDatabase, Tx};
+use consumer_core::dead_letter::{DeadLetter, DeadLetterKind};
+use consumer_core::envelope::Envelope;
+use consumer_core::store::{LetterRow, StoreDatabase, Tx};
 
 /// Header names the letter adds to the triggering message's headers.
 pub mod headers {
@@ -37,7 +37,7 @@ pub(super) async fn store<DB: SagaDatabase>(
     version: i64,
     meta: &Meta,
     state: &str,
-) -> Result<(), crate::Error> {
+) -> Result<(), consumer_core::Error> {
     let now = OffsetDateTime::now_utc();
     let failures = compensation::failures(meta);
     let mut original_headers = envelope.headers.clone();

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::Saga;
 use super::not_found::NotFound;
 use super::step::Step;
-use crate::describe::PayloadType;
+use consumer_core::describe::PayloadType;
 
 /// What kind of message a route takes.
 #[derive(Debug, Clone)]

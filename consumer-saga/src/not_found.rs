@@ -1,6 +1,6 @@
 //! [`NotFound`]: what an event does when its saga has no row.
 
-use crate::retry::RetryPolicy;
+use consumer_core::retry::RetryPolicy;
 
 /// What an event type does when no saga has its id. Each registration
 /// ([`SagaBuilder::on`](super::SagaBuilder::on)) names one: there is no
@@ -38,7 +38,7 @@ impl NotFound {
                 std::time::Duration::from_secs(30),
                 10,
             )
-            .with_mode(crate::retry::RetryMode::Redeliver),
+            .with_mode(consumer_core::retry::RetryMode::Redeliver),
         )
     }
 

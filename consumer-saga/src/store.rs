@@ -11,7 +11,7 @@ use super::error::OperatorError;
 use super::handler::{cancel_everything, push_history};
 use super::record::{HistoryEntry, Meta, PendingTimeout, SagaRecord, SagaRow, SagaWrite};
 use super::{SagaDatabase, SagaFilter, SagaStatus};
-use crate::outbox::{NewEvent, Outbox, ScheduleToken};
+use consumer_core::outbox::{NewEvent, Outbox, ScheduleToken};
 
 /// Attempts of an operator's change against deliveries changing the saga
 /// at the same moment.
@@ -215,7 +215,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
                     saga_id: saga_id.to_owned(),
                 });
         }
-        Err(OperatorError::Store(crate::Error::Config(format!(
+        Err(OperatorError::Store(consumer_core::Error::Config(format!(
             "saga `{saga_type}` `{saga_id}` kept changing under `{what}`: try again"
         ))))
     }
@@ -228,7 +228,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
         mut cancels: Vec<ScheduleToken>,
         what: &str,
         version: i64,
-    ) -> Result<Change, crate::Error> {
+    ) -> Result<Change, consumer_core::Error> {
         let mut sends = Vec::new();
         compensation::advance(saga_type, saga_id, meta, &mut sends)?;
         if !meta.status.is_active() {
@@ -242,7 +242,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
                 event_type: "operator".to_owned(),
                 message_id: format!("consumer sagas {what}"),
                 status: meta.status,
-                at_ms: crate::store::now_ms(),
+                at_ms: consumer_core::store::now_ms(),
                 note: meta.reason.clone().filter(|_| what != "resume"),
             },
             limit + 1,

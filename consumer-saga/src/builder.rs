@@ -11,10 +11,10 @@ use super::handler::SagaHandler;
 use super::not_found::NotFound;
 use super::route::{EventRoute, Route, RouteKind};
 use super::step::Step;
-use crate::describe::{DeclaredEvent, PayloadType};
-use crate::error::Error;
-use crate::outbox::Outbox;
-use crate::retry::RetryPolicy;
+use consumer_core::describe::{DeclaredEvent, PayloadType};
+use consumer_core::error::Error;
+use consumer_core::outbox::Outbox;
+use consumer_core::retry::RetryPolicy;
 
 /// What a saga does with an event whose key is not its saga's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -206,8 +206,8 @@ impl<S: Saga> SagaBuilder<S> {
         self
     }
 
-    /// The saga, as a handler for a [`Router`](crate::Router) (or a
-    /// [`Consumer`](crate::Consumer) of its own); `Err` for a saga without
+    /// The saga, as a handler for a [`Router`](consumer_core::Router) (or a
+    /// [`Consumer`](consumer_core::Consumer) of its own); `Err` for a saga without
     /// events, without an event that starts it, with two registrations of
     /// one type, or with a schema for a type it does not take.
     pub fn build(self) -> Result<SagaHandler<S>, Error> {

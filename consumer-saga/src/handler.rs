@@ -19,22 +19,22 @@ use super::record::{HistoryEntry, Meta, SagaWrite, UnreadableRow};
 use super::route::{Route, RouteKind};
 use super::step::{Intent, Step, Written};
 use super::{KeyMismatch, NotFound, Saga, SagaBuilder, SagaDatabase, SagaStatus};
-use crate::describe::{DeclaredEvent, HandlerDescription, PayloadType};
-use crate::envelope::Envelope;
-use crate::error::Error;
-use crate::handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
-use crate::outbox::{Outbox, ScheduleToken};
-use crate::retry::RetryPolicy;
-use crate::store::{Store, Tx};
+use consumer_core::describe::{DeclaredEvent, HandlerDescription, PayloadType};
+use consumer_core::envelope::Envelope;
+use consumer_core::error::Error;
+use consumer_core::handler::{Failure, FailureKind, Handler, Invocation, MessageContext, Outcome};
+use consumer_core::outbox::{Outbox, ScheduleToken};
+use consumer_core::retry::RetryPolicy;
+use consumer_core::store::{Store, Tx};
 
 /// Conflicts one delivery meets before it gives up as a transient failure
 /// (each means another transaction changed the saga and committed: it
 /// heals, but not in a loop without end).
 const MAX_CONFLICTS: u32 = 16;
 
-/// A saga, as a handler: add it to a [`Router`](crate::Router) beside
+/// A saga, as a handler: add it to a [`Router`](consumer_core::Router) beside
 /// ordinary handlers (it takes the event types it registered), or run it
-/// alone in a [`Consumer`](crate::Consumer). Built by [`SagaBuilder`].
+/// alone in a [`Consumer`](consumer_core::Consumer). Built by [`SagaBuilder`].
 ///
 /// Its name ([`Saga::name`]) scopes its dedup rows like a handler's, and
 /// its rows in `consumer_sagas`: renaming a saga type forgets its sagas.
@@ -107,7 +107,7 @@ impl<E> From<UnreadableRow> for Failed<E> {
     }
 }
 
-fn poison(error: impl Into<crate::BoxError>) -> Outcome {
+fn poison(error: impl Into<consumer_core::BoxError>) -> Outcome {
     Outcome::Failed(Failure::new(FailureKind::Poison, error))
 }
 
@@ -144,7 +144,7 @@ impl<S: Saga> SagaHandler<S> {
             let meter = self
                 .meter
                 .clone()
-                .unwrap_or_else(crate::metrics::global_meter);
+                .unwrap_or_else(consumer_core::metrics::global_meter);
             SagaMetrics::new(&meter, self.saga.name())
         })
     }
@@ -162,7 +162,7 @@ impl<S: Saga> SagaHandler<S> {
     fn saga_id(&self, route: &dyn Route<S>, envelope: &Envelope) -> Result<String, Outcome> {
         match route.correlate(&envelope.payload) {
             Ok(Some(id)) => Ok(id),
-            Err(e) => Err(poison(crate::handler::DecodeError::new(
+            Err(e) => Err(poison(consumer_core::handler::DecodeError::new(
                 route.payload().type_name(),
                 e,
             ))),
@@ -224,7 +224,7 @@ impl<S: Saga> SagaHandler<S> {
             message,
             self.timeouts_to.as_deref(),
             meta,
-            crate::store::now_ms(),
+            consumer_core::store::now_ms(),
         );
         let result = route.apply(&self.saga, state, &message.envelope().payload, &mut step);
         let written = step.finish();
@@ -344,7 +344,7 @@ impl<S: Saga> SagaHandler<S> {
                 event_type: event_type.to_owned(),
                 message_id: message.message_id().to_owned(),
                 status: meta.status,
-                at_ms: crate::store::now_ms(),
+                at_ms: consumer_core::store::now_ms(),
                 note: (!notes.is_empty()).then(|| notes.join("; ")),
             },
             self.history_limit,
@@ -528,7 +528,7 @@ impl<S: Saga> SagaHandler<S> {
                 .fail(
                     tx,
                     true,
-                    crate::handler::DecodeError::new(route.payload().type_name(), e),
+                    consumer_core::handler::DecodeError::new(route.payload().type_name(), e),
                 )
                 .await
             {
@@ -611,7 +611,7 @@ impl<S: Saga, DB: SagaDatabase> Handler<Store<DB>> for SagaHandler<S> {
     }
 
     async fn handle(&self, inv: &mut Invocation<'_, Store<DB>>) -> Outcome {
-        let envelope = Arc::clone(inv.envelope);
+        let envelope = Arc::clone(inv.envelope());
         let Some(route) = self.route(envelope.kind.as_deref()) else {
             return poison(UnknownSagaEvent {
                 saga: self.saga.name(),

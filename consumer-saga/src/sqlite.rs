@@ -6,7 +6,7 @@ use sqlx::{Pool, Sqlite, SqliteConnection};
 
 use super::database::{OpenSagas, SagaDatabase, SagaFilter, open_sagas, saga_row, sealed};
 use super::record::{SagaRow, SagaWrite};
-use crate::store::now_ms;
+use consumer_core::store::now_ms;
 
 impl sealed::Sealed for Sqlite {}
 
@@ -14,6 +14,27 @@ const COLUMNS: &str = "saga_type, saga_id, version, status, reason, state, timeo
      retries, history, started_at, updated_at, finished_at";
 
 impl SagaDatabase for Sqlite {
+    async fn migrate_sagas(pool: &Pool<Self>) -> Result<(), consumer_core::Error> {
+        super::database::run_migrations(sqlx::migrate!("./migrations/sqlite"), pool).await
+    }
+
+    async fn purge_tombstones(
+        pool: &Pool<Self>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(
+            "DELETE FROM consumer_sagas WHERE (saga_type, saga_id) IN \
+               (SELECT saga_type, saga_id FROM consumer_sagas WHERE finished_at < ?1 \
+                AND status <> 'compensation_failed' LIMIT ?2)",
+        )
+        .bind(older_than_ms)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
+    }
+
     async fn load(
         conn: &mut SqliteConnection,
         saga_type: &str,

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::ids;
 use super::record::{Meta, UndoStatus, UndoStep};
 use super::status::SagaStatus;
-use crate::error::Error;
-use crate::outbox::NewEvent;
+use consumer_core::error::Error;
+use consumer_core::outbox::NewEvent;
 
 /// What undoes one step: a command recorded with
 /// [`Step::record_undo`](super::Step::record_undo) and sent if the saga

@@ -1,0 +1,44 @@
+//! [`SagaTables`]: the sagas' table in the store's database, as a
+//! [`StoreExtension`]: migrated by [`Store::migrate`] and its tombstones
+//! purged by [`Store::purge`].
+
+use consumer_core::store::{ExtensionFuture, StoreExtension};
+use sqlx::Pool;
+
+use super::SagaDatabase;
+
+#[cfg(doc)]
+use consumer_core::Store;
+
+/// The sagas' table, `consumer_sagas`, registered with the store that runs
+/// the sagas: `Store::new(pool).with_extension(SagaTables)`. Then
+/// [`Store::migrate`] creates it (tracked in
+/// [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE), apart from the store's
+/// own migrations), and [`Store::purge`] deletes the tombstones of sagas
+/// that finished before the store's retention, with the dedup rows of the
+/// same age (never a saga whose compensation failed: an operator settles
+/// it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SagaTables;
+
+impl<DB: SagaDatabase> StoreExtension<DB> for SagaTables {
+    fn name(&self) -> &'static str {
+        "sagas"
+    }
+
+    fn migrate<'a>(
+        &'a self,
+        pool: &'a Pool<DB>,
+    ) -> ExtensionFuture<'a, Result<(), consumer_core::Error>> {
+        Box::pin(DB::migrate_sagas(pool))
+    }
+
+    fn purge_batch<'a>(
+        &'a self,
+        pool: &'a Pool<DB>,
+        older_than_ms: i64,
+        batch: i64,
+    ) -> ExtensionFuture<'a, Result<u64, sqlx::Error>> {
+        Box::pin(DB::purge_tombstones(pool, older_than_ms, batch))
+    }
+}
