@@ -67,5 +67,6 @@ pub use crate::partition::partition_for;
 pub use crate::publish::{Outgoing, Publisher};
 pub use crate::retry::{RetryMode, RetryPolicy};
 pub use crate::retry_copy::{RetryCopy, due_in};
+pub use crate::secret::{Secret, SecretError};
 pub use crate::source::{Acker, Source};
 pub use crate::trace::{SendTarget, Sends};
