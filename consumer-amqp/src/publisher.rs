@@ -163,7 +163,7 @@ impl AmqpPublisherBuilder {
 impl AmqpPublisher {
     /// A builder for a publisher to the broker at `endpoint`: a URI
     /// (`amqp://user:pass@host:port/vhost`, `amqps://` for TLS), or an
-    /// [`AmqpEndpoint`](crate::AmqpEndpoint) with credentials and TLS
+    /// [`AmqpEndpoint`] with credentials and TLS
     /// settings.
     pub fn builder(endpoint: impl Into<AmqpEndpoint>) -> AmqpPublisherBuilder {
         AmqpPublisherBuilder {

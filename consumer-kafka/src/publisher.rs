@@ -115,12 +115,12 @@ impl KafkaPublisherBuilder {
     /// waiting for the brokers, after the security check of
     /// [`with_security`](Self::with_security) when there is one.
     pub async fn connect(self) -> Result<KafkaPublisher, Error> {
-        let secured = self
-            .security
-            .as_ref()
-            .map(KafkaSecurity::properties)
-            .unwrap_or_default();
-        crate::start_check::before_connect(&self.brokers, &secured, &self.properties).await?;
+        let secured = crate::start_check::before_connect(
+            &self.brokers,
+            self.security.as_ref(),
+            &self.properties,
+        )
+        .await?;
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers)
             .set_log_level(crate::tracing_context::log_level());

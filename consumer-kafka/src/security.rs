@@ -193,7 +193,9 @@ impl KafkaSecurity {
     /// [`Error::Refused`](crate::Error::Refused), naming the cause, when
     /// one refuses the TLS handshake or the SASL credentials.
     pub async fn check(&self, brokers: &str) -> Result<(), crate::Error> {
-        crate::start_check::before_connect(brokers, &self.properties(), &[]).await
+        crate::start_check::before_connect(brokers, Some(self), &[])
+            .await
+            .map(drop)
     }
 
     /// The librdkafka properties, secrets included, in the order they are

@@ -15,6 +15,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 
 use crate::error::Error;
+use crate::security::KafkaSecurity;
 
 /// How long the check waits for an answer when the brokers take
 /// connections but neither answer nor refuse.
@@ -38,15 +39,14 @@ const LINK_PREFIXES: &[&str] = &[
 
 /// What every client of this crate does before it is created: refuses a
 /// security setting this build of librdkafka cannot honour, and checks a
-/// secured link ([`check`]). `secured` are the [`KafkaSecurity`]'s
-/// properties, `own` the caller's, which override them.
-///
-/// [`KafkaSecurity`]: crate::KafkaSecurity
+/// secured link ([`check`]). `own` are the caller's properties, which
+/// override `security`'s. Returns `security`'s properties, for the client.
 pub(crate) async fn before_connect(
     brokers: &str,
-    secured: &[(String, String)],
+    security: Option<&KafkaSecurity>,
     own: &[(String, String)],
-) -> Result<(), Error> {
+) -> Result<Vec<(String, String)>, Error> {
+    let secured = security.map(KafkaSecurity::properties).unwrap_or_default();
     let link: Vec<(String, String)> =
         std::iter::once(("bootstrap.servers".to_owned(), brokers.to_owned()))
             .chain(secured.iter().cloned())
@@ -58,7 +58,7 @@ pub(crate) async fn before_connect(
     if applies(&link) {
         check(link, brokers).await?;
     }
-    Ok(())
+    Ok(secured)
 }
 
 /// Whether a client with these properties is secured (a security protocol

@@ -102,8 +102,7 @@ impl Topics {
         partitions: i32,
         replication: i32,
     ) -> Result<(), Error> {
-        self.create_on(brokers, Vec::new(), partitions, replication)
-            .await
+        self.create_on(brokers, None, partitions, replication).await
     }
 
     /// [`create`](Self::create) over a link secured by `security`, checked
@@ -117,18 +116,18 @@ impl Topics {
         partitions: i32,
         replication: i32,
     ) -> Result<(), Error> {
-        self.create_on(brokers, security.properties(), partitions, replication)
+        self.create_on(brokers, Some(security), partitions, replication)
             .await
     }
 
     async fn create_on(
         &self,
         brokers: &str,
-        secured: Vec<(String, String)>,
+        security: Option<&KafkaSecurity>,
         partitions: i32,
         replication: i32,
     ) -> Result<(), Error> {
-        crate::start_check::before_connect(brokers, &secured, &[]).await?;
+        let secured = crate::start_check::before_connect(brokers, security, &[]).await?;
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", brokers);
         for (k, v) in &secured {

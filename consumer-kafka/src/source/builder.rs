@@ -198,12 +198,12 @@ impl KafkaSourceBuilder {
         if let Some(id) = &self.instance_id {
             validate_instance_id(id)?;
         }
-        let secured = self
-            .security
-            .as_ref()
-            .map(KafkaSecurity::properties)
-            .unwrap_or_default();
-        crate::start_check::before_connect(&self.brokers, &secured, &self.consumer).await?;
+        let secured = crate::start_check::before_connect(
+            &self.brokers,
+            self.security.as_ref(),
+            &self.consumer,
+        )
+        .await?;
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
