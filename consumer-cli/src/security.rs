@@ -192,8 +192,12 @@ pub fn kafka_security(services: &Services) -> Result<Option<KafkaSecurity>> {
         (KafkaProtocolArg::SaslSsl, Some(sasl)) => KafkaSecurity::sasl_ssl(sasl),
         (KafkaProtocolArg::SaslPlaintext, Some(sasl)) => KafkaSecurity::sasl_plaintext(sasl),
         (protocol, sasl) => {
+            use clap::ValueEnum as _;
+            let name = protocol
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_owned());
             return Err(Error::Usage(format!(
-                "--kafka-security-protocol {protocol:?} does not go with {}: SASL protocols need --kafka-user, the others refuse it, and certificates need TLS",
+                "--kafka-security-protocol {name} does not go with {}: SASL protocols need --kafka-user, the others refuse it, and certificates need TLS",
                 if sasl.is_some() {
                     "--kafka-user"
                 } else {
@@ -230,4 +234,90 @@ pub fn kafka_refusal(e: &consumer_kafka::Error, brokers: &str) -> Option<Error> 
         reason,
         hint: "--kafka-ca, --kafka-cert/--kafka-key, --kafka-user with --kafka-password-file or KAFKA_PASSWORD",
     })
+}
+
+#[cfg(all(test, feature = "kafka", feature = "amqp", feature = "tls"))]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::Cli;
+
+    fn services(flags: &[&str]) -> Services {
+        let mut args = vec!["consumer"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["dedup", "counts"]);
+        Cli::try_parse_from(args).expect("valid flags").services
+    }
+
+    fn password_file(name: &str) -> String {
+        let path = std::env::temp_dir().join(format!("consumer-cli-{name}-{}", std::process::id()));
+        std::fs::write(&path, "s3cret-from-file\n").expect("a temporary file");
+        path.display().to_string()
+    }
+
+    #[test]
+    fn the_kafka_flags_choose_the_protocol_and_take_the_password_from_its_file() {
+        let file = password_file("kafka");
+        let s = services(&[
+            "--kafka-user",
+            "billing",
+            "--kafka-password-file",
+            &file,
+            "--kafka-sasl-mechanism",
+            "scram-sha-512",
+            "--kafka-ca",
+            "/etc/ca.pem",
+        ]);
+        let security = kafka_security(&s).expect("valid").expect("secured");
+        assert_eq!(security.protocol(), "SASL_SSL");
+        assert_eq!(
+            security.sasl().map(KafkaSasl::mechanism),
+            Some("SCRAM-SHA-512")
+        );
+        assert!(!format!("{security:?} {s:?}").contains("s3cret"));
+
+        let tls_only = kafka_security(&services(&["--kafka-ca", "/etc/ca.pem"]))
+            .expect("valid")
+            .expect("secured");
+        assert_eq!(tls_only.protocol(), "SSL");
+        assert!(kafka_security(&services(&[])).expect("valid").is_none());
+
+        let e = kafka_security(&services(&[
+            "--kafka-security-protocol",
+            "plaintext",
+            "--kafka-user",
+            "billing",
+            "--kafka-password-file",
+            &file,
+            "--kafka-sasl-mechanism",
+            "plain",
+        ]))
+        .expect_err("plaintext with a user");
+        assert!(
+            e.to_string()
+                .contains("--kafka-security-protocol plaintext"),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(file);
+    }
+
+    #[test]
+    fn the_amqp_flags_make_an_endpoint_without_the_password_in_its_debug() {
+        let file = password_file("amqp");
+        let s = services(&[
+            "--amqp-url",
+            "amqps://127.0.0.1:5671/%2f",
+            "--amqp-user",
+            "billing",
+            "--amqp-password-file",
+            &file,
+            "--amqp-ca",
+            "/etc/ca.pem",
+        ]);
+        let endpoint = amqp_endpoint(&s).expect("valid");
+        assert_eq!(endpoint.server(), Some(("127.0.0.1", 5671)));
+        assert!(!format!("{endpoint:?}").contains("s3cret"));
+        let _ = std::fs::remove_file(file);
+    }
 }

@@ -35,9 +35,8 @@ use consumer::{
     Consumer, Headers, Message, MessageContext, Outgoing, PgStore, PgTx, Publisher, Secret, Stats,
     handler,
 };
-use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
-use support::{both, eventually, stdout};
+use support::{BookError, Booking, both, eventually, stdout};
 
 /// The test CA's directory, made by `scripts/services` (tls.sh).
 fn tls_dir() -> PathBuf {
@@ -139,22 +138,6 @@ fn pg_options() -> PgConnectOptions {
         .password(password().expose())
 }
 
-/// What `book_securely` consumes.
-#[derive(Debug, Serialize, Deserialize)]
-struct Booking {
-    id: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-enum BookError {
-    #[error("booking {0} is broken")]
-    Broken(String),
-    #[error("booking {0} failed on its first attempt")]
-    Flaky(String),
-    #[error("database error")]
-    Db(#[from] sqlx::Error),
-}
-
 /// Fails for good on bookings listed in `broken`; fails once (retried
 /// through the broker) on bookings whose id starts with `flaky`; else
 /// writes one business row.
@@ -164,22 +147,10 @@ enum BookError {
     terminal = BookError::Broken(_),
 )]
 async fn book_securely(b: Booking, tx: &mut PgTx, ctx: &MessageContext) -> Result<(), BookError> {
-    let broken: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM broken WHERE booking_id = $1)")
-            .bind(&b.id)
-            .fetch_one(&mut **tx)
-            .await?;
-    if broken {
-        return Err(BookError::Broken(b.id));
-    }
     if b.id.starts_with("flaky") && ctx.attempt() == 1 {
         return Err(BookError::Flaky(b.id));
     }
-    sqlx::query("INSERT INTO bookings (booking_id) VALUES ($1)")
-        .bind(&b.id)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    support::book_or_refuse(&b, tx).await
 }
 
 /// A fresh schema on PostgreSQL over TLS, made and used by role
@@ -357,6 +328,55 @@ fn assert_metric_labels(recorder: &MetricsRecorder, address: &str) {
     assert_no_secret("a metric label", &labels.join("\n"));
 }
 
+/// What a smoke test checks once `ok`, `flaky` and `broken` are published
+/// to the consumer `running`: `flaky` retried, both committed, `broken`
+/// dead-lettered; the metrics name the server and no secret; the binary
+/// (from `cli`) lists the letter at `place` (`--queue` or `--topic` and its
+/// name) with no secret in its context, and, once `broken` is fixed,
+/// replays it (`replay_to`: where to, when the place does not say) for the
+/// consumer to book; and no log line holds a secret.
+async fn the_letter_goes_round(
+    store: &SecureStore,
+    running: Running,
+    recorder: &MetricsRecorder,
+    cli: impl Fn() -> tokio::process::Command,
+    place: [&str; 2],
+    replay_to: &[&str],
+) {
+    running.wait(2, 1).await;
+    assert!(running.stats.snapshot().retries >= 1, "flaky was retried");
+    assert_eq!(store.bookings().await, ["flaky", "ok"]);
+    assert_metric_labels(recorder, "127.0.0.1");
+
+    let list = run(
+        cli(),
+        &["dead-letters", "list", place[0], place[1], "--json"],
+    )
+    .await;
+    assert_eq!(list.status.code(), Some(0), "{}", both(&list));
+    let letters: Vec<serde_json::Value> = stdout(&list)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(letters.len(), 1, "{}", both(&list));
+    assert_eq!(letters[0]["message_id"], "m-broken");
+    assert_no_secret("the dead letter's context", &stdout(&list));
+
+    store.set_broken("broken", false).await;
+    let mut args = vec!["dead-letters", "replay", place[0], place[1]];
+    args.extend_from_slice(replay_to);
+    let replay = run(cli(), &args).await;
+    assert_eq!(replay.status.code(), Some(0), "{}", both(&replay));
+    assert!(stdout(&replay).contains("replayed 1"), "{}", both(&replay));
+    eventually("the replayed booking", || async {
+        store.bookings().await.len() == 3
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(store.bookings().await, ["broken", "flaky", "ok"]);
+    assert_no_secret_in_logs();
+}
+
 /// Runs `connect` and checks it fails within 15 s, naming `service` and
 /// saying `cause`, with no secret in its message or `Debug`.
 async fn fails_at_start<T, E: std::fmt::Display + std::fmt::Debug>(
@@ -531,39 +551,18 @@ mod rabbitmq {
                 .await
                 .expect("publish over amqps");
         }
-        running.wait(2, 1).await;
-        assert!(running.stats.snapshot().retries >= 1, "flaky was retried");
-        assert_eq!(store.bookings().await, ["flaky", "ok"]);
-        assert_metric_labels(&recorder, "127.0.0.1");
-
-        let dlq = topology.dead_letter_queue().to_owned();
-        let list = run(
-            cli(&store),
-            &["dead-letters", "list", "--queue", &dlq, "--json"],
+        let dlq = topology.dead_letter_queue();
+        the_letter_goes_round(
+            &store,
+            running,
+            &recorder,
+            || cli(&store),
+            ["--queue", dlq],
+            &[],
         )
         .await;
-        assert_eq!(list.status.code(), Some(0), "{}", both(&list));
-        let letters: Vec<serde_json::Value> = stdout(&list)
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
-        assert_eq!(letters.len(), 1, "{}", both(&list));
-        assert_eq!(letters[0]["message_id"], "m-broken");
-        assert_no_secret("the dead letter's context", &stdout(&list));
-
-        store.set_broken("broken", false).await;
-        let replay = run(cli(&store), &["dead-letters", "replay", "--queue", &dlq]).await;
-        assert_eq!(replay.status.code(), Some(0), "{}", both(&replay));
-        assert!(stdout(&replay).contains("replayed 1"), "{}", both(&replay));
-        eventually("the replayed booking", || async {
-            store.bookings().await.len() == 3
-        })
-        .await;
-        running.stop().await;
         publisher.close().await;
-        assert_eq!(store.bookings().await, ["broken", "flaky", "ok"]);
         store.drop().await;
-        assert_no_secret_in_logs();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -718,48 +717,16 @@ mod kafka {
             &["ok", "flaky", "broken"],
         )
         .await;
-        running.wait(2, 1).await;
-        assert!(running.stats.snapshot().retries >= 1, "flaky was retried");
-        assert_eq!(store.bookings().await, ["flaky", "ok"]);
-        assert_metric_labels(&recorder, "127.0.0.1");
-
-        let list = run(
-            cli(&store),
-            &["dead-letters", "list", "--topic", &dlt, "--json"],
+        the_letter_goes_round(
+            &store,
+            running,
+            &recorder,
+            || cli(&store),
+            ["--topic", &dlt],
+            &["--to-topic", &retry],
         )
         .await;
-        assert_eq!(list.status.code(), Some(0), "{}", both(&list));
-        let letters: Vec<serde_json::Value> = stdout(&list)
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
-        assert_eq!(letters.len(), 1, "{}", both(&list));
-        assert_eq!(letters[0]["message_id"], "m-broken");
-        assert_no_secret("the dead letter's context", &stdout(&list));
-
-        store.set_broken("broken", false).await;
-        let replay = run(
-            cli(&store),
-            &[
-                "dead-letters",
-                "replay",
-                "--topic",
-                &dlt,
-                "--to-topic",
-                &retry,
-            ],
-        )
-        .await;
-        assert_eq!(replay.status.code(), Some(0), "{}", both(&replay));
-        assert!(stdout(&replay).contains("replayed 1"), "{}", both(&replay));
-        eventually("the replayed booking", || async {
-            store.bookings().await.len() == 3
-        })
-        .await;
-        running.stop().await;
-        assert_eq!(store.bookings().await, ["broken", "flaky", "ok"]);
         store.drop().await;
-        assert_no_secret_in_logs();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
