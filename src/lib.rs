@@ -73,7 +73,9 @@
 //! [transactional outbox](guide::outbox), [batches](guide::batches),
 //! [scale-out](guide::scale_out), [contracts](guide::contracts),
 //! [observability](guide::observability), [operations](guide::operations)
-//! (the `consumer` command-line tool), and one page per backend:
+//! (the `consumer` command-line tool),
+//! [connecting securely](guide::secure_connections) (TLS, SASL, secrets),
+//! and one page per backend:
 //! [memory broker](guide::memory_broker), [RabbitMQ](guide::rabbitmq),
 //! [Kafka](guide::kafka).
 //!
@@ -98,6 +100,7 @@
 //! | `amqp` | – | [`amqp`]: the RabbitMQ backend |
 //! | `kafka` | – | [`kafka`]: the Kafka backend (librdkafka bundled) |
 //! | `testing` | – | `testing`: fault injection over any backend, a fresh PostgreSQL schema, in-memory spans |
+//! | `tls` | – | encrypted and authenticated connections ([guide](guide::secure_connections)): PostgreSQL and RabbitMQ on rustls, Kafka's TLS and SASL on OpenSSL built from source |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use consumer_core::*;

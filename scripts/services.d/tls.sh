@@ -1,5 +1,6 @@
 # Throwaway TLS material and credentials for the secured listeners
-# (tests/secure_connections.rs, docs/guide/secure_connections.md), made once
+# (consumer-cli/tests/secure_connections.rs,
+# docs/guide/secure_connections.md), made once
 # with openssl from Debian into $CONSUMER_TOOLS_DIR/tls, and made again when
 # a certificate is missing or expires within 30 days:
 #
