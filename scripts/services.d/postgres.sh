@@ -217,7 +217,7 @@ pg_tls_up() {
 # server certificate (scripts/services.d/tls.sh, copied to
 # consumer-rs-tls/ in the cluster's configuration directory) and that CA
 # for client certificates (checked when a client sends one); pg_hba.conf
-# gains, at its top, lines marked "consumer-rs-tls" that let role
+# gains, at its top, lines marked "TLS-only role" that let role
 # consumer_tls in over TLS only, with its password (scram-sha-256), and
 # refuse it without TLS. The role gets the test password and may create
 # schemas in the URL's database. A reload applies it all: no restart.
@@ -247,9 +247,10 @@ CONF
       && as_root chmod 644 "$conf/conf.d/consumer-rs-tls.conf" || { rm -f "$tmp"; die "could not write $conf/conf.d/consumer-rs-tls.conf."; }
     changed=1
   fi
-  if ! grep -q 'consumer-rs-tls' "$conf/pg_hba.conf" 2>/dev/null; then
+  # (A marker without "consumer-rs", which pg_configure looks for.)
+  if ! grep -q "TLS-only role $tls_user" "$conf/pg_hba.conf" 2>/dev/null; then
     {
-      echo "# consumer-rs-tls (scripts/services): role $tls_user over TLS only, with its password"
+      echo "# TLS-only role $tls_user of the secured-connection tests (scripts/services): over TLS only, with its password"
       for net in 127.0.0.1/32 ::1/128; do
         printf 'hostnossl %-13s %-15s %-23s reject\n' all "$tls_user" "$net"
         printf 'hostssl   %-13s %-15s %-23s scram-sha-256\n' all "$tls_user" "$net"
