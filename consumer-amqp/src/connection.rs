@@ -319,6 +319,24 @@ mod tests {
         assert!(!shown.contains("s3cret"), "{shown}");
     }
 
+    #[tokio::test]
+    async fn amqps_is_never_opened_in_plain_text_and_tls_settings_need_amqps() {
+        let e = AmqpEndpoint::new("amqp://127.0.0.1:1/%2f")
+            .with_tls(AmqpTls::new())
+            .connect("test")
+            .await
+            .expect_err("TLS settings with amqp://");
+        assert!(matches!(e, Error::InvalidUri { .. }), "{e}");
+        assert!(!e.is_retriable());
+        if !cfg!(feature = "tls") {
+            let e = AmqpEndpoint::new("amqps://127.0.0.1:1/%2f")
+                .connect("test")
+                .await
+                .expect_err("no TLS in this build");
+            assert!(matches!(e, Error::NeedsTls { .. }), "{e}");
+        }
+    }
+
     #[test]
     fn tls_failures_are_told_by_their_cause() {
         for (reason, cause) in [
