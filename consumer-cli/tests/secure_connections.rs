@@ -96,6 +96,15 @@ fn kafka_mtls() -> String {
     env_or("KAFKA_MTLS_BROKERS", "127.0.0.1:9095")
 }
 
+/// Fails with a sentence naming `service` when nothing takes connections
+/// at `address` (`host:port`).
+fn require(service: &str, address: &str, starts_it: &str) {
+    assert!(
+        support::takes_connections(address),
+        "{service} does not take connections at {address}: run `{starts_it}`, which starts it beside the plain listener"
+    );
+}
+
 /// What must never show: the password and the body of the client's key.
 fn secrets() -> Vec<String> {
     let key = std::fs::read_to_string(file("client.key")).expect("client key");
@@ -107,13 +116,17 @@ fn secrets() -> Vec<String> {
     vec![password().expose().to_owned(), key_line]
 }
 
-/// Fails, naming `place`, when `text` holds a secret.
+/// Fails, naming `place`, when `text` holds a secret (shown in the
+/// failure as `<secret>`).
 fn assert_no_secret(place: &str, text: &str) {
     for secret in secrets() {
         assert!(
             !text.contains(&secret),
             "a secret reached {place}: {}",
-            text.chars().take(2000).collect::<String>()
+            text.replace(&secret, "<secret>")
+                .chars()
+                .take(2000)
+                .collect::<String>()
         );
     }
 }
@@ -122,8 +135,9 @@ fn assert_no_secret(place: &str, text: &str) {
 fn assert_no_secret_in_logs() {
     let logs = consumer::testing::captured_logs();
     for secret in secrets() {
-        let leaked = logs.matching(&[&secret]);
-        assert!(leaked.is_empty(), "a secret reached the logs: {leaked:?}");
+        for line in logs.matching(&[&secret]) {
+            assert_no_secret("the logs", &line);
+        }
     }
 }
 
@@ -330,7 +344,7 @@ fn assert_metric_labels(recorder: &MetricsRecorder, address: &str) {
 
 /// What a smoke test checks once `ok`, `flaky` and `broken` are published
 /// to the consumer `running`: `flaky` retried, both committed, `broken`
-/// dead-lettered; the metrics name the server and no secret; the binary
+/// dead-lettered; the metrics name the `server` and no secret; the binary
 /// (from `cli`) lists the letter at `place` (`--queue` or `--topic` and its
 /// name) with no secret in its context, and, once `broken` is fixed,
 /// replays it (`replay_to`: where to, when the place does not say) for the
@@ -339,6 +353,7 @@ async fn the_letter_goes_round(
     store: &SecureStore,
     running: Running,
     recorder: &MetricsRecorder,
+    server: &str,
     cli: impl Fn() -> tokio::process::Command,
     place: [&str; 2],
     replay_to: &[&str],
@@ -346,7 +361,7 @@ async fn the_letter_goes_round(
     running.wait(2, 1).await;
     assert!(running.stats.snapshot().retries >= 1, "flaky was retried");
     assert_eq!(store.bookings().await, ["flaky", "ok"]);
-    assert_metric_labels(recorder, "127.0.0.1");
+    assert_metric_labels(recorder, server);
 
     let list = run(
         cli(),
@@ -478,8 +493,10 @@ mod postgresql {
             assert_eq!(out.status.code(), Some(3), "{what}: {}", both(&out));
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(
-                err.contains("PostgreSQL at postgres://consumer_tls@127.0.0.1:5432/test refused the connection")
-                    && err.contains(cause),
+                err.contains(&format!(
+                    "PostgreSQL at {} refused the connection",
+                    database_url()
+                )) && err.contains(cause),
                 "{what}: {}",
                 both(&out)
             );
@@ -552,10 +569,12 @@ mod rabbitmq {
                 .expect("publish over amqps");
         }
         let dlq = topology.dead_letter_queue();
+        let host = endpoint().server().map(|(h, _)| h.to_owned());
         the_letter_goes_round(
             &store,
             running,
             &recorder,
+            host.as_deref().unwrap_or_default(),
             || cli(&store),
             ["--queue", dlq],
             &[],
@@ -568,7 +587,18 @@ mod rabbitmq {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wrong_certificate_an_unknown_ca_or_a_bad_password_fails_at_start_naming_rabbitmq() {
         let _logs = consumer::testing::captured_logs();
-        let server = "RabbitMQ at 127.0.0.1:5671";
+        let amqps = endpoint();
+        let (host, port) = amqps.server().expect("AMQPS_URL names a host");
+        require(
+            "RabbitMQ's amqps listener",
+            &format!("{host}:{port}"),
+            "scripts/services rabbitmq",
+        );
+        let server = match endpoint().server() {
+            Some((host, port)) => format!("RabbitMQ at {host}:{port}"),
+            None => panic!("AMQPS_URL {} names no host", amqps_url()),
+        };
+        let server = server.as_str();
         let start = |endpoint: AmqpEndpoint| async move {
             AmqpSource::builder(endpoint, topology()).connect().await
         };
@@ -621,9 +651,10 @@ mod rabbitmq {
         let out = run(cmd, &["dead-letters", "list", "--queue", "ct.tls.none.dlq"]).await;
         assert_eq!(out.status.code(), Some(3), "{}", both(&out));
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains(
-                "RabbitMQ at amqps://127.0.0.1:5671/%2f refused the connection: the TLS handshake failed"
-            ),
+            String::from_utf8_lossy(&out.stderr).contains(&format!(
+                "RabbitMQ at {} refused the connection: the TLS handshake failed",
+                amqps_url()
+            )),
             "{}",
             both(&out)
         );
@@ -721,6 +752,7 @@ mod kafka {
             &store,
             running,
             &recorder,
+            kafka_sasl_ssl().rsplit_once(':').map_or("", |(h, _)| h),
             || cli(&store),
             ["--topic", &dlt],
             &["--to-topic", &retry],
@@ -732,6 +764,11 @@ mod kafka {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn oauthbearer_and_client_certificates_carry_records_too() {
         let _logs = consumer::testing::captured_logs();
+        require(
+            "Kafka's SSL listener",
+            &kafka_mtls(),
+            "scripts/services kafka",
+        );
         let topics = topics().await;
         let oauth = KafkaSecurity::sasl_ssl(KafkaSasl::oauthbearer_unsecured(USER))
             .with_ca_file(file("ca.pem"));
@@ -773,6 +810,13 @@ mod kafka {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wrong_certificate_an_unknown_ca_or_a_bad_password_fails_at_start_naming_kafka() {
         let _logs = consumer::testing::captured_logs();
+        for (listener, address) in [("SASL_SSL", kafka_sasl_ssl()), ("SSL", kafka_mtls())] {
+            require(
+                &format!("Kafka's {listener} listener"),
+                &address,
+                "scripts/services kafka",
+            );
+        }
         let topics =
             Topics::new(format!("tls-refused-{}", uuid::Uuid::new_v4().simple())).expect("topic");
         let start = |brokers: String, security: KafkaSecurity| {

@@ -65,6 +65,16 @@ pub async fn book_or_refuse(b: &Booking, tx: &mut PgTx) -> Result<(), BookError>
     Ok(())
 }
 
+/// Whether something takes TCP connections at `address` (`host:port`)
+/// within 2 s.
+pub fn takes_connections(address: &str) -> bool {
+    std::net::ToSocketAddrs::to_socket_addrs(address)
+        .map(|mut a| {
+            a.any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
+        })
+        .unwrap_or(false)
+}
+
 /// Polls until `check` holds (the database and the broker have no event to
 /// await), within 60 s.
 pub async fn eventually<F, Fut>(what: &str, check: F)
