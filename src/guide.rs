@@ -82,3 +82,17 @@ pub mod kafka {}
 )]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub mod sqs {}
+
+#[cfg_attr(
+    all(feature = "amqp", feature = "kafka", feature = "tls"),
+    doc = include_str!("../docs/guide/secure_connections.md")
+)]
+#[cfg_attr(
+    not(all(feature = "amqp", feature = "kafka", feature = "tls")),
+    doc = "This page is built with the `amqp`, `kafka` and `tls` features (`cargo doc --all-features`)."
+)]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(all(feature = "amqp", feature = "kafka", feature = "tls")))
+)]
+pub mod secure_connections {}

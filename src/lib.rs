@@ -73,7 +73,9 @@
 //! [transactional outbox](guide::outbox), [batches](guide::batches),
 //! [sagas](guide::sagas), [scale-out](guide::scale_out), [contracts](guide::contracts),
 //! [observability](guide::observability), [operations](guide::operations)
-//! (the `consumer` command-line tool), and one page per backend:
+//! (the `consumer` command-line tool),
+//! [connecting securely](guide::secure_connections) (TLS, SASL, secrets),
+//! and one page per backend:
 //! [memory broker](guide::memory_broker), [RabbitMQ](guide::rabbitmq),
 //! [partitioned RabbitMQ queues](guide::rabbitmq_partitions),
 //! [Kafka](guide::kafka), [SQS](guide::sqs).

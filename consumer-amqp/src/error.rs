@@ -159,6 +159,70 @@ pub enum Error {
         /// RabbitMQ's reply.
         reply: String,
     },
+    /// RabbitMQ refused the login (`403 ACCESS_REFUSED`): the user name or
+    /// password is wrong, or the user may not use the virtual host.
+    #[error(
+        "RabbitMQ at {server} refused user `{user}`: a wrong user name or password, or no access to the virtual host ({reason})"
+    )]
+    AccessRefused {
+        /// `host:port`.
+        server: String,
+        /// The user that tried.
+        user: String,
+        /// RabbitMQ's reply (it names no password).
+        reason: String,
+    },
+    /// The TLS handshake with RabbitMQ failed: a certificate one side does
+    /// not trust, or a port that does not speak TLS.
+    #[error("RabbitMQ at {server}: the TLS handshake failed: {cause} ({reason})")]
+    Tls {
+        /// `host:port`.
+        server: String,
+        /// The cause, as a sentence.
+        cause: &'static str,
+        /// The TLS library's words.
+        reason: String,
+    },
+    /// RabbitMQ closed the connection while a client certificate was being
+    /// shown to it: what a broker that refuses the certificate does under
+    /// TLS 1.3, where the client's side of the handshake is over before
+    /// the broker checks the certificate. Retriable, as a connection reset
+    /// for another reason is, but a start fails with it.
+    #[error(
+        "RabbitMQ at {server} closed the connection during the TLS handshake: it most likely refuses this client's certificate (not signed by a CA it trusts) ({reason})"
+    )]
+    TlsClosed {
+        /// `host:port`.
+        server: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// A TLS file of [`AmqpTls`](crate::AmqpTls) cannot be used.
+    #[error("RabbitMQ: the {what} file {path} cannot be used: {reason}")]
+    TlsFile {
+        /// `CA certificate`, `client certificate`, `client key`.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The URI does not parse, or does not fit the settings given with it.
+    #[error("RabbitMQ URI {uri} cannot be used: {reason}")]
+    InvalidUri {
+        /// The URI, without its password.
+        uri: String,
+        /// Why.
+        reason: String,
+    },
+    /// An `amqps://` URI in a build without TLS.
+    #[error(
+        "RabbitMQ: {uri} is an amqps:// URI, and this build has no TLS: enable the `tls` feature of `consumer` (or of `consumer-amqp`)"
+    )]
+    NeedsTls {
+        /// The URI, without its password.
+        uri: String,
+    },
 }
 
 impl Error {
@@ -173,14 +237,20 @@ impl Error {
             Self::Nacked { .. }
             | Self::ChannelClosed
             | Self::QueueCrashed { .. }
-            | Self::NoAnswer { .. } => BrokerErrorKind::Unavailable,
+            | Self::NoAnswer { .. }
+            | Self::TlsClosed { .. } => BrokerErrorKind::Unavailable,
             Self::TooLarge { .. } => BrokerErrorKind::TooLarge,
             Self::Unroutable { .. } => BrokerErrorKind::NoDestination,
             Self::Unencodable(_) => BrokerErrorKind::Rejected,
             Self::InvalidName { .. }
             | Self::Topology { .. }
             | Self::PartitionCount { .. }
-            | Self::QueueTypeMismatch { .. } => BrokerErrorKind::Fatal,
+            | Self::QueueTypeMismatch { .. }
+            | Self::Tls { .. }
+            | Self::TlsFile { .. }
+            | Self::InvalidUri { .. }
+            | Self::NeedsTls { .. } => BrokerErrorKind::Fatal,
+            Self::AccessRefused { .. } => BrokerErrorKind::NotAuthorized,
         }
     }
 
@@ -298,7 +368,10 @@ impl From<Error> for consumer_backend::Error {
         match e {
             Error::InvalidName { .. }
             | Error::PartitionCount { .. }
-            | Error::QueueTypeMismatch { .. } => consumer_backend::Error::Config(e.to_string()),
+            | Error::QueueTypeMismatch { .. }
+            | Error::TlsFile { .. }
+            | Error::InvalidUri { .. }
+            | Error::NeedsTls { .. } => consumer_backend::Error::Config(e.to_string()),
             e => consumer_backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }

@@ -31,8 +31,13 @@
 //!   CloudEvents attributes and trace context as headers ([`headers`]).
 //! * [`AmqpStats`]: in-flight, redelivery and reconnect counts; queue
 //!   depths by passive declare.
+//! * [`AmqpEndpoint`] and [`AmqpTls`]: `amqps://` with a private CA and a
+//!   client certificate (the `tls` feature), and a password kept out of
+//!   the URI, of logs and of errors; a broker that refuses either fails
+//!   `connect` with a sentence saying which.
 
 mod asyncapi;
+mod connection;
 mod content_id;
 pub mod error;
 pub mod headers;
@@ -40,12 +45,15 @@ mod names;
 mod partition_route;
 pub mod publisher;
 pub mod source;
+mod tls;
 pub mod topology;
 
+pub use connection::AmqpEndpoint;
 pub use error::{Error, Result};
 pub use headers::AttributePrefix;
 pub use names::validate_name;
 pub use publisher::{AmqpPublisher, AmqpPublisherBuilder, DEFAULT_MAX_MESSAGE_BYTES};
 pub use source::{AmqpAcker, AmqpSource, AmqpSourceBuilder, AmqpStats, AmqpStatsSnapshot};
 pub use source::{PartitionedSource, PartitionedSourceBuilder};
+pub use tls::AmqpTls;
 pub use topology::{Depths, PartitionedTopology, QueueType, Topology};

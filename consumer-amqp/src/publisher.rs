@@ -8,9 +8,10 @@ use std::time::Duration;
 use consumer_backend::{Message, Outgoing, Publisher};
 use consumer_backend::{SendTarget, Sends};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{Channel, Confirmation, Connection};
 use tokio::sync::Mutex;
 
+use crate::connection::AmqpEndpoint;
 use crate::error::{Error, Result};
 use crate::headers::{self, AttributePrefix};
 use crate::names::short;
@@ -50,7 +51,7 @@ pub struct AmqpPublisher {
 
 #[derive(Debug)]
 struct Inner {
-    uri: String,
+    endpoint: AmqpEndpoint,
     name: String,
     max_unconfirmed: usize,
     max_message_bytes: usize,
@@ -68,7 +69,7 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct AmqpPublisherBuilder {
-    uri: String,
+    endpoint: AmqpEndpoint,
     name: String,
     max_unconfirmed: usize,
     max_message_bytes: usize,
@@ -146,7 +147,7 @@ impl AmqpPublisherBuilder {
     pub fn build(self) -> AmqpPublisher {
         AmqpPublisher {
             inner: Arc::new(Inner {
-                uri: self.uri,
+                endpoint: self.endpoint,
                 name: self.name,
                 max_unconfirmed: self.max_unconfirmed,
                 max_message_bytes: self.max_message_bytes,
@@ -160,11 +161,13 @@ impl AmqpPublisherBuilder {
 }
 
 impl AmqpPublisher {
-    /// A builder for a publisher to the broker at `uri`
-    /// (`amqp://user:pass@host:port/vhost`).
-    pub fn builder(uri: impl Into<String>) -> AmqpPublisherBuilder {
+    /// A builder for a publisher to the broker at `endpoint`: a URI
+    /// (`amqp://user:pass@host:port/vhost`, `amqps://` for TLS), or an
+    /// [`AmqpEndpoint`] with credentials and TLS
+    /// settings.
+    pub fn builder(endpoint: impl Into<AmqpEndpoint>) -> AmqpPublisherBuilder {
         AmqpPublisherBuilder {
-            uri: uri.into(),
+            endpoint: endpoint.into(),
             name: "consumer-publisher".to_owned(),
             max_unconfirmed: 1024,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
@@ -201,11 +204,7 @@ impl AmqpPublisher {
         if let Some((conn, _)) = state.take() {
             self.let_go(conn, "found closed").await;
         }
-        let props =
-            ConnectionProperties::default().with_connection_name(self.inner.name.clone().into());
-        let conn = Connection::connect(&self.inner.uri, props)
-            .await
-            .map_err(Error::amqp("connection"))?;
+        let conn = self.inner.endpoint.connect(self.inner.name.clone()).await?;
         let channel = conn
             .create_channel()
             .await

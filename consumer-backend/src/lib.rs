@@ -66,6 +66,7 @@ pub mod partition;
 pub mod publish;
 pub mod retry;
 mod retry_copy;
+pub mod secret;
 pub mod source;
 pub mod trace;
 
@@ -82,5 +83,6 @@ pub use partition::partition_for;
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use retry_copy::{RetryCopy, due_in};
+pub use secret::{Secret, SecretError};
 pub use source::{Acker, Source};
 pub use trace::{SendTarget, Sends};

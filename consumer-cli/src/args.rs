@@ -55,6 +55,111 @@ pub struct Services {
     /// (region, credentials and endpoint from the environment).
     #[arg(long, env = "SQS_ENDPOINT", global = true)]
     pub sqs_endpoint: Option<String>,
+    /// How to reach them securely: certificates and credentials.
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// Certificates and credentials of the services (the `tls` feature, on by
+/// default). Passwords come from a file (`--*-password-file`) or an
+/// environment variable (`DATABASE_PASSWORD` or `PGPASSWORD`,
+/// `AMQP_PASSWORD`, `KAFKA_PASSWORD`), never from a flag, so that they are
+/// not in the shell's history or the process list.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Secure connections")]
+pub struct SecurityArgs {
+    /// PEM file of the CA that signed PostgreSQL's certificate: TLS, with
+    /// the certificate and the host name checked (sslmode=verify-full).
+    #[arg(long, env = "DATABASE_CA", global = true)]
+    pub database_ca: Option<PathBuf>,
+    /// Client certificate (PEM) shown to PostgreSQL; with --database-key.
+    #[arg(long, env = "DATABASE_CERT", global = true, requires = "database_key")]
+    pub database_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "DATABASE_KEY", global = true, requires = "database_cert")]
+    pub database_key: Option<PathBuf>,
+    /// File holding PostgreSQL's password (else DATABASE_PASSWORD,
+    /// PGPASSWORD, or the URL's).
+    #[arg(long, env = "DATABASE_PASSWORD_FILE", global = true)]
+    pub database_password_file: Option<PathBuf>,
+    /// PEM file of a private CA that signed RabbitMQ's certificate (with an
+    /// amqps:// URL; the system's roots are trusted too).
+    #[arg(long, env = "AMQP_CA", global = true)]
+    pub amqp_ca: Option<PathBuf>,
+    /// Client certificate (PEM) shown to RabbitMQ; with --amqp-key.
+    #[arg(long, env = "AMQP_CERT", global = true, requires = "amqp_key")]
+    pub amqp_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "AMQP_KEY", global = true, requires = "amqp_cert")]
+    pub amqp_key: Option<PathBuf>,
+    /// RabbitMQ user, with the password of --amqp-password-file or
+    /// AMQP_PASSWORD, instead of the URL's user info.
+    #[arg(long, env = "AMQP_USER", global = true)]
+    pub amqp_user: Option<String>,
+    /// File holding the password of --amqp-user.
+    #[arg(
+        long,
+        env = "AMQP_PASSWORD_FILE",
+        global = true,
+        requires = "amqp_user"
+    )]
+    pub amqp_password_file: Option<PathBuf>,
+    /// Kafka's security.protocol (default: sasl-ssl with --kafka-user,
+    /// else ssl with a certificate or CA flag, else plaintext).
+    #[arg(long, env = "KAFKA_SECURITY_PROTOCOL", global = true, value_enum)]
+    pub kafka_security_protocol: Option<KafkaProtocolArg>,
+    /// Kafka's SASL mechanism, with --kafka-user.
+    #[arg(long, env = "KAFKA_SASL_MECHANISM", global = true, value_enum)]
+    pub kafka_sasl_mechanism: Option<KafkaMechanismArg>,
+    /// Kafka SASL user, with the password of --kafka-password-file or
+    /// KAFKA_PASSWORD.
+    #[arg(long, env = "KAFKA_USER", global = true)]
+    pub kafka_user: Option<String>,
+    /// File holding the password of --kafka-user.
+    #[arg(
+        long,
+        env = "KAFKA_PASSWORD_FILE",
+        global = true,
+        requires = "kafka_user"
+    )]
+    pub kafka_password_file: Option<PathBuf>,
+    /// PEM file of a private CA that signed the Kafka brokers' certificates
+    /// (else the system's roots).
+    #[arg(long, env = "KAFKA_CA", global = true)]
+    pub kafka_ca: Option<PathBuf>,
+    /// Client certificate (PEM) shown to Kafka (mutual TLS); with
+    /// --kafka-key.
+    #[arg(long, env = "KAFKA_CERT", global = true, requires = "kafka_key")]
+    pub kafka_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "KAFKA_KEY", global = true, requires = "kafka_cert")]
+    pub kafka_key: Option<PathBuf>,
+}
+
+/// Kafka's `security.protocol` on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum KafkaProtocolArg {
+    /// No TLS, no SASL.
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// TLS and SASL.
+    SaslSsl,
+    /// SASL without TLS.
+    SaslPlaintext,
+}
+
+/// Kafka's SASL mechanism on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum KafkaMechanismArg {
+    /// PLAIN (Confluent Cloud API keys).
+    Plain,
+    /// SCRAM-SHA-256.
+    #[value(name = "scram-sha-256")]
+    ScramSha256,
+    /// SCRAM-SHA-512 (MSK).
+    #[value(name = "scram-sha-512")]
+    ScramSha512,
 }
 
 /// The subcommands.

@@ -8,9 +8,10 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use crate::args::Services;
 use crate::error::{Error, Result, redact};
 
-/// A small pool on the store, or an error naming PostgreSQL and its
-/// address. Checks the connection once, so an unreachable database is
-/// reported before any work starts.
+/// A small pool on the store, with the TLS and password flags, or an error
+/// naming PostgreSQL and its address. Checks the connection once, so an
+/// unreachable database, or one that refuses the certificates or the
+/// password, is reported before any work starts.
 pub async fn connect(services: &Services) -> Result<PgPool> {
     let unreachable = |e: &dyn std::fmt::Display| Error::Unreachable {
         service: "PostgreSQL",
@@ -27,12 +28,16 @@ pub async fn connect(services: &Services) -> Result<PgPool> {
     if let Some(schema) = &services.schema {
         options = options.options([("search_path", schema.as_str())]);
     }
+    let options = crate::security::postgres(services, options)?;
     PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options)
         .await
-        .map_err(|e| unreachable(&e))
+        .map_err(|e| {
+            crate::security::postgres_refusal(&e, &redact(&services.database_url))
+                .unwrap_or_else(|| unreachable(&e))
+        })
 }
 
 /// `e`, or, when `table` is missing, a sentence saying where to look.

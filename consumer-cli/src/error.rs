@@ -6,7 +6,7 @@
 //! | 0 | done |
 //! | 1 | the operation failed (a query or a publish was refused, a file could not be read) |
 //! | 2 | usage: a flag, filter or argument is wrong (clap's own errors use it too) |
-//! | 3 | a service is unreachable (PostgreSQL, RabbitMQ) |
+//! | 3 | a service is unreachable, or refuses the connection (its certificate, the CA, the client's certificate or password) |
 //! | 4 | a canary replay came back dead: the fix did not work; nothing more was sent |
 //! | 5 | a canary's outcome did not arrive within `--canary-timeout` |
 //! | 6 | not found: no such dead letter, no such failed aggregate, no such saga |
@@ -22,7 +22,7 @@ pub mod exit {
     pub const FAILURE: u8 = 1;
     /// Wrong usage.
     pub const USAGE: u8 = 2;
-    /// A service did not answer.
+    /// A service did not answer, or refused the connection.
     pub const UNREACHABLE: u8 = 3;
     /// A canary came back dead.
     pub const CANARY_FAILED: u8 = 4;
@@ -55,6 +55,18 @@ pub enum Error {
         /// What the client said.
         reason: String,
         /// The flag or variable that sets the address.
+        hint: &'static str,
+    },
+    /// A service refused the connection: its TLS handshake or the login.
+    #[error("{service} at {address} refused the connection: {reason} (check {hint})")]
+    ConnectionRefused {
+        /// `PostgreSQL`, `RabbitMQ`, `Kafka`.
+        service: &'static str,
+        /// The address tried, without its password.
+        address: String,
+        /// What failed and why, without any secret.
+        reason: String,
+        /// The flags and variables that set what was refused.
         hint: &'static str,
     },
     /// No letter has the id.
@@ -149,7 +161,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Usage(_) | Self::BadImport { .. } => exit::USAGE,
-            Self::Unreachable { .. } => exit::UNREACHABLE,
+            Self::Unreachable { .. } | Self::ConnectionRefused { .. } => exit::UNREACHABLE,
             Self::NoSuchLetter { .. }
             | Self::NoSuchQueue { .. }
             | Self::UnknownHandler(_)

@@ -14,8 +14,10 @@
 //! ```
 //!
 //! Addresses come from `--database-url` / `DATABASE_URL`, `--schema` /
-//! `CONSUMER_SCHEMA` and `--amqp-url` / `AMQP_URL`. Exit codes are listed
-//! in [`error`].
+//! `CONSUMER_SCHEMA`, `--amqp-url` / `AMQP_URL` and `--kafka-brokers` /
+//! `KAFKA_BROKERS`; certificates and credentials from the flags of
+//! [`args::SecurityArgs`] (the guide's "Connecting securely" page). Exit
+//! codes are listed in [`error`].
 
 // Without a broker feature only the table, the outbox and dedup work; the
 // broker paths are compiled out and their shared pieces go unused.
@@ -41,6 +43,7 @@ mod replay;
 mod route;
 mod sagas;
 mod schema;
+mod security;
 
 use std::io::{BufReader, Write};
 use std::process::ExitCode;

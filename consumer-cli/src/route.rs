@@ -61,7 +61,7 @@ pub fn replay_message(letter: &Letter) -> Message {
 #[derive(Debug)]
 pub struct Route {
     #[cfg(feature = "amqp")]
-    url: String,
+    endpoint: consumer_amqp::AmqpEndpoint,
     #[cfg(feature = "amqp")]
     publisher: AmqpPublisher,
     #[cfg(feature = "kafka")]
@@ -81,7 +81,7 @@ impl Route {
                     .map_err(|e| Error::Usage(format!("--to-topic: {e}")))?;
                 Some((
                     topic.to_owned(),
-                    crate::places::kafka::kafka_publisher(&services.kafka_brokers).await?,
+                    crate::places::kafka::kafka_publisher(services).await?,
                 ))
             }
             None => None,
@@ -92,13 +92,15 @@ impl Route {
                 "--to-topic needs the `kafka` feature: build consumer-cli with it".into(),
             ));
         }
+        #[cfg(feature = "amqp")]
+        let endpoint = crate::security::amqp_endpoint(services)?;
         Ok(Self {
             #[cfg(feature = "amqp")]
-            url: services.amqp_url.clone(),
-            #[cfg(feature = "amqp")]
-            publisher: AmqpPublisher::builder(services.amqp_url.clone())
+            publisher: AmqpPublisher::builder(endpoint.clone())
                 .with_connection_name("consumer-cli-replay")
                 .build(),
+            #[cfg(feature = "amqp")]
+            endpoint,
             #[cfg(feature = "kafka")]
             kafka,
             #[cfg(feature = "sqs")]
@@ -192,13 +194,16 @@ impl Route {
                 consumer_amqp::Error::Amqp {
                     context: "connection",
                     source,
-                } => crate::places::rabbitmq::unreachable(&self.url, &source),
+                } => crate::places::rabbitmq::unreachable(&self.endpoint, &source),
                 consumer_amqp::Error::Unroutable { .. } => Error::Broker(format!(
                     "work queue {queue} does not exist on {}: is the consumer of handler {} deployed there?",
-                    crate::error::redact(&self.url),
+                    self.endpoint.redacted_uri(),
                     letter.letter.handler
                 )),
-                other => Error::Broker(format!("replaying {} to {queue}: {other}", letter.id)),
+                e => match crate::security::amqp_refusal(&e, &self.endpoint) {
+                    Some(refused) => refused,
+                    None => Error::Broker(format!("replaying {} to {queue}: {e}", letter.id)),
+                },
             })
     }
 

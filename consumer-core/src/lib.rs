@@ -40,7 +40,7 @@ pub mod trace;
 /// What a broker backend implements and uses: the `consumer-backend`
 /// crate, which the backends depend on instead of this one.
 pub use consumer_backend as backend;
-pub use consumer_backend::{dead_letter, envelope, partition, publish, retry, source};
+pub use consumer_backend::{dead_letter, envelope, partition, publish, retry, secret, source};
 
 pub use dead_letter::{DeadLetter, DeadLetterKind};
 pub use envelope::{Envelope, Headers, Message};
@@ -52,6 +52,7 @@ pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};
 pub use router::Router;
 pub use runtime::Consumer;
+pub use secret::Secret;
 pub use service::{Service, shutdown_signal};
 pub use stats::Stats;
 pub use store::{DedupStore, MemoryStore, MemoryTx, Store};

@@ -96,6 +96,29 @@ pub enum Error {
     /// The consumer's poll thread could not start, or panicked.
     #[error("the Kafka poll thread {0}")]
     PollThread(&'static str),
+    /// A broker refused this client's security settings at start (the
+    /// check of [`KafkaSecurity`](crate::KafkaSecurity)): a certificate,
+    /// a CA or credentials that retrying cannot fix.
+    #[error("Kafka at {brokers} refused this client at start: {cause} (librdkafka: {reason})")]
+    Refused {
+        /// The bootstrap brokers.
+        brokers: String,
+        /// The cause, as a sentence.
+        cause: &'static str,
+        /// librdkafka's own words (they name no secret).
+        reason: String,
+        /// librdkafka's error code.
+        code: RDKafkaErrorCode,
+    },
+    /// A security setting this build of librdkafka cannot honour: it was
+    /// built without OpenSSL.
+    #[error(
+        "Kafka: {setting} needs librdkafka with OpenSSL: enable the `tls` feature of `consumer` (or of `consumer-kafka`)"
+    )]
+    NeedsTls {
+        /// The property and value (`security.protocol=SASL_SSL`).
+        setting: String,
+    },
 }
 
 impl Error {
@@ -124,6 +147,11 @@ impl Error {
                 BrokerErrorKind::Fatal
             }
             Self::NoDeliveryReport { .. } => BrokerErrorKind::Unavailable,
+            Self::Refused { code, .. } => match kind_of(*code) {
+                BrokerErrorKind::NotAuthorized => BrokerErrorKind::NotAuthorized,
+                _ => BrokerErrorKind::Fatal,
+            },
+            Self::NeedsTls { .. } => BrokerErrorKind::Fatal,
         }
     }
 
@@ -295,9 +323,9 @@ impl From<Error> for consumer_backend::Error {
             _ => None,
         };
         match e {
-            Error::InvalidTopic { .. } | Error::InvalidInstanceId { .. } => {
-                consumer_backend::Error::Config(e.to_string())
-            }
+            Error::InvalidTopic { .. }
+            | Error::InvalidInstanceId { .. }
+            | Error::NeedsTls { .. } => consumer_backend::Error::Config(e.to_string()),
             e => consumer_backend::Error::broker(e.kind(), e.to_string(), source),
         }
     }

@@ -1,5 +1,7 @@
 //! The Kafka backend of the `consumer` framework, on `rdkafka` (librdkafka
-//! built from its bundled source; no system library needed).
+//! built from its bundled source; no system library needed; with the `tls`
+//! feature, OpenSSL is built from source too, for TLS and SASL: see
+//! [`KafkaSecurity`]).
 //!
 //! ```no_run
 //! use consumer_core::{Consumer, MemoryStore};
@@ -34,12 +36,15 @@ pub mod error;
 pub mod headers;
 pub mod publisher;
 mod raw_headers;
+pub mod security;
 pub mod source;
+mod start_check;
 pub mod topics;
 mod tracing_context;
 
 pub use error::{Error, Result};
 pub use publisher::{KafkaPublisher, KafkaPublisherBuilder, PUBLISHER_DEFAULTS};
+pub use security::{KafkaSasl, KafkaSecurity};
 pub use source::{
     CONSUMER_DEFAULTS, DUE, KafkaAcker, KafkaSource, KafkaSourceBuilder, KafkaStats,
     KafkaStatsSnapshot, PartitionStats, SETTLE_PRODUCER_DEFAULTS,

@@ -13,6 +13,7 @@ use crate::tracing_context::TracingContext;
 
 use crate::error::Error;
 use crate::headers::to_kafka_headers;
+use crate::security::{self, KafkaSecurity};
 
 /// Properties set on the publisher's producer unless overridden.
 pub const PUBLISHER_DEFAULTS: &[(&str, &str)] = &[
@@ -61,13 +62,26 @@ impl fmt::Debug for KafkaPublisher {
     }
 }
 
-/// Configures a [`KafkaPublisher`].
-#[derive(Debug, Clone)]
+/// Configures a [`KafkaPublisher`]. Its `Debug` leaves out the values of
+/// secret properties (passwords, keys, tokens).
+#[derive(Clone)]
 #[must_use]
 pub struct KafkaPublisherBuilder {
     brokers: String,
     properties: Vec<(String, String)>,
     source: String,
+    security: Option<KafkaSecurity>,
+}
+
+impl fmt::Debug for KafkaPublisherBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaPublisherBuilder")
+            .field("brokers", &self.brokers)
+            .field("properties", &security::redacted(&self.properties))
+            .field("source", &self.source)
+            .field("security", &self.security)
+            .finish()
+    }
 }
 
 impl KafkaPublisherBuilder {
@@ -75,6 +89,16 @@ impl KafkaPublisherBuilder {
     /// off here, but then a producer retry may duplicate or reorder records.
     pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Encrypts and authenticates the producer's link ([`KafkaSecurity`]);
+    /// properties set with [`with_property`](Self::with_property) override
+    /// its. [`connect`](Self::connect) then checks the link first, as
+    /// [`KafkaSourceBuilder::with_security`](crate::KafkaSourceBuilder::with_security)
+    /// says.
+    pub fn with_security(mut self, security: KafkaSecurity) -> Self {
+        self.security = Some(security);
         self
     }
 
@@ -88,23 +112,29 @@ impl KafkaPublisherBuilder {
 
     /// Creates the producer. Async like every backend's `connect`;
     /// librdkafka connects in the background, so this returns without
-    /// waiting for the brokers.
-    #[allow(clippy::unused_async)]
+    /// waiting for the brokers, after the security check of
+    /// [`with_security`](Self::with_security) when there is one.
     pub async fn connect(self) -> Result<KafkaPublisher, Error> {
+        let secured = crate::start_check::before_connect(
+            &self.brokers,
+            self.security.as_ref(),
+            &self.properties,
+        )
+        .await?;
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers)
             .set_log_level(crate::tracing_context::log_level());
         for (k, v) in PUBLISHER_DEFAULTS {
             c.set(*k, *v);
         }
-        for (k, v) in &self.properties {
+        for (k, v) in secured.iter().chain(&self.properties) {
             c.set(k, v);
         }
         let producer = c
             .create_with_context(TracingContext::new("publisher"))
             .map_err(|source| Error::Config {
                 context: "creating the producer",
-                source,
+                source: security::redact_error(source),
             })?;
         Ok(KafkaPublisher {
             producer,
@@ -120,6 +150,7 @@ impl KafkaPublisher {
             brokers: brokers.into(),
             properties: Vec::new(),
             source: consumer_backend::DEFAULT_SOURCE.to_owned(),
+            security: None,
         }
     }
 

@@ -9,6 +9,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
+use crate::security::KafkaSecurity;
+
 use crate::error::Error;
 
 /// Work, retry and dead-letter topic names, validated.
@@ -100,12 +102,41 @@ impl Topics {
         partitions: i32,
         replication: i32,
     ) -> Result<(), Error> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .create()
-            .map_err(|source| Error::Config {
+        self.create_on(brokers, None, partitions, replication).await
+    }
+
+    /// [`create`](Self::create) over a link secured by `security`, checked
+    /// first as [`KafkaSourceBuilder::with_security`] says.
+    ///
+    /// [`KafkaSourceBuilder::with_security`]: crate::KafkaSourceBuilder::with_security
+    pub async fn create_with_security(
+        &self,
+        brokers: &str,
+        security: &KafkaSecurity,
+        partitions: i32,
+        replication: i32,
+    ) -> Result<(), Error> {
+        self.create_on(brokers, Some(security), partitions, replication)
+            .await
+    }
+
+    async fn create_on(
+        &self,
+        brokers: &str,
+        security: Option<&KafkaSecurity>,
+        partitions: i32,
+        replication: i32,
+    ) -> Result<(), Error> {
+        let secured = crate::start_check::before_connect(brokers, security, &[]).await?;
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", brokers);
+        for (k, v) in &secured {
+            config.set(k, v);
+        }
+        let admin: AdminClient<DefaultClientContext> =
+            config.create().map_err(|source| Error::Config {
                 context: "creating the admin client",
-                source,
+                source: crate::security::redact_error(source),
             })?;
         let mut names = self.subscribed();
         names.push(&self.dead_letter);

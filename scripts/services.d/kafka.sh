@@ -4,7 +4,18 @@
 #
 #   kafka          one broker (and controller) on 127.0.0.1:9092, controller
 #                  on 9093; data in the tools dir, formatted afresh at each
-#                  start (a test broker: topics do not outlive it).
+#                  start (a test broker: topics do not outlive it). Beside
+#                  the plain listener, a SASL_SSL one on 127.0.0.1:9094:
+#                  TLS with the test CA's certificate
+#                  (scripts/services.d/tls.sh; a client certificate is
+#                  checked when one is sent), SASL SCRAM-SHA-256 and
+#                  SCRAM-SHA-512 for user consumer_tls with the test
+#                  password (made at format), and OAUTHBEARER with the
+#                  unsecured JWTs a test broker accepts; and an SSL one on
+#                  127.0.0.1:9095 that requires a client certificate the
+#                  test CA signed (mutual TLS). A broker of this
+#                  script's without it (started by an older one) is started
+#                  again.
 #                  KAFKA_BROKERS points the tests at another Kafka instead,
 #                  and then nothing is started.
 #   kafka-cluster  three brokers, each also a controller, on
@@ -78,10 +89,12 @@ resolve_jars() {
 
 # server.properties of one KRaft node. $1 dir, $2 node id, $3 broker port,
 # $4 controller port, $5 the controller quorum, $6 replication factor,
-# $7 (optional) the port of a PROXIED listener, which advertises port
-# $7 + 100, where a test's proxy listens.
+# $7 (optional, may be empty) the port of a PROXIED listener, which
+# advertises port $7 + 100, where a test's proxy listens; $8 and $9
+# (optional) the ports of the SASL_SSL and SSL listeners (see the top of
+# this file).
 kafka_properties() {
-  local dir="$1" id="$2" port="$3" cport="$4" voters="$5" rf="$6" pport="${7:-}"
+  local dir="$1" id="$2" port="$3" cport="$4" voters="$5" rf="$6" pport="${7:-}" sport="${8:-}" mport="${9:-}"
   local isr=1; [ "$rf" -ge 3 ] && isr=2
   local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
   local advertised="PLAINTEXT://127.0.0.1:$port"
@@ -90,6 +103,11 @@ kafka_properties() {
     listeners="$listeners,PROXIED://127.0.0.1:$pport"
     advertised="$advertised,PROXIED://127.0.0.1:$((pport + 100))"
     protocols="$protocols,PROXIED:PLAINTEXT"
+  fi
+  if [ -n "$sport" ]; then
+    listeners="$listeners,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$mport"
+    advertised="$advertised,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$mport"
+    protocols="$protocols,SASL_SSL:SASL_SSL,SSL:SSL"
   fi
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
@@ -119,6 +137,26 @@ log.segment.bytes=67108864
 log.retention.hours=24
 num.recovery.threads.per.data.dir=1
 PROPS
+  [ -n "$sport" ] && cat >>"$dir/server.properties" <<PROPS
+# The secured listeners. SASL_SSL: TLS with the test CA's certificate, a
+# client certificate checked when one is sent, SCRAM users made at format.
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$tls_dir/kafka-server.pem
+listener.name.sasl_ssl.ssl.truststore.type=PEM
+listener.name.sasl_ssl.ssl.truststore.location=$tls_dir/ca.pem
+listener.name.sasl_ssl.ssl.client.auth=requested
+# SSL: TLS with a client certificate the test CA signed, required.
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location=$tls_dir/kafka-server.pem
+listener.name.ssl.ssl.truststore.type=PEM
+listener.name.ssl.ssl.truststore.location=$tls_dir/ca.pem
+listener.name.ssl.ssl.client.auth=required
+PROPS
+  return 0
 }
 
 kafka_started() { grep -q "Kafka Server started" "$1" 2>/dev/null; }
@@ -187,11 +225,24 @@ kafka_spawn() {
   say "Kafka $kafka_version ($label, pid $pid) started in $(since "$t0") on 127.0.0.1:$port, log in $dir/server.log"
 }
 
+# Formats node dir $1 for cluster id $2; further arguments go to the
+# storage tool (the SCRAM users).
 kafka_format() {
-  local dir="$1" cluster_id="$2"
+  local dir="$1" cluster_id="$2"; shift 2
   java -cp "$kafka_libs/*" -Dlog4j2.configurationFile="$log4j_conf" -Dconsumer.log.file="$dir/format.log" \
-    kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" >"$dir/format.out" 2>&1 \
+    kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" "$@" >"$dir/format.out" 2>&1 \
     || { cat "$dir/format.out" >&2; die "Kafka's storage tool could not format $dir/data (output above)."; }
+}
+
+# The secured listeners of the single broker.
+kafka_sasl_ssl_port="${KAFKA_SASL_SSL_PORT:-9094}"
+kafka_mtls_port="${KAFKA_MTLS_PORT:-9095}"
+
+# The single broker's SASL_SSL listener answers ApiVersions over TLS (the
+# test CA checked); the reason it did not is in $kafka_probe_error.
+kafka_sasl_ssl_answers() {
+  command -v python3 >/dev/null || { tcp_up 127.0.0.1 "$kafka_sasl_ssl_port"; return; }
+  kafka_probe_error="$(PROBE_CA_FILE="$tls_dir/ca.pem" python3 "$lib/probe.py" kafka "127.0.0.1:$kafka_sasl_ssl_port" 10 2>&1)"
 }
 
 kafka_cluster_id() { java -cp "$kafka_libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1; }
@@ -213,14 +264,28 @@ ensure_kafka() {
     say "Kafka is up at 127.0.0.1:9092 (docker compose)"
     return
   fi
-  if kafka_node_serves "$services_dir/kafka.pid" 9092 "single broker"; then say "Kafka is up at 127.0.0.1:9092"; return; fi
+  ensure_tls_material
+  if kafka_node_serves "$services_dir/kafka.pid" 9092 "single broker"; then
+    if kafka_sasl_ssl_answers; then
+      say "Kafka is up at 127.0.0.1:9092 (SASL_SSL on 127.0.0.1:$kafka_sasl_ssl_port)"
+      return
+    fi
+    say "Kafka at 127.0.0.1:9092 has no working SASL_SSL listener on 127.0.0.1:$kafka_sasl_ssl_port ($kafka_probe_error; started by an older scripts/services?): starting it again, with one (its topics go)"
+    kafka_kill "$services_dir/kafka.pid"
+  fi
   resolve_jars "$repo_dir/scripts/services.d/kafka/pom.xml" "$kafka_libs" "Apache Kafka $kafka_version"
-  local dir="$services_dir/kafka"
+  local dir="$services_dir/kafka" password
   rm -rf "$dir"
   mkdir -p "$dir"
-  kafka_properties "$dir" 1 9092 9093 "1@127.0.0.1:9093" 1
-  kafka_format "$dir" "$(kafka_cluster_id)"
+  kafka_properties "$dir" 1 9092 9093 "1@127.0.0.1:9093" 1 "" "$kafka_sasl_ssl_port" "$kafka_mtls_port"
+  password="$(tls_password)"
+  kafka_format "$dir" "$(kafka_cluster_id)" \
+    --add-scram "SCRAM-SHA-256=[name=$tls_user,password=$password]" \
+    --add-scram "SCRAM-SHA-512=[name=$tls_user,password=$password]"
   kafka_spawn "$dir" 9092 "single broker"
+  wait_until 30 kafka_sasl_ssl_answers \
+    || die "Kafka started on 127.0.0.1:9092 but its SASL_SSL listener on 127.0.0.1:$kafka_sasl_ssl_port does not answer ApiVersions over TLS ($kafka_probe_error; see $dir/server.log)."
+  say "Kafka's secured listeners are up: SASL_SSL at 127.0.0.1:$kafka_sasl_ssl_port (SCRAM-SHA-256/512 user $tls_user, OAUTHBEARER), SSL with client certificates at 127.0.0.1:$kafka_mtls_port; CA $tls_dir/ca.pem"
 }
 
 cluster_dir="$services_dir/kafka-cluster"

@@ -203,3 +203,80 @@ BEGIN
 END $$;
 SQL
 }
+
+# Role consumer_tls runs a query over TLS, the server's certificate checked
+# against the test CA and its name (sslmode=verify-full).
+pg_tls_up() {
+  PGPASSWORD="$(tls_password)" PGCONNECT_TIMEOUT=5 timeout 10 psql \
+    "host=127.0.0.1 port=$pg_port dbname=$pg_db user=$tls_user sslmode=verify-full sslrootcert=$tls_dir/ca.pem" \
+    -qAtc 'select 1' >/dev/null 2>&1
+}
+
+# TLS beside the plain connections, on a local Debian cluster this script
+# configures: conf.d/consumer-rs-tls.conf sets ssl = on with the test CA's
+# server certificate (scripts/services.d/tls.sh, copied to
+# consumer-rs-tls/ in the cluster's configuration directory) and that CA
+# for client certificates (checked when a client sends one); pg_hba.conf
+# gains, at its top, lines marked "TLS-only role" that let role
+# consumer_tls in over TLS only, with its password (scram-sha-256), and
+# refuse it without TLS. The role gets the test password and may create
+# schemas in the URL's database. A reload applies it all: no restart.
+ensure_postgres_tls() {
+  local cluster; cluster="$(pg_cluster || true)"
+  if use_docker || ! is_local_host "$pg_host" || [ -z "$cluster" ] || ! as_root true 2>/dev/null; then
+    say "PostgreSQL's TLS settings are made on a local Debian cluster only (not with DATABASE_URL elsewhere or docker compose): the secured-connection tests need TLS and role $tls_user on $pg_host:$pg_port"
+    return 0
+  fi
+  # shellcheck disable=SC2086
+  set -- $cluster
+  local conf="/etc/postgresql/$1/$2" changed=0
+  ensure_tls_material
+  tls_install_for "$conf/consumer-rs-tls" postgres \
+    || die "could not copy the TLS files to $conf/consumer-rs-tls for PostgreSQL: run this script as root or with passwordless sudo."
+  local tmp; tmp="$(mktemp)"
+  cat >"$tmp" <<CONF
+# consumer-rs test services (scripts/services): TLS with the test CA's
+# certificates (scripts/services.d/tls.sh), beside plain connections.
+ssl = on
+ssl_cert_file = '$conf/consumer-rs-tls/server.pem'
+ssl_key_file = '$conf/consumer-rs-tls/server.key'
+ssl_ca_file = '$conf/consumer-rs-tls/ca.pem'
+CONF
+  if ! as_root cmp -s "$tmp" "$conf/conf.d/consumer-rs-tls.conf"; then
+    as_root mkdir -p "$conf/conf.d" && as_root cp "$tmp" "$conf/conf.d/consumer-rs-tls.conf" \
+      && as_root chmod 644 "$conf/conf.d/consumer-rs-tls.conf" || { rm -f "$tmp"; die "could not write $conf/conf.d/consumer-rs-tls.conf."; }
+    changed=1
+  fi
+  # (A marker without "consumer-rs", which pg_configure looks for.)
+  if ! grep -q "TLS-only role $tls_user" "$conf/pg_hba.conf" 2>/dev/null; then
+    {
+      echo "# TLS-only role $tls_user of the secured-connection tests (scripts/services): over TLS only, with its password"
+      for net in 127.0.0.1/32 ::1/128; do
+        printf 'hostnossl %-13s %-15s %-23s reject\n' all "$tls_user" "$net"
+        printf 'hostssl   %-13s %-15s %-23s scram-sha-256\n' all "$tls_user" "$net"
+      done
+      cat "$conf/pg_hba.conf"
+    } >"$tmp"
+    as_root cp "$tmp" "$conf/pg_hba.conf" || { rm -f "$tmp"; die "could not write $conf/pg_hba.conf."; }
+    changed=1
+  fi
+  rm -f "$tmp"
+  # The password goes on standard input, not on a command line.
+  psql "$pg_url" -qAt -v ON_ERROR_STOP=1 >/dev/null <<SQL || die "could not set up role $tls_user on PostgreSQL at $pg_host:$pg_port."
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$tls_user') THEN
+    CREATE ROLE $tls_user LOGIN;
+  END IF;
+END \$\$;
+ALTER ROLE $tls_user PASSWORD '$(tls_password)';
+GRANT CONNECT, CREATE ON DATABASE "$pg_db" TO $tls_user;
+SQL
+  if [ "$changed" -eq 1 ]; then
+    as_root pg_ctlcluster --skip-systemctl-redirect "$1" "$2" reload >&2 \
+      || die "pg_ctlcluster could not reload PostgreSQL $1/$2 with its TLS settings."
+    say "PostgreSQL $1/$2: TLS on with the test CA's certificate; role $tls_user over TLS only (reloaded)"
+  fi
+  wait_until 10 pg_tls_up \
+    || die "PostgreSQL at 127.0.0.1:$pg_port does not take role $tls_user over TLS (sslmode=verify-full against $tls_dir/ca.pem) 10 s after its reload: see /var/log/postgresql/postgresql-$1-$2.log."
+  say "PostgreSQL takes TLS at 127.0.0.1:$pg_port (role $tls_user, sslmode=verify-full, CA $tls_dir/ca.pem)"
+}

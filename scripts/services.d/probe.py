@@ -5,12 +5,18 @@ is not taken for up. Standard library only: it runs before any venv exists.
     python3 probe.py amqp AMQP_URL [SECONDS]    # declare and delete a queue
     python3 probe.py kafka HOST:PORT [SECONDS]  # an ApiVersions round trip
 
+With PROBE_CA_FILE set, the connection is TLS, the server's certificate
+checked against that CA and the host name (an amqps listener, a Kafka
+SASL_SSL one: ApiVersions needs no authentication); PROBE_PASSWORD_FILE
+holds the AMQP password instead of the URL (so it is not on a command line).
+
 Exit 0 when the service answered; else 1, with one line on stderr saying
 what it did not do.
 """
 
 import os
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -25,6 +31,13 @@ class Conn:
     def __init__(self, host, port, deadline):
         self.deadline = deadline
         self.sock = socket.create_connection((host, port), timeout=self.left())
+        ca_file = os.environ.get("PROBE_CA_FILE")
+        if ca_file:
+            context = ssl.create_default_context(cafile=ca_file)
+            try:
+                self.sock = context.wrap_socket(self.sock, server_hostname=host)
+            except ssl.SSLError as e:
+                raise Failed(f"the TLS handshake failed: {e}") from None
 
     def left(self):
         left = self.deadline - time.monotonic()
@@ -90,8 +103,13 @@ def probe_amqp(url, seconds):
     u = urllib.parse.urlparse(url)
     user = urllib.parse.unquote(u.username or "guest")
     password = urllib.parse.unquote(u.password or "guest")
+    password_file = os.environ.get("PROBE_PASSWORD_FILE")
+    if password_file:
+        with open(password_file, encoding="utf-8") as f:
+            password = f.read().strip()
     vhost = urllib.parse.unquote(u.path[1:]) if u.path and u.path != "/" else "/"
-    conn = Conn(u.hostname or "127.0.0.1", u.port or 5672, time.monotonic() + seconds)
+    default_port = 5671 if u.scheme == "amqps" else 5672
+    conn = Conn(u.hostname or "127.0.0.1", u.port or default_port, time.monotonic() + seconds)
     step = "the protocol header"
     try:
         conn.send(b"AMQP\x00\x00\x09\x01")

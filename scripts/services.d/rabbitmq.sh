@@ -138,3 +138,60 @@ sweep_rabbitmq() {
     *) say "deleted $n queues left by earlier test runs" ;;
   esac
 }
+
+# The TLS listener (amqps) beside the plain one, on the local node this
+# script manages: 127.0.0.1:$amqps_port (default 5671) with the test CA's
+# server certificate (scripts/services.d/tls.sh); a client certificate is
+# verified when one is given (verify_peer) but not required; user
+# consumer_tls, with the test password, has every permission on vhost /.
+# The listener and its options are added to the running node (its
+# application environment, so a stop_app/start_app keeps them, and the
+# listener itself): a node started without them gains them in place,
+# queues and all, instead of being restarted.
+amqps_port="${AMQPS_PORT:-5671}"
+# The node's copy of the CA and the server's certificate and key.
+rabbitmq_tls_dir=/var/lib/rabbitmq/consumer-rs-tls
+
+# The amqps listener does real work for user consumer_tls.
+rabbitmq_tls_answers() {
+  command -v python3 >/dev/null || { tcp_up 127.0.0.1 "$amqps_port"; return; }
+  rabbitmq_probe_error="$(PROBE_CA_FILE="$tls_dir/ca.pem" PROBE_PASSWORD_FILE="$tls_dir/password" \
+    python3 "$lib/probe.py" amqp "amqps://$tls_user@127.0.0.1:$amqps_port/%2f" 10 2>&1)"
+}
+
+ensure_rabbitmq_tls() {
+  if use_docker || ! is_local_host "$amqp_host" || ! command -v rabbitmqctl >/dev/null; then
+    say "RabbitMQ's TLS listener is set up on a local node only (not with AMQP_URL elsewhere or docker compose): the secured-connection tests need amqps on 127.0.0.1:$amqps_port"
+    return 0
+  fi
+  ensure_tls_material
+  tls_install_for "$rabbitmq_tls_dir" rabbitmq \
+    && as_root install -o rabbitmq -m 600 "$tls_dir/password" "$rabbitmq_tls_dir/password" \
+    || die "could not copy the TLS files to $rabbitmq_tls_dir for RabbitMQ: run this script as root or with passwordless sudo."
+  local d="$rabbitmq_tls_dir" said
+  if ! tcp_up 127.0.0.1 "$amqps_port"; then
+    said="$(timeout 60 rabbitmqctl eval "
+      Opts = [{cacertfile, \"$d/ca.pem\"}, {certfile, \"$d/server.pem\"}, {keyfile, \"$d/server.key\"},
+              {verify, verify_peer}, {fail_if_no_peer_cert, false}],
+      ok = application:set_env(rabbit, ssl_options, Opts),
+      ok = application:set_env(rabbit, ssl_listeners, [{\"127.0.0.1\", $amqps_port}]),
+      rabbit_networking:ensure_ssl(),
+      rabbit_networking:start_ssl_listener({\"127.0.0.1\", $amqps_port}, rabbit_networking:fix_ssl_options(Opts), 10)." 2>&1 </dev/null)" \
+      || die "RabbitMQ did not start its TLS listener on 127.0.0.1:$amqps_port: $said"
+    say "RabbitMQ: TLS listener started on 127.0.0.1:$amqps_port (amqps)"
+  fi
+  said="$(timeout 60 rabbitmqctl eval "
+    {ok, P0} = file:read_file(\"$d/password\"),
+    P = string:trim(P0),
+    U = <<\"$tls_user\">>,
+    case rabbit_auth_backend_internal:lookup_user(U) of
+      {ok, _} -> rabbit_auth_backend_internal:change_password(U, P, <<\"consumer-rs\">>);
+      _ -> rabbit_auth_backend_internal:add_user(U, P, <<\"consumer-rs\">>)
+    end,
+    rabbit_auth_backend_internal:set_permissions(U, <<\"/\">>, <<\".*\">>, <<\".*\">>, <<\".*\">>, <<\"consumer-rs\">>)." 2>&1 </dev/null)" \
+    || die "RabbitMQ did not set up user $tls_user: $said"
+  as_root rm -f "$d/password"
+  wait_until 20 rabbitmq_tls_answers \
+    || die "RabbitMQ's TLS listener on 127.0.0.1:$amqps_port did not declare and delete a queue for user $tls_user within 20 s ($rabbitmq_probe_error)."
+  say "RabbitMQ TLS listener is up at amqps://127.0.0.1:$amqps_port (user $tls_user, CA $tls_dir/ca.pem)"
+}

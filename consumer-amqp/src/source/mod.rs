@@ -19,7 +19,7 @@ use consumer_backend::{Envelope, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{Channel, Connection, Consumer};
 
 pub use acker::AmqpAcker;
 pub use builder::AmqpSourceBuilder;
@@ -102,12 +102,17 @@ impl std::fmt::Debug for AmqpSource {
 }
 
 impl AmqpSource {
-    /// A builder for a source consuming `topology` on the broker at `uri`
-    /// (`amqp://user:pass@host:port/vhost`); nothing is contacted until
+    /// A builder for a source consuming `topology` on the broker at
+    /// `endpoint`: a URI (`amqp://user:pass@host:port/vhost`, `amqps://`
+    /// for TLS), or an [`AmqpEndpoint`](crate::AmqpEndpoint) with
+    /// credentials and TLS settings; nothing is contacted until
     /// [`connect`](AmqpSourceBuilder::connect).
-    pub fn builder(uri: impl Into<String>, topology: Topology) -> AmqpSourceBuilder {
+    pub fn builder(
+        endpoint: impl Into<crate::AmqpEndpoint>,
+        topology: Topology,
+    ) -> AmqpSourceBuilder {
         AmqpSourceBuilder {
-            options: SourceOptions::new(uri.into(), 256),
+            options: SourceOptions::new(endpoint.into(), 256),
             topology,
         }
     }
@@ -164,17 +169,16 @@ impl AmqpSource {
     }
 
     async fn open(&self) -> Result<Session> {
-        let props = ConnectionProperties::default()
-            .with_connection_name(format!("consumer {}", self.topology.queue()).into());
         let connection = self
             .topology
             .answered(
                 "the connection to",
-                &server_of(&self.options.uri).map_or_else(String::new, |(h, p)| format!("{h}:{p}")),
-                Connection::connect(&self.options.uri, props),
+                &self.options.endpoint.address(),
+                self.options
+                    .endpoint
+                    .connect(format!("consumer {}", self.topology.queue())),
             )
-            .await?
-            .map_err(Error::amqp("connection"))?;
+            .await??;
         let channel = connection
             .create_channel()
             .await
@@ -247,7 +251,7 @@ impl Source for AmqpSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        server_of(&self.options.uri)
+        self.options.endpoint.server()
     }
 
     fn channels(&self) -> Option<consumer_backend::SourceChannels> {
@@ -350,52 +354,4 @@ impl Source for AmqpSource {
 fn redelivers(policy: &consumer_backend::RetryPolicy) -> Option<Duration> {
     (policy.mode() == consumer_backend::RetryMode::Redeliver && policy.max_attempts() > 1)
         .then(|| policy.longest_delay())
-}
-
-/// Host and port of an `amqp://` or `amqps://` URI (user info and vhost
-/// left out; the scheme's default port when none is given).
-fn server_of(uri: &str) -> Option<(&str, u16)> {
-    let (scheme, rest) = uri.split_once("://")?;
-    let authority = rest.split(['/', '?']).next()?;
-    let host_port = authority.rsplit('@').next()?;
-    let default = if scheme.eq_ignore_ascii_case("amqps") {
-        5671
-    } else {
-        5672
-    };
-    let (host, port) = match host_port.strip_prefix('[') {
-        // [IPv6]:port
-        Some(v6) => {
-            let (host, after) = v6.split_once(']')?;
-            (host, after.strip_prefix(':'))
-        }
-        None => match host_port.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (host_port, None),
-        },
-    };
-    let port = match port {
-        Some(p) => p.parse().ok()?,
-        None => default,
-    };
-    (!host.is_empty()).then_some((host, port))
-}
-
-#[cfg(test)]
-mod server_tests {
-    use super::server_of;
-
-    #[test]
-    fn the_server_is_the_uri_host_and_port() {
-        assert_eq!(
-            server_of("amqp://guest:guest@127.0.0.1:5672/%2f"),
-            Some(("127.0.0.1", 5672))
-        );
-        assert_eq!(
-            server_of("amqps://rabbit.example"),
-            Some(("rabbit.example", 5671))
-        );
-        assert_eq!(server_of("amqp://u:p@[::1]:5673/v"), Some(("::1", 5673)));
-        assert_eq!(server_of("amqp:///"), None);
-    }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::connection::AmqpEndpoint;
 use crate::publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// The options [`AmqpSource`](crate::AmqpSource) and
@@ -10,8 +11,8 @@ use crate::publisher::{AmqpPublisher, DEFAULT_MAX_MESSAGE_BYTES};
 /// two builders cannot drift apart.
 #[derive(Clone, Debug)]
 pub(crate) struct SourceOptions {
-    /// The broker (`amqp://user:pass@host:port/vhost`).
-    pub(crate) uri: String,
+    /// The broker, its credentials and TLS.
+    pub(crate) endpoint: AmqpEndpoint,
     /// Most unacked deliveries RabbitMQ sends per consuming channel.
     pub(crate) prefetch: u16,
     /// The largest dead letter or retry copy the settle publisher sends.
@@ -21,9 +22,9 @@ pub(crate) struct SourceOptions {
 }
 
 impl SourceOptions {
-    pub(crate) fn new(uri: String, prefetch: u16) -> Self {
+    pub(crate) fn new(endpoint: AmqpEndpoint, prefetch: u16) -> Self {
         Self {
-            uri,
+            endpoint,
             prefetch,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             depth_interval: Duration::from_secs(15),
@@ -42,7 +43,7 @@ impl SourceOptions {
     /// with, named after `queue` in RabbitMQ's connection list; it connects
     /// on first use.
     pub(crate) fn settle_publisher(&self, queue: &str) -> AmqpPublisher {
-        AmqpPublisher::builder(self.uri.clone())
+        AmqpPublisher::builder(self.endpoint.clone())
             .with_connection_name(format!("consumer-settle {queue}"))
             .with_max_message_bytes(self.max_message_bytes)
             .build()

@@ -113,12 +113,12 @@ impl Topology {
 
     /// `step`, failed with [`Error::NoAnswer`] when RabbitMQ does not
     /// answer within the deadline.
-    pub(crate) async fn answered<T>(
+    pub(crate) async fn answered<T, E>(
         &self,
         what: &'static str,
         name: &str,
-        step: impl Future<Output = std::result::Result<T, lapin::Error>>,
-    ) -> Result<std::result::Result<T, lapin::Error>> {
+        step: impl Future<Output = std::result::Result<T, E>>,
+    ) -> Result<std::result::Result<T, E>> {
         tokio::time::timeout(self.declare_timeout, step)
             .await
             .map_err(|_| Error::NoAnswer {

@@ -15,12 +15,13 @@
 use std::time::{Duration, Instant};
 
 use consumer_core::{DeadLetter, Message, Outgoing, Publisher};
-use consumer_kafka::KafkaPublisher;
+use consumer_kafka::{KafkaPublisher, KafkaSecurity};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Held, Snapshot};
+use crate::args::Services;
 use crate::error::{Error, Result};
 use crate::letter::Letter;
 
@@ -33,23 +34,35 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct DeadLetterTopic {
     brokers: String,
+    security: Option<KafkaSecurity>,
     topic: String,
     publisher: Option<KafkaPublisher>,
+    services: Services,
 }
 
 impl DeadLetterTopic {
-    /// Checks that the brokers answer and the topic exists.
-    pub async fn open(brokers: &str, topic: &str) -> Result<Self> {
+    /// Checks that the brokers answer (and take the security flags'
+    /// certificates and credentials) and that the topic exists.
+    pub async fn open(services: &Services, topic: &str) -> Result<Self> {
         consumer_kafka::validate_topic(topic).map_err(|e| Error::Usage(e.to_string()))?;
+        let security = checked_security(services).await?;
         let this = Self {
-            brokers: brokers.to_owned(),
+            brokers: services.kafka_brokers.clone(),
+            security,
             topic: topic.to_owned(),
             publisher: None,
+            services: services.clone(),
         };
-        let (brokers, topic) = (this.brokers.clone(), this.topic.clone());
-        tokio::task::spawn_blocking(move || partitions(&reader(&brokers)?, &brokers, &topic))
-            .await
-            .map_err(|e| Error::Other(format!("the Kafka reader stopped: {e}")))??;
+        let (brokers, security, topic) = (
+            this.brokers.clone(),
+            this.security.clone(),
+            this.topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            partitions(&reader(&brokers, security.as_ref())?, &brokers, &topic)
+        })
+        .await
+        .map_err(|e| Error::Other(format!("the Kafka reader stopped: {e}")))??;
         Ok(this)
     }
 
@@ -61,8 +74,12 @@ impl DeadLetterTopic {
     /// Every record below the high watermarks taken now, in partition and
     /// offset order.
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let (brokers, topic) = (self.brokers.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || read_snapshot(&brokers, &topic))
+        let (brokers, security, topic) = (
+            self.brokers.clone(),
+            self.security.clone(),
+            self.topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || read_snapshot(&brokers, security.as_ref(), &topic))
             .await
             .map_err(|e| Error::Other(format!("the Kafka reader stopped: {e}")))?
     }
@@ -83,7 +100,7 @@ impl DeadLetterTopic {
 
     async fn publisher(&mut self) -> Result<&KafkaPublisher> {
         if self.publisher.is_none() {
-            self.publisher = Some(kafka_publisher(&self.brokers).await?);
+            self.publisher = Some(kafka_publisher(&self.services).await?);
         }
         self.publisher
             .as_ref()
@@ -91,17 +108,37 @@ impl DeadLetterTopic {
     }
 }
 
-/// A producer on `brokers` for replays and imports: idempotent, each
-/// record confirmed by every in-sync replica.
-pub async fn kafka_publisher(brokers: &str) -> Result<KafkaPublisher> {
-    KafkaPublisher::builder(brokers)
-        .connect()
-        .await
-        .map_err(|e| Error::Other(format!("creating a Kafka producer for {brokers}: {e}")))
+/// The security flags' settings, checked against the brokers (so that a
+/// refused certificate or password is said as such, not as a timeout).
+async fn checked_security(services: &Services) -> Result<Option<KafkaSecurity>> {
+    let security = crate::security::kafka_security(services)?;
+    if let Some(s) = &security {
+        s.check(&services.kafka_brokers).await.map_err(|e| {
+            crate::security::kafka_refusal(&e, &services.kafka_brokers)
+                .unwrap_or_else(|| unreachable(&services.kafka_brokers, &e))
+        })?;
+    }
+    Ok(security)
 }
 
-fn reader(brokers: &str) -> Result<BaseConsumer> {
-    ClientConfig::new()
+/// A producer on the flags' brokers for replays and imports: idempotent,
+/// each record confirmed by every in-sync replica.
+pub async fn kafka_publisher(services: &Services) -> Result<KafkaPublisher> {
+    let brokers = &services.kafka_brokers;
+    let mut builder = KafkaPublisher::builder(brokers);
+    if let Some(security) = crate::security::kafka_security(services)? {
+        builder = builder.with_security(security);
+    }
+    builder.connect().await.map_err(|e| {
+        crate::security::kafka_refusal(&e, brokers).unwrap_or_else(|| {
+            Error::Other(format!("creating a Kafka producer for {brokers}: {e}"))
+        })
+    })
+}
+
+fn reader(brokers: &str, security: Option<&KafkaSecurity>) -> Result<BaseConsumer> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set(
             "group.id",
@@ -109,7 +146,11 @@ fn reader(brokers: &str) -> Result<BaseConsumer> {
         )
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
+        .set("enable.partition.eof", "true");
+    if let Some(security) = security {
+        security.apply_to(&mut config);
+    }
+    config
         .create()
         .map_err(|e| Error::Other(format!("creating a Kafka reader for {brokers}: {e}")))
 }
@@ -157,8 +198,8 @@ impl PartitionRead {
 /// taken at the start: letters that arrive during the read are left for
 /// the next one. Offsets in that range that yield no record (transaction
 /// markers, compaction) are counted in [`Snapshot::unread`].
-fn read_snapshot(brokers: &str, topic: &str) -> Result<Snapshot> {
-    let consumer = reader(brokers)?;
+fn read_snapshot(brokers: &str, security: Option<&KafkaSecurity>, topic: &str) -> Result<Snapshot> {
+    let consumer = reader(brokers, security)?;
     let mut parts = Vec::new();
     let mut assignment = TopicPartitionList::new();
     let mut expected: i64 = 0;

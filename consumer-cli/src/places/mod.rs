@@ -104,7 +104,7 @@ impl Letters {
         if let Some(topic) = &place.topic {
             #[cfg(feature = "kafka")]
             return Ok(Self::Topic(
-                kafka::DeadLetterTopic::open(&services.kafka_brokers, topic).await?,
+                kafka::DeadLetterTopic::open(services, topic).await?,
             ));
             #[cfg(not(feature = "kafka"))]
             return Err(Error::Usage(format!(

@@ -13,22 +13,22 @@
 //! Letters that arrive after the count was taken are behind the snapshot
 //! and never read: a replay sends only what was there when it started.
 
-use consumer_amqp::AmqpPublisher;
 use consumer_amqp::headers::to_envelope;
+use consumer_amqp::{AmqpEndpoint, AmqpPublisher};
 use consumer_core::{DeadLetter, Message};
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{Channel, Connection};
 
 use super::{Held, Snapshot};
 use crate::args::Services;
-use crate::error::{Error, Result, redact};
+use crate::error::{Error, Result};
 use crate::letter::Letter;
 
 /// One dead-letter queue, on a connection of its own.
 #[derive(Debug)]
 pub struct DeadLetterQueue {
-    url: String,
+    endpoint: AmqpEndpoint,
     queue: String,
     connection: Connection,
     channel: Option<Channel>,
@@ -39,14 +39,13 @@ impl DeadLetterQueue {
     /// Connects and checks that `queue` exists.
     pub async fn open(services: &Services, queue: &str) -> Result<Self> {
         consumer_amqp::validate_name("queue", queue).map_err(|e| Error::Usage(e.to_string()))?;
-        let connection = Connection::connect(
-            &services.amqp_url,
-            ConnectionProperties::default().with_connection_name("consumer-cli".into()),
-        )
-        .await
-        .map_err(|e| unreachable(&services.amqp_url, &e))?;
+        let endpoint = crate::security::amqp_endpoint(services)?;
+        let connection = endpoint.connect("consumer-cli").await.map_err(|e| {
+            crate::security::amqp_refusal(&e, &endpoint)
+                .unwrap_or_else(|| unreachable(&endpoint, &e))
+        })?;
         let this = Self {
-            url: services.amqp_url.clone(),
+            endpoint,
             queue: queue.to_owned(),
             connection,
             channel: None,
@@ -80,13 +79,13 @@ impl DeadLetterQueue {
             Err(e) if e.is_amqp_soft_error() && e.to_string().contains("NOT_FOUND") => {
                 Err(Error::NoSuchQueue {
                     queue: self.queue.clone(),
-                    address: redact(&self.url),
+                    address: self.endpoint.redacted_uri(),
                 })
             }
             Err(e) => Err(Error::Broker(format!(
                 "queue {} cannot be read at {}: {e}",
                 self.queue,
-                redact(&self.url)
+                self.endpoint.redacted_uri()
             ))),
         }
     }
@@ -162,7 +161,7 @@ impl DeadLetterQueue {
     pub fn publisher(&mut self) -> AmqpPublisher {
         self.publisher
             .get_or_insert_with(|| {
-                AmqpPublisher::builder(self.url.clone())
+                AmqpPublisher::builder(self.endpoint.clone())
                     .with_connection_name("consumer-cli-publisher")
                     .build()
             })
@@ -188,11 +187,11 @@ impl DeadLetterQueue {
     }
 }
 
-/// RabbitMQ did not answer at `url`.
-pub fn unreachable(url: &str, e: &dyn std::fmt::Display) -> Error {
+/// RabbitMQ did not answer at `endpoint`.
+pub fn unreachable(endpoint: &AmqpEndpoint, e: &dyn std::fmt::Display) -> Error {
     Error::Unreachable {
         service: "RabbitMQ",
-        address: redact(url),
+        address: endpoint.redacted_uri(),
         reason: e.to_string(),
         hint: "--amqp-url or AMQP_URL",
     }

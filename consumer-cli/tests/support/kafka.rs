@@ -17,13 +17,8 @@ use super::{Booking, Running, World, book};
 pub fn brokers() -> String {
     let brokers = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let first = brokers.split(',').next().unwrap_or(&brokers).to_owned();
-    let up = std::net::ToSocketAddrs::to_socket_addrs(&first)
-        .map(|mut a| {
-            a.any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
-        })
-        .unwrap_or(false);
     assert!(
-        up,
+        super::takes_connections(&first),
         "no Kafka broker answers at {brokers}: run `scripts/services kafka` (it starts Apache Kafka there) or set KAFKA_BROKERS"
     );
     brokers

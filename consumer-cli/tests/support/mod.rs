@@ -33,6 +33,9 @@ pub struct Booking {
 pub enum BookError {
     #[error("booking {0} is broken")]
     Broken(String),
+    /// A failure that heals (the secured-connection tests' retry).
+    #[error("booking {0} failed on its first attempt")]
+    Flaky(String),
     #[error("database error")]
     Db(#[from] sqlx::Error),
 }
@@ -41,19 +44,35 @@ pub enum BookError {
 /// business row per call into `bookings` (no unique key: a duplicate shows).
 #[handler(idempotency_key = b.id, retry = none, terminal = BookError::Broken(_))]
 pub async fn book(b: Booking, tx: &mut PgTx) -> Result<(), BookError> {
+    book_or_refuse(&b, tx).await
+}
+
+/// `book`'s work: refuses a booking listed in `broken`, else writes its
+/// row.
+pub async fn book_or_refuse(b: &Booking, tx: &mut PgTx) -> Result<(), BookError> {
     let broken: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM broken WHERE booking_id = $1)")
             .bind(&b.id)
             .fetch_one(&mut **tx)
             .await?;
     if broken {
-        return Err(BookError::Broken(b.id));
+        return Err(BookError::Broken(b.id.clone()));
     }
     sqlx::query("INSERT INTO bookings (booking_id) VALUES ($1)")
         .bind(&b.id)
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// Whether something takes TCP connections at `address` (`host:port`)
+/// within 2 s.
+pub fn takes_connections(address: &str) -> bool {
+    std::net::ToSocketAddrs::to_socket_addrs(address)
+        .map(|mut a| {
+            a.any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
+        })
+        .unwrap_or(false)
 }
 
 /// Polls until `check` holds (the database and the broker have no event to

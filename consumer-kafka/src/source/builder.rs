@@ -16,6 +16,7 @@ use super::poller::Poller;
 use super::rebalance::Ctx;
 use super::{KafkaSource, Link};
 use crate::error::Error;
+use crate::security::{self, KafkaSecurity};
 use crate::topics::Topics;
 use crate::tracing_context::TracingContext;
 
@@ -50,8 +51,9 @@ pub const SETTLE_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 /// Properties the source needs and the builder refuses to change.
 const CONSUMER_FIXED: &[(&str, &str)] = &[("enable.auto.offset.store", "false")];
 
-/// Configures and starts a [`KafkaSource`].
-#[derive(Debug, Clone)]
+/// Configures and starts a [`KafkaSource`]. Its `Debug` leaves out the
+/// values of secret properties (passwords, keys, tokens).
+#[derive(Clone)]
 #[must_use]
 pub struct KafkaSourceBuilder {
     brokers: String,
@@ -64,6 +66,21 @@ pub struct KafkaSourceBuilder {
     max_poll_stall: Duration,
     close_timeout: Duration,
     instance_id: Option<String>,
+    security: Option<KafkaSecurity>,
+}
+
+impl std::fmt::Debug for KafkaSourceBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSourceBuilder")
+            .field("brokers", &self.brokers)
+            .field("group_id", &self.group_id)
+            .field("topics", &self.topics)
+            .field("consumer", &security::redacted(&self.consumer))
+            .field("producer", &security::redacted(&self.producer))
+            .field("security", &self.security)
+            .field("instance_id", &self.instance_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KafkaSourceBuilder {
@@ -72,6 +89,25 @@ impl KafkaSourceBuilder {
     /// stays `false`: the source stores offsets itself.
     pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.consumer.push((key.into(), value.into()));
+        self
+    }
+
+    /// Encrypts and authenticates the consumer's and the settle producer's
+    /// links ([`KafkaSecurity`]); properties set with
+    /// [`with_property`](Self::with_property) and
+    /// [`with_producer_property`](Self::with_producer_property) override
+    /// its.
+    ///
+    /// With a security protocol other than `PLAINTEXT` (from here or from
+    /// a property), [`connect`](Self::connect) first asks the brokers for
+    /// their metadata over a link with these settings, and fails with
+    /// [`Error::Refused`], naming the cause, when a broker refuses the TLS
+    /// handshake or the SASL credentials: a wrong certificate, an unknown
+    /// CA or a bad password fails at start instead of being retried in the
+    /// background. Brokers that cannot be reached are not an error at
+    /// start, as without security.
+    pub fn with_security(mut self, security: KafkaSecurity) -> Self {
+        self.security = Some(security);
         self
     }
 
@@ -156,12 +192,18 @@ impl KafkaSourceBuilder {
     ///
     /// Async like every backend's `connect` (RabbitMQ's opens its
     /// connection here); librdkafka connects in the background, so this
-    /// returns without waiting for the brokers.
-    #[allow(clippy::unused_async)]
+    /// returns without waiting for the brokers, after the security check
+    /// of [`with_security`](Self::with_security) when there is one.
     pub async fn connect(self) -> Result<KafkaSource, Error> {
         if let Some(id) = &self.instance_id {
             validate_instance_id(id)?;
         }
+        let secured = crate::start_check::before_connect(
+            &self.brokers,
+            self.security.as_ref(),
+            &self.consumer,
+        )
+        .await?;
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
@@ -169,7 +211,7 @@ impl KafkaSourceBuilder {
         for (k, v) in CONSUMER_DEFAULTS {
             cc.set(*k, *v);
         }
-        for (k, v) in &self.consumer {
+        for (k, v) in secured.iter().chain(&self.consumer) {
             cc.set(k, v);
         }
         if let Some(id) = &self.instance_id {
@@ -184,14 +226,14 @@ impl KafkaSourceBuilder {
         for (k, v) in SETTLE_PRODUCER_DEFAULTS {
             pc.set(*k, *v);
         }
-        for (k, v) in &self.producer {
+        for (k, v) in secured.iter().chain(&self.producer) {
             pc.set(k, v);
         }
         let producer: FutureProducer<TracingContext> = pc
             .create_with_context(TracingContext::new("settle producer"))
             .map_err(|source| Error::Config {
                 context: "creating the settle producer",
-                source,
+                source: security::redact_error(source),
             })?;
 
         let shared = Arc::new(Ledger::default());
@@ -204,7 +246,7 @@ impl KafkaSourceBuilder {
             cc.create_with_context(context)
                 .map_err(|source| Error::Config {
                     context: "creating the consumer",
-                    source,
+                    source: security::redact_error(source),
                 })?;
         consumer
             .subscribe(&self.topics.subscribed())
@@ -275,6 +317,7 @@ impl KafkaSource {
             max_poll_stall: Duration::from_secs(1),
             close_timeout: Duration::from_secs(10),
             instance_id: None,
+            security: None,
         }
     }
 }

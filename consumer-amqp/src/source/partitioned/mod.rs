@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use consumer_backend::{Envelope, Source};
-use lapin::{Connection, ConnectionProperties};
 use tokio::sync::{Notify, watch};
 
 pub(crate) use lease::InFlightGuard;
@@ -104,14 +103,15 @@ impl std::fmt::Debug for PartitionedSource {
 
 impl PartitionedSource {
     /// A builder for one instance consuming `topology` on the broker at
-    /// `uri`; nothing is contacted until
+    /// `endpoint` (a URI, or an [`AmqpEndpoint`](crate::AmqpEndpoint) with
+    /// credentials and TLS); nothing is contacted until
     /// [`connect`](PartitionedSourceBuilder::connect).
     pub fn builder(
-        uri: impl Into<String>,
+        endpoint: impl Into<crate::AmqpEndpoint>,
         topology: PartitionedTopology,
     ) -> PartitionedSourceBuilder {
         PartitionedSourceBuilder {
-            options: SourceOptions::new(uri.into(), 64),
+            options: SourceOptions::new(endpoint.into(), 64),
             topology,
             instance: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
             heartbeat: Duration::from_secs(1),
@@ -172,19 +172,15 @@ impl PartitionedSource {
 
     async fn open(&self) -> Result<Session> {
         let (crashed, delay_tiers) = self.topology.check_and_declare(&self.publisher).await?;
-        let props = ConnectionProperties::default().with_connection_name(
-            format!("consumer {} {}", self.topology.name(), self.instance).into(),
-        );
         let timeout = self.topology.declare_timeout();
-        let connection =
-            tokio::time::timeout(timeout, Connection::connect(&self.options.uri, props))
-                .await
-                .map_err(|_| Error::NoAnswer {
-                    what: "the connection for the heartbeats of",
-                    name: self.topology.name().to_owned(),
-                    after: timeout,
-                })?
-                .map_err(Error::amqp("connection"))?;
+        let name = format!("consumer {} {}", self.topology.name(), self.instance);
+        let connection = tokio::time::timeout(timeout, self.options.endpoint.connect(name))
+            .await
+            .map_err(|_| Error::NoAnswer {
+                what: "the connection for the heartbeats of",
+                name: self.topology.name().to_owned(),
+                after: timeout,
+            })??;
         let control = connection
             .create_channel()
             .await
@@ -289,7 +285,7 @@ impl Source for PartitionedSource {
     }
 
     fn server(&self) -> Option<(&str, u16)> {
-        super::server_of(&self.options.uri)
+        self.options.endpoint.server()
     }
 
     fn channels(&self) -> Option<consumer_backend::SourceChannels> {
