@@ -11,8 +11,8 @@ use opentelemetry::trace::TraceContextExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use super::jitter;
-use super::settle::Redelivered;
+use super::settle::{Redelivered, Why};
+use super::{Ended, jitter};
 use super::worker::Worker;
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::{Envelope, HeaderError};
@@ -47,8 +47,8 @@ pub enum InputError {
 
 /// What follows a failed attempt.
 enum Next<A> {
-    /// Settled (`true`) or released (`false`): the delivery is done here.
-    Settled(bool),
+    /// The delivery is done here: settled or released.
+    Ended(Ended),
     /// Try again in place with this envelope (the next attempt's number).
     Again(Arc<Envelope>, A),
 }
@@ -81,8 +81,8 @@ where
     A: Acker,
 {
     /// Routes the delivery to its handler, then runs attempts until it is
-    /// settled (`true`) or released (`false`).
-    pub(super) async fn process(&self, envelope: Arc<Envelope>, acker: A) -> bool {
+    /// settled or released.
+    pub(super) async fn process(&self, envelope: Arc<Envelope>, acker: A) -> Ended {
         match self.routes.route(&envelope) {
             Route::To(handler) => self.run(handler, envelope, acker).await,
             Route::Ignore => {
@@ -92,25 +92,22 @@ where
                 self.settler.ack(&envelope, acker).await
             }
             Route::Unknown { router, error } => {
-                let attempts = envelope.attempt;
-                self.settler
-                    .dead_letter(
-                        router,
-                        &envelope,
-                        acker,
-                        DeadLetterKind::Poison,
-                        &error,
-                        attempts,
-                        None,
-                    )
-                    .await
+                let why = Why {
+                    handler: router,
+                    envelope: &envelope,
+                    kind: DeadLetterKind::Poison,
+                    error: &error,
+                    attempts: envelope.attempt,
+                    first_failure: None,
+                };
+                self.settler.dead_letter(why, acker).await
             }
         }
     }
 
-    /// Runs `handler`'s attempts until the delivery is settled (`true`) or
+    /// Runs `handler`'s attempts until the delivery is settled or
     /// released (`false`).
-    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) -> bool {
+    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) -> Ended {
         let name = handler.name();
         let policy = handler.retry_policy();
         let mut failed_here = false;
@@ -144,7 +141,7 @@ where
                 .after_failure(name, &policy, envelope, acker, failure, cx)
                 .await
             {
-                Next::Settled(settled) => return settled,
+                Next::Ended(ended) => return ended,
                 Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
         }
@@ -168,32 +165,31 @@ where
             FailureKind::Transient => None,
         };
         if let Some(kind) = kind {
-            let attempts = envelope.attempt;
-            let letter = self.settler.dead_letter(
-                name,
-                &envelope,
-                acker,
+            let why = Why {
+                handler: name,
+                envelope: &envelope,
                 kind,
-                &*failure.error,
-                attempts,
-                None,
-            );
-            return Next::Settled(within!(cx, letter));
+                error: &*failure.error,
+                attempts: envelope.attempt,
+                first_failure: None,
+            };
+            let letter = self.settler.dead_letter(why, acker);
+            return Next::Ended(within!(cx, letter));
         }
         // A failure may carry its own policy (see `Failure::with_retry`).
         let policy = &failure.retry.unwrap_or(*policy);
         let record = self.record_failure(name, &envelope, &failure.error).await;
         if !policy.should_retry(record.attempts) {
-            let letter = self.settler.dead_letter(
-                name,
-                &envelope,
-                acker,
-                DeadLetterKind::Exhausted,
-                &*failure.error,
-                record.attempts,
-                Some(record.first_failure),
-            );
-            return Next::Settled(within!(cx, letter));
+            let why = Why {
+                handler: name,
+                envelope: &envelope,
+                kind: DeadLetterKind::Exhausted,
+                error: &*failure.error,
+                attempts: record.attempts,
+                first_failure: Some(record.first_failure),
+            };
+            let letter = self.settler.dead_letter(why, acker);
+            return Next::Ended(within!(cx, letter));
         }
         let delay = jitter(policy, record.attempts);
         self.stats.incr(Counter::Retries);
@@ -212,18 +208,18 @@ where
             let copied = self.settler.redeliver(name, &envelope, acker, &copy);
             match within!(cx.clone(), copied) {
                 Redelivered::Refused(refused) => acker = refused,
-                Redelivered::Settled(settled) => {
-                    if settled {
+                Redelivered::Ended(ended) => {
+                    if ended == Ended::Settled {
                         self.metrics.retry(&envelope, name, "redeliver");
                     }
-                    return Next::Settled(settled);
+                    return Next::Ended(ended);
                 }
             }
         }
         // In place (the mode, or the fallback for a refused copy).
         self.metrics.retry(&envelope, name, "in_place");
         if !self.stopping.sleep_unless_stopping(delay).await {
-            return Next::Settled(within!(cx, self.settler.release(&envelope, acker)));
+            return Next::Ended(within!(cx, self.settler.release(&envelope, acker)));
         }
         let mut next = Envelope::clone(&envelope);
         next.attempt = copy.attempt;

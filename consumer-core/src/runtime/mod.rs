@@ -473,6 +473,16 @@ fn one_of(
     held
 }
 
+/// How the runtime finished with a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Settled: acked (processed, a duplicate, or its retry copy or dead
+    /// letter confirmed).
+    Settled,
+    /// Released: given back to the broker unsettled, to be delivered again.
+    Released,
+}
+
 /// One delivery held by the runtime, with its in-flight permit.
 struct Job<A> {
     envelope: Arc<Envelope>,

@@ -42,7 +42,7 @@ use tracing::Instrument;
 
 use time::OffsetDateTime;
 
-use super::{STEP_BACKOFF, Stopping, jitter};
+use super::{Ended, STEP_BACKOFF, Stopping, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
@@ -98,11 +98,23 @@ enum Published {
 
 /// How sending a retry copy ended.
 pub(super) enum Redelivered<A> {
-    /// The copy is confirmed and the original acked (`true`), or shutdown
-    /// began and the original was released (`false`).
-    Settled(bool),
+    /// The copy is confirmed and the original settled, or shutdown began
+    /// and the original was released.
+    Ended(Ended),
     /// The broker did not take the copy: retry in place.
     Refused(A),
+}
+
+/// Why a delivery is dead-lettered, and what its letter says of it.
+pub(super) struct Why<'a> {
+    /// The handler (or `router:<name>`) that gave up.
+    pub(super) handler: &'a str,
+    pub(super) envelope: &'a Envelope,
+    pub(super) kind: DeadLetterKind,
+    pub(super) error: &'a (dyn std::error::Error + Send + Sync + 'static),
+    pub(super) attempts: u32,
+    /// When its first attempt failed (an exhausted one's).
+    pub(super) first_failure: Option<OffsetDateTime>,
 }
 
 /// How writing to the store's dead-letter table ended.
@@ -187,19 +199,19 @@ impl<S: DedupStore> Settler<S> {
         r
     }
 
-    /// Acks: the delivery is settled (`true`, whether or not the broker
+    /// Acks: the delivery is settled (whether or not the broker
     /// heard: a lost ack is a redelivery that dedup skips).
-    pub(super) async fn ack<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
+    pub(super) async fn ack<A: Acker>(&self, envelope: &Envelope, acker: A) -> Ended {
         let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
             self.stats.incr(Counter::SettleErrors);
             tracing::warn!(target: "consumer::runtime", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
         }
-        true
+        Ended::Settled
     }
 
-    /// Gives the delivery back unsettled (`false`).
-    pub(super) async fn release<A: Acker>(&self, envelope: &Envelope, acker: A) -> bool {
+    /// Gives the delivery back unsettled.
+    pub(super) async fn release<A: Acker>(&self, envelope: &Envelope, acker: A) -> Ended {
         self.metrics.released(envelope);
         self.stats.incr(Counter::Released);
         let r = self
@@ -208,7 +220,7 @@ impl<S: DedupStore> Settler<S> {
         if let Err(e) = r {
             tracing::warn!(target: "consumer::runtime", error = %e, "release failed; the broker redelivers unsettled deliveries");
         }
-        false
+        Ended::Released
     }
 
     /// Sends `copy` through the broker and acks the original once it is
@@ -228,7 +240,7 @@ impl<S: DedupStore> Settler<S> {
                 .settle_op(envelope, operation::RETRY, acker.publish_retry(copy))
                 .await;
             let Err(e) = r.map_err(Error::from) else {
-                return Redelivered::Settled(self.ack(envelope, acker).await);
+                return Redelivered::Ended(self.ack(envelope, acker).await);
             };
             match self
                 .after_failure(&mut budget, "publishing the retry copy", &e)
@@ -236,7 +248,7 @@ impl<S: DedupStore> Settler<S> {
             {
                 Next::TryAgain => {}
                 Next::Stopping => {
-                    return Redelivered::Settled(self.release(envelope, acker).await);
+                    return Redelivered::Ended(self.release(envelope, acker).await);
                 }
                 Next::GiveUp => {
                     self.metrics.fallback(envelope, fallback::RETRY_IN_PLACE);
@@ -256,18 +268,16 @@ impl<S: DedupStore> Settler<S> {
     }
 
     /// Dead-letters the delivery down the fallback chain (see the module
-    /// docs), then settles it; `false` when it was released instead.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn dead_letter<A: Acker>(
-        &self,
-        name: &str,
-        envelope: &Envelope,
-        mut acker: A,
-        kind: DeadLetterKind,
-        error: &(dyn std::error::Error + Send + Sync + 'static),
-        attempts: u32,
-        first_failure: Option<OffsetDateTime>,
-    ) -> bool {
+    /// docs), then settles it, or releases it when every step failed.
+    pub(super) async fn dead_letter<A: Acker>(&self, why: Why<'_>, mut acker: A) -> Ended {
+        let Why {
+            handler: name,
+            envelope,
+            kind,
+            error,
+            attempts,
+            first_failure,
+        } = why;
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         tracing::error!(
             target: "consumer::runtime",
@@ -371,7 +381,7 @@ impl<S: DedupStore> Settler<S> {
         mut acker: A,
         dl: &DeadLetter,
         refused: &Error,
-    ) -> bool {
+    ) -> Ended {
         let refusal = format!(
             "too large for the dead-letter destination ({}); a letter without its payload was sent there",
             chain(refused)
@@ -479,7 +489,7 @@ impl<S: DedupStore> Settler<S> {
         acker: A,
         dl: &DeadLetter,
         error: &Error,
-    ) -> bool {
+    ) -> Ended {
         self.metrics.fallback(envelope, fallback::RELEASE);
         self.stats.incr(Counter::SettleFailures);
         tracing::error!(

@@ -9,7 +9,7 @@ use opentelemetry::trace::TraceContextExt as _;
 
 use super::lanes::LaneTable;
 use super::settle::Settler;
-use super::{Job, Stopping};
+use super::{Ended, Job, Stopping};
 use crate::metrics::consumer::ConsumerMetrics;
 use crate::router::Routes;
 use crate::source::Acker;
@@ -72,13 +72,13 @@ where
             } else {
                 let received = job.received;
                 let envelope = Arc::clone(&job.envelope);
-                let settled = if traced {
+                let ended = if traced {
                     let process = self.process(job.envelope, job.acker);
                     process.with_context(cx).await
                 } else {
                     self.process(job.envelope, job.acker).await
                 };
-                let took = settled.then(|| received.elapsed());
+                let took = (ended == Ended::Settled).then(|| received.elapsed());
                 self.metrics.left(&envelope, took);
                 self.stats.leave(took);
             }
