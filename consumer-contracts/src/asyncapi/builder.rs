@@ -14,8 +14,10 @@ use super::document::{
 use super::schemas::{RawSchema, Schemas, Side, all_refs, component_key};
 use super::{AsyncApiError, headers};
 use consumer_core::describe::{
-    ChannelDescription, HandlerDescription, PartDescription, ServiceDescription, SourceChannels,
+    ChannelDescription, HandlerDescription, PartDescription, ServiceDescription,
 };
+
+mod consumer;
 
 enum Payload {
     Schema(RawSchema),
@@ -116,115 +118,6 @@ impl Plan {
             summary,
             messages,
         });
-    }
-
-    fn consumer(
-        &mut self,
-        schemas: &mut Schemas,
-        name: &str,
-        system: &str,
-        channels: Option<&SourceChannels>,
-        handlers: &[HandlerDescription],
-    ) {
-        let Some(channels) = channels else {
-            self.problems.push(format!(
-                "consumer `{name}`: its {system} source does not describe its channels (`Source::channels`)"
-            ));
-            return;
-        };
-        let input = self.channel(&channels.input, "");
-        let retry = channels.retry.as_ref().map(|c| self.channel(c, "retry"));
-        let mut retried = Vec::new();
-        for h in handlers {
-            let Some(payload) = h.payload else {
-                self.problems.push(format!(
-                    "consumer `{name}`: handler `{}` does not say its message type (`Handler::payload_type`; `#[handler]` does)",
-                    h.name
-                ));
-                continue;
-            };
-            let Some(schema) = schemas.payload(Side::Receive, &payload) else {
-                self.problems.push(format!(
-                    "consumer `{name}`: handler `{}` takes `{}`, which has no JSON schema: derive `schemars::JsonSchema` for it",
-                    h.name,
-                    payload.type_name()
-                ));
-                continue;
-            };
-            let types: Vec<Option<&str>> = if h.event_types.is_empty() {
-                vec![None]
-            } else {
-                h.event_types.iter().map(|t| Some(*t)).collect()
-            };
-            for event_type in types {
-                let label =
-                    event_type.map_or_else(|| short_name(payload.type_name()), str::to_owned);
-                let pending = |prefix| PendingMessage {
-                    name: label.clone(),
-                    summary: summary(event_type, payload.type_name()),
-                    event_type: event_type.map(str::to_owned),
-                    prefix,
-                    payload: Payload::Schema(schema.clone()),
-                };
-                let m = self.message(&input, pending(channels.input.attribute_prefix));
-                self.operation(
-                    format!("{name}.{}.{label}", h.name),
-                    Action::Receive,
-                    &input,
-                    format!("Handler `{}` of consumer `{name}` takes `{label}`.", h.name),
-                    vec![m],
-                );
-                if let (Some(retry), Some(rc)) = (&retry, &channels.retry) {
-                    let m = self.message(retry, pending(rc.attribute_prefix));
-                    retried.push(m);
-                    // Copies that come back on the input are taken there.
-                    if channels.retries_return_on_input {
-                        continue;
-                    }
-                    self.operation(
-                        format!("{name}.{}.{label}.retry", h.name),
-                        Action::Receive,
-                        retry,
-                        format!(
-                            "Handler `{}` of consumer `{name}` takes `{label}` again: a retry copy, after its delay.",
-                            h.name
-                        ),
-                        vec![m],
-                    );
-                }
-            }
-        }
-        if let Some(retry) = retry {
-            self.operation(
-                format!("{name}.retry"),
-                Action::Send,
-                &retry,
-                format!("Consumer `{name}` sends the retry copy of a delivery that failed, to take it again after a delay."),
-                retried,
-            );
-        }
-        if let Some(dlq) = &channels.dead_letter {
-            let id = self.channel(dlq, "dead-letter");
-            let m = self.message(
-                &id,
-                PendingMessage {
-                    name: "DeadLetter".to_owned(),
-                    summary:
-                        "A delivery no handler could process: its payload and headers, and why."
-                            .to_owned(),
-                    event_type: None,
-                    prefix: dlq.attribute_prefix,
-                    payload: Payload::DeadLetter,
-                },
-            );
-            self.operation(
-                format!("{name}.dead-letter"),
-                Action::Send,
-                &id,
-                format!("Consumer `{name}` dead-letters what it cannot process (poison, terminal failure, attempts exhausted)."),
-                vec![m],
-            );
-        }
     }
 
     fn relay(

@@ -126,26 +126,112 @@ impl Contract {
 /// One schema per subject and contract, sorted by subject then contract:
 /// what `service`'s handlers read and its outboxes write.
 pub fn payload_schemas(service: &ServiceDescription) -> Result<Vec<PayloadSchema>, AsyncApiError> {
-    let parts = &service.parts;
-    let mut found: BTreeMap<(String, Contract), PayloadSchema> = BTreeMap::new();
-    let mut problems = Vec::new();
-    let mut add = |subject: String, contract: Contract, payload: &PayloadType, whose: String| {
+    let mut found = Found::default();
+    for part in &service.parts {
+        for payload_use in uses(part) {
+            found.add(payload_use);
+        }
+    }
+    if found.problems.is_empty() {
+        Ok(found.schemas.into_values().collect())
+    } else {
+        Err(AsyncApiError::Incomplete {
+            service: service.name.to_owned(),
+            problems: found.problems,
+        })
+    }
+}
+
+/// One place a payload type is read or written, as a subject in a
+/// contract.
+struct Use<'p> {
+    subject: String,
+    contract: Contract,
+    payload: &'p PayloadType,
+    /// Who reads or writes it, for the problems.
+    whose: String,
+}
+
+/// Every use in `part`, in the order the problems are reported: for each
+/// handler what it sends, then what it takes (once per event type it
+/// declares, or under its type's short name); for a relay each event.
+fn uses(part: &PartDescription) -> Vec<Use<'_>> {
+    let mut uses = Vec::new();
+    match part {
+        PartDescription::Consumer { name, handlers, .. } => {
+            for h in handlers {
+                uses.extend(h.sends.iter().map(|event| Use {
+                    subject: event.event_type.clone(),
+                    contract: Contract::Serialize,
+                    payload: &event.payload,
+                    whose: format!(
+                        "consumer `{name}`: `{}` sends `{}`",
+                        h.name, event.event_type
+                    ),
+                }));
+                let Some(payload) = &h.payload else {
+                    continue;
+                };
+                let subjects = if h.event_types.is_empty() {
+                    vec![short_name(payload.type_name())]
+                } else {
+                    h.event_types.iter().map(|t| (*t).to_owned()).collect()
+                };
+                uses.extend(subjects.into_iter().map(|subject| Use {
+                    subject,
+                    contract: Contract::Deserialize,
+                    payload,
+                    whose: format!("consumer `{name}`: handler `{}`", h.name),
+                }));
+            }
+        }
+        PartDescription::Relay { name, events, .. } => {
+            uses.extend(events.iter().map(|(event, _, _)| Use {
+                subject: event.event_type.clone(),
+                contract: Contract::Serialize,
+                payload: &event.payload,
+                whose: format!("relay `{name}`: event `{}`", event.event_type),
+            }));
+        }
+    }
+    uses
+}
+
+/// The schemas found so far, by subject and contract, and the problems.
+#[derive(Default)]
+struct Found {
+    schemas: BTreeMap<(String, Contract), PayloadSchema>,
+    problems: Vec<String>,
+}
+
+impl Found {
+    /// Adds the schema of one use: the first of its subject and contract
+    /// is kept; a type without a schema, or another schema for the same
+    /// subject and contract, is a problem (one event type has one
+    /// contract).
+    fn add(&mut self, u: Use<'_>) {
+        let Use {
+            subject,
+            contract,
+            payload,
+            whose,
+        } = u;
         let Some(schema) = contract.schema_of(payload) else {
-            problems.push(format!(
+            self.problems.push(format!(
                 "{whose} is a `{}`, which has no JSON schema: derive `schemars::JsonSchema` for it",
                 payload.type_name()
             ));
             return;
         };
-        match found.get(&(subject.clone(), contract)) {
-            Some(seen) if seen.schema != schema => problems.push(format!(
+        match self.schemas.get(&(subject.clone(), contract)) {
+            Some(seen) if seen.schema != schema => self.problems.push(format!(
                 "{whose}: `{subject}` is {contract}d as `{}` here and as `{}` elsewhere, with different schemas: one event type has one contract",
                 payload.type_name(),
                 seen.type_name
             )),
             Some(_) => {}
             None => {
-                found.insert(
+                self.schemas.insert(
                     (subject.clone(), contract),
                     PayloadSchema {
                         subject,
@@ -156,62 +242,6 @@ pub fn payload_schemas(service: &ServiceDescription) -> Result<Vec<PayloadSchema
                 );
             }
         }
-    };
-    for part in parts {
-        match part {
-            PartDescription::Consumer { name, handlers, .. } => {
-                for h in handlers {
-                    for event in &h.sends {
-                        let whose = format!(
-                            "consumer `{name}`: `{}` sends `{}`",
-                            h.name, event.event_type
-                        );
-                        add(
-                            event.event_type.clone(),
-                            Contract::Serialize,
-                            &event.payload,
-                            whose,
-                        );
-                    }
-                    let Some(payload) = &h.payload else {
-                        continue;
-                    };
-                    let whose = format!("consumer `{name}`: handler `{}`", h.name);
-                    if h.event_types.is_empty() {
-                        let subject = short_name(payload.type_name());
-                        add(subject, Contract::Deserialize, payload, whose);
-                    } else {
-                        for t in &h.event_types {
-                            add(
-                                (*t).to_owned(),
-                                Contract::Deserialize,
-                                payload,
-                                whose.clone(),
-                            );
-                        }
-                    }
-                }
-            }
-            PartDescription::Relay { name, events, .. } => {
-                for (event, _, _) in events {
-                    let whose = format!("relay `{name}`: event `{}`", event.event_type);
-                    add(
-                        event.event_type.clone(),
-                        Contract::Serialize,
-                        &event.payload,
-                        whose,
-                    );
-                }
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(found.into_values().collect())
-    } else {
-        Err(AsyncApiError::Incomplete {
-            service: service.name.to_owned(),
-            problems,
-        })
     }
 }
 

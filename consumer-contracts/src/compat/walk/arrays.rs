@@ -3,12 +3,35 @@
 
 use serde_json::{Map, Value};
 
+use super::Walk;
+use super::members::{ExtraRules, MemberRules};
 use super::objects::ContentModel;
 use super::scalars::{Bound, bound};
-use super::{Walk, accepts_anything, is_compatible, permits, resolve, schema_of};
 use crate::compat::CompatError;
 use crate::compat::report::Finding;
 use crate::compat::rule::Rule;
+
+/// What a tuple's item one side declares and the other does not makes.
+const ITEM: MemberRules = MemberRules {
+    removed_from_open: Rule::ItemRemovedFromOpenContentModel,
+    removed_covered_by_partial: Rule::ItemRemovedIsCoveredByPartiallyOpenContentModel,
+    removed_not_covered_by_partial: Rule::ItemRemovedNotCoveredByPartiallyOpenContentModel,
+    false_removed_from_closed: Rule::ItemWithFalseRemovedFromClosedContentModel,
+    removed_from_closed: Rule::ItemRemovedFromClosedContentModel,
+    empty_added_to_open: Rule::ItemWithEmptySchemaAddedToOpenContentModel,
+    added_to_open: Rule::ItemAddedToOpenContentModel,
+    added_covered_by_partial: Rule::ItemAddedIsCoveredByPartiallyOpenContentModel,
+    added_not_covered_by_partial: Rule::ItemAddedNotCoveredByPartiallyOpenContentModel,
+};
+
+/// What `additionalItems` makes.
+const ADDITIONAL_ITEMS: ExtraRules = ExtraRules {
+    keyword: "additionalItems",
+    added: Rule::AdditionalItemsAdded,
+    removed: Rule::AdditionalItemsRemoved,
+    narrowed: Rule::AdditionalItemsNarrowed,
+    extended: Rule::AdditionalItemsExtended,
+};
 
 impl Walk<'_> {
     /// Appends what differs between two array schemas.
@@ -28,128 +51,70 @@ impl Walk<'_> {
             }
             (None, None) => {}
         }
+        self.tuples(out, wo, ro, w_tuple, r_tuple)?;
+        for (keyword, rules) in [
+            (
+                "maxItems",
+                Bound::Max([
+                    Rule::MaxItemsAdded,
+                    Rule::MaxItemsRemoved,
+                    Rule::MaxItemsIncreased,
+                    Rule::MaxItemsDecreased,
+                ]),
+            ),
+            (
+                "minItems",
+                Bound::Min([
+                    Rule::MinItemsAdded,
+                    Rule::MinItemsRemoved,
+                    Rule::MinItemsIncreased,
+                    Rule::MinItemsDecreased,
+                ]),
+            ),
+        ] {
+            bound(out, wo, ro, keyword, rules);
+        }
+        let unique = |o: &Map<String, Value>| o.get("uniqueItems") == Some(&Value::Bool(true));
+        match (unique(wo), unique(ro)) {
+            (false, true) => out.push(Finding::at(&["uniqueItems"], Rule::UniqueItemsAdded)),
+            (true, false) => out.push(Finding::at(&["uniqueItems"], Rule::UniqueItemsRemoved)),
+            _ => {}
+        }
+        Ok(())
+    }
 
+    /// Appends what differs between two tuples, item by position, each
+    /// item only one side has judged by the other side's content model;
+    /// then `additionalItems`, which only a tuple reads.
+    fn tuples(
+        &mut self,
+        out: &mut Vec<Finding>,
+        wo: &Map<String, Value>,
+        ro: &Map<String, Value>,
+        w_tuple: &[Value],
+        r_tuple: &[Value],
+    ) -> Result<(), CompatError> {
         let w_model = tuple_model(wo);
         let r_model = tuple_model(ro);
-        let longest = w_tuple.len().max(r_tuple.len());
-        for index in 0..longest {
+        for index in 0..w_tuple.len().max(r_tuple.len()) {
             let at = index.to_string();
             let path = ["items", at.as_str()];
             match (w_tuple.get(index), r_tuple.get(index)) {
                 (Some(w), Some(r)) => {
                     self.nested(out, &path, w, r)?;
                 }
-                (Some(w), None) => match &r_model {
-                    ContentModel::Open => {
-                        out.push(Finding::at(&path, Rule::ItemRemovedFromOpenContentModel))
+                (Some(w), None) => self.member_removed(out, &path, w, &r_model, &ITEM)?,
+                (None, Some(r)) => {
+                    self.member_added(out, &path, r, &w_model, &ITEM)?;
+                    if matches!(w_model, ContentModel::Closed) {
+                        out.push(Finding::at(&path, Rule::ItemAddedToClosedContentModel));
                     }
-                    ContentModel::Partial(extra) => {
-                        let found = self.nested(out, &path, w, extra)?;
-                        out.push(Finding::at(
-                            &path,
-                            if is_compatible(&found) {
-                                Rule::ItemRemovedIsCoveredByPartiallyOpenContentModel
-                            } else {
-                                Rule::ItemRemovedNotCoveredByPartiallyOpenContentModel
-                            },
-                        ));
-                    }
-                    ContentModel::Closed => out.push(Finding::at(
-                        &path,
-                        if w == &Value::Bool(false) {
-                            Rule::ItemWithFalseRemovedFromClosedContentModel
-                        } else {
-                            Rule::ItemRemovedFromClosedContentModel
-                        },
-                    )),
-                },
-                (None, Some(r)) => match &w_model {
-                    ContentModel::Open => {
-                        let rule = if accepts_anything(resolve(self.reader_root, r, "reader")?) {
-                            Rule::ItemWithEmptySchemaAddedToOpenContentModel
-                        } else {
-                            Rule::ItemAddedToOpenContentModel
-                        };
-                        out.push(Finding::at(&path, rule));
-                    }
-                    ContentModel::Partial(extra) => {
-                        let found = self.nested(out, &path, extra, r)?;
-                        out.push(Finding::at(
-                            &path,
-                            if is_compatible(&found) {
-                                Rule::ItemAddedIsCoveredByPartiallyOpenContentModel
-                            } else {
-                                Rule::ItemAddedNotCoveredByPartiallyOpenContentModel
-                            },
-                        ));
-                    }
-                    ContentModel::Closed => {
-                        out.push(Finding::at(&path, Rule::ItemAddedToClosedContentModel))
-                    }
-                },
+                }
                 (None, None) => {}
             }
         }
-
         if !w_tuple.is_empty() || !r_tuple.is_empty() {
-            let w_extra = wo.get("additionalItems");
-            let r_extra = ro.get("additionalItems");
-            if permits(w_extra) != permits(r_extra) {
-                out.push(Finding::at(
-                    &["additionalItems"],
-                    if permits(r_extra) {
-                        Rule::AdditionalItemsAdded
-                    } else {
-                        Rule::AdditionalItemsRemoved
-                    },
-                ));
-            } else {
-                match (schema_of(w_extra), schema_of(r_extra)) {
-                    (None, Some(_)) => out.push(Finding::at(
-                        &["additionalItems"],
-                        Rule::AdditionalItemsNarrowed,
-                    )),
-                    (Some(_), None) => out.push(Finding::at(
-                        &["additionalItems"],
-                        Rule::AdditionalItemsExtended,
-                    )),
-                    (Some(w), Some(r)) => {
-                        self.nested(out, &["additionalItems"], w, r)?;
-                    }
-                    (None, None) => {}
-                }
-            }
-        }
-
-        bound(
-            out,
-            wo,
-            ro,
-            "maxItems",
-            Bound::Max([
-                Rule::MaxItemsAdded,
-                Rule::MaxItemsRemoved,
-                Rule::MaxItemsIncreased,
-                Rule::MaxItemsDecreased,
-            ]),
-        );
-        bound(
-            out,
-            wo,
-            ro,
-            "minItems",
-            Bound::Min([
-                Rule::MinItemsAdded,
-                Rule::MinItemsRemoved,
-                Rule::MinItemsIncreased,
-                Rule::MinItemsDecreased,
-            ]),
-        );
-        let unique = |o: &Map<String, Value>| o.get("uniqueItems") == Some(&Value::Bool(true));
-        match (unique(wo), unique(ro)) {
-            (false, true) => out.push(Finding::at(&["uniqueItems"], Rule::UniqueItemsAdded)),
-            (true, false) => out.push(Finding::at(&["uniqueItems"], Rule::UniqueItemsRemoved)),
-            _ => {}
+            self.extra_members(out, wo, ro, &ADDITIONAL_ITEMS)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 mod arrays;
 mod combined;
+mod members;
 mod objects;
 mod scalars;
 #[cfg(test)]

@@ -5,11 +5,54 @@
 
 use serde_json::{Map, Value};
 
+use super::members::{ExtraRules, MemberRules};
 use super::scalars::{Bound, bound};
-use super::{Walk, accepts_anything, is_compatible, permits, resolve, schema_of};
+use super::{Walk, resolve};
 use crate::compat::CompatError;
 use crate::compat::report::Finding;
 use crate::compat::rule::Rule;
+
+/// What a property one side declares and the other does not makes.
+const PROPERTY: MemberRules = MemberRules {
+    removed_from_open: Rule::PropertyRemovedFromOpenContentModel,
+    removed_covered_by_partial: Rule::PropertyRemovedIsCoveredByPartiallyOpenContentModel,
+    removed_not_covered_by_partial: Rule::PropertyRemovedNotCoveredByPartiallyOpenContentModel,
+    false_removed_from_closed: Rule::PropertyWithFalseRemovedFromClosedContentModel,
+    removed_from_closed: Rule::PropertyRemovedFromClosedContentModel,
+    empty_added_to_open: Rule::PropertyWithEmptySchemaAddedToOpenContentModel,
+    added_to_open: Rule::PropertyAddedToOpenContentModel,
+    added_covered_by_partial: Rule::PropertyAddedIsCoveredByPartiallyOpenContentModel,
+    added_not_covered_by_partial: Rule::PropertyAddedNotCoveredByPartiallyOpenContentModel,
+};
+
+/// What `additionalProperties` makes.
+const ADDITIONAL_PROPERTIES: ExtraRules = ExtraRules {
+    keyword: "additionalProperties",
+    added: Rule::AdditionalPropertiesAdded,
+    removed: Rule::AdditionalPropertiesRemoved,
+    narrowed: Rule::AdditionalPropertiesNarrowed,
+    extended: Rule::AdditionalPropertiesExtended,
+};
+
+/// One object schema's side of the comparison: the properties it declares
+/// and the ones it requires.
+struct Declared<'v> {
+    props: &'v Map<String, Value>,
+    required: Vec<&'v str>,
+}
+
+impl<'v> Declared<'v> {
+    /// `o`'s properties (`empty` when it declares none) and `required`.
+    fn of(o: &'v Map<String, Value>, empty: &'v Map<String, Value>) -> Self {
+        Declared {
+            props: o
+                .get("properties")
+                .and_then(Value::as_object)
+                .unwrap_or(empty),
+            required: required(o),
+        }
+    }
+}
 
 impl Walk<'_> {
     /// Appends what differs between two object schemas.
@@ -20,32 +63,76 @@ impl Walk<'_> {
         ro: &Map<String, Value>,
     ) -> Result<(), CompatError> {
         let empty = Map::new();
-        let w_props = wo
-            .get("properties")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let r_props = ro
-            .get("properties")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let w_required = required(wo);
-        let r_required = required(ro);
-
-        for (name, _) in w_props
+        let w = Declared::of(wo, &empty);
+        let r = Declared::of(ro, &empty);
+        self.required_changes(out, &w, &r)?;
+        let r_model = ContentModel::of(ro, Side::Reader);
+        for (name, w_prop) in w.props {
+            let path = ["properties", name.as_str()];
+            match r.props.get(name) {
+                Some(r_prop) => {
+                    self.nested(out, &path, w_prop, r_prop)?;
+                }
+                None => self.member_removed(out, &path, w_prop, &r_model, &PROPERTY)?,
+            }
+        }
+        let w_model = ContentModel::of(wo, Side::Writer);
+        for (name, r_prop) in r
+            .props
             .iter()
-            .filter(|(name, _)| r_props.contains_key(*name))
+            .filter(|(name, _)| !w.props.contains_key(*name))
         {
-            let (was, is) = (
-                w_required.contains(&name.as_str()),
-                r_required.contains(&name.as_str()),
-            );
+            self.property_added(out, name, r_prop, &w_model, &r.required)?;
+        }
+        self.extra_members(out, wo, ro, &ADDITIONAL_PROPERTIES)?;
+        for (keyword, rules) in [
+            (
+                "maxProperties",
+                Bound::Max([
+                    Rule::MaxPropertiesAdded,
+                    Rule::MaxPropertiesRemoved,
+                    Rule::MaxPropertiesIncreased,
+                    Rule::MaxPropertiesDecreased,
+                ]),
+            ),
+            (
+                "minProperties",
+                Bound::Min([
+                    Rule::MinPropertiesAdded,
+                    Rule::MinPropertiesRemoved,
+                    Rule::MinPropertiesIncreased,
+                    Rule::MinPropertiesDecreased,
+                ]),
+            ),
+        ] {
+            bound(out, wo, ro, keyword, rules);
+        }
+        Ok(())
+    }
+
+    /// Appends, for each property both sides declare, whether it became
+    /// required or stopped being so: a newly required property with a
+    /// default still reads data without it.
+    fn required_changes(
+        &self,
+        out: &mut Vec<Finding>,
+        w: &Declared<'_>,
+        r: &Declared<'_>,
+    ) -> Result<(), CompatError> {
+        for (name, _) in w
+            .props
+            .iter()
+            .filter(|(name, _)| r.props.contains_key(*name))
+        {
+            let was = w.required.contains(&name.as_str());
+            let is = r.required.contains(&name.as_str());
             if was && !is {
                 out.push(Finding::at(
                     &["required", name],
                     Rule::RequiredAttributeRemoved,
                 ));
             } else if !was && is {
-                let rule = if self.has_default(&r_props[name])? {
+                let rule = if self.has_default(&r.props[name])? {
                     Rule::RequiredAttributeWithDefaultAdded
                 } else {
                     Rule::RequiredAttributeAdded
@@ -53,128 +140,34 @@ impl Walk<'_> {
                 out.push(Finding::at(&["required", name], rule));
             }
         }
+        Ok(())
+    }
 
-        let w_model = ContentModel::of(wo, Side::Writer);
-        let r_model = ContentModel::of(ro, Side::Reader);
-        for (name, w_prop) in w_props {
-            match r_props.get(name) {
-                Some(r_prop) => {
-                    self.nested(out, &["properties", name], w_prop, r_prop)?;
-                }
-                // Only the reader's model says whether it still takes the
-                // property the writer sends.
-                None => match &r_model {
-                    ContentModel::Open => out.push(Finding::at(
-                        &["properties", name],
-                        Rule::PropertyRemovedFromOpenContentModel,
-                    )),
-                    ContentModel::Partial(extra) => {
-                        let found = self.nested(out, &["properties", name], w_prop, extra)?;
-                        let rule = if is_compatible(&found) {
-                            Rule::PropertyRemovedIsCoveredByPartiallyOpenContentModel
-                        } else {
-                            Rule::PropertyRemovedNotCoveredByPartiallyOpenContentModel
-                        };
-                        out.push(Finding::at(&["properties", name], rule));
-                    }
-                    ContentModel::Closed => {
-                        let rule = if w_prop == &Value::Bool(false) {
-                            Rule::PropertyWithFalseRemovedFromClosedContentModel
-                        } else {
-                            Rule::PropertyRemovedFromClosedContentModel
-                        };
-                        out.push(Finding::at(&["properties", name], rule));
-                    }
-                },
-            }
+    /// Appends what the writer's model makes of the reader's new property
+    /// `name`; under a model that is not open (partial or closed) the
+    /// writer's data may lack it, so whether the reader requires it (and
+    /// has a default for it) is a finding too.
+    fn property_added(
+        &mut self,
+        out: &mut Vec<Finding>,
+        name: &str,
+        r_prop: &Value,
+        w_model: &ContentModel<'_>,
+        r_required: &[&str],
+    ) -> Result<(), CompatError> {
+        let path = ["properties", name];
+        self.member_added(out, &path, r_prop, w_model, &PROPERTY)?;
+        if matches!(w_model, ContentModel::Open) {
+            return Ok(());
         }
-        for (name, r_prop) in r_props
-            .iter()
-            .filter(|(name, _)| !w_props.contains_key(*name))
-        {
-            // Only the writer's model says what it may already have sent
-            // under that name.
-            match &w_model {
-                ContentModel::Open => {
-                    let rule = if accepts_anything(resolve(self.reader_root, r_prop, "reader")?) {
-                        Rule::PropertyWithEmptySchemaAddedToOpenContentModel
-                    } else {
-                        Rule::PropertyAddedToOpenContentModel
-                    };
-                    out.push(Finding::at(&["properties", name], rule));
-                }
-                unopen => {
-                    if let ContentModel::Partial(extra) = unopen {
-                        let found = self.nested(out, &["properties", name], extra, r_prop)?;
-                        let rule = if is_compatible(&found) {
-                            Rule::PropertyAddedIsCoveredByPartiallyOpenContentModel
-                        } else {
-                            Rule::PropertyAddedNotCoveredByPartiallyOpenContentModel
-                        };
-                        out.push(Finding::at(&["properties", name], rule));
-                    }
-                    let rule = if !r_required.contains(&name.as_str()) {
-                        Rule::OptionalPropertyAddedToUnopenContentModel
-                    } else if self.has_default(r_prop)? {
-                        Rule::RequiredPropertyWithDefaultAddedToUnopenContentModel
-                    } else {
-                        Rule::RequiredPropertyAddedToUnopenContentModel
-                    };
-                    out.push(Finding::at(&["properties", name], rule));
-                }
-            }
-        }
-
-        let w_extra = wo.get("additionalProperties");
-        let r_extra = ro.get("additionalProperties");
-        if permits(w_extra) != permits(r_extra) {
-            let rule = if permits(r_extra) {
-                Rule::AdditionalPropertiesAdded
-            } else {
-                Rule::AdditionalPropertiesRemoved
-            };
-            out.push(Finding::at(&["additionalProperties"], rule));
+        let rule = if !r_required.contains(&name) {
+            Rule::OptionalPropertyAddedToUnopenContentModel
+        } else if self.has_default(r_prop)? {
+            Rule::RequiredPropertyWithDefaultAddedToUnopenContentModel
         } else {
-            match (schema_of(w_extra), schema_of(r_extra)) {
-                (None, Some(_)) => out.push(Finding::at(
-                    &["additionalProperties"],
-                    Rule::AdditionalPropertiesNarrowed,
-                )),
-                (Some(_), None) => out.push(Finding::at(
-                    &["additionalProperties"],
-                    Rule::AdditionalPropertiesExtended,
-                )),
-                (Some(w), Some(r)) => {
-                    self.nested(out, &["additionalProperties"], w, r)?;
-                }
-                (None, None) => {}
-            }
-        }
-
-        bound(
-            out,
-            wo,
-            ro,
-            "maxProperties",
-            Bound::Max([
-                Rule::MaxPropertiesAdded,
-                Rule::MaxPropertiesRemoved,
-                Rule::MaxPropertiesIncreased,
-                Rule::MaxPropertiesDecreased,
-            ]),
-        );
-        bound(
-            out,
-            wo,
-            ro,
-            "minProperties",
-            Bound::Min([
-                Rule::MinPropertiesAdded,
-                Rule::MinPropertiesRemoved,
-                Rule::MinPropertiesIncreased,
-                Rule::MinPropertiesDecreased,
-            ]),
-        );
+            Rule::RequiredPropertyAddedToUnopenContentModel
+        };
+        out.push(Finding::at(&path, rule));
         Ok(())
     }
 
