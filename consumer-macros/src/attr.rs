@@ -82,75 +82,7 @@ impl Parse for Args {
         let mut args = Args::default();
         let mut errors = None;
         while !input.is_empty() {
-            let lookahead = input.lookahead1();
-            if lookahead.peek(kw::idempotency_key) {
-                let k = input.parse::<kw::idempotency_key>()?;
-                input.parse::<Token![=]>()?;
-                let e: Expr = input.parse()?;
-                set(
-                    &mut args.idempotency_key,
-                    e,
-                    k.span,
-                    "idempotency_key",
-                    &mut errors,
-                );
-            } else if lookahead.peek(kw::retry) {
-                let k = input.parse::<kw::retry>()?;
-                input.parse::<Token![=]>()?;
-                let r = parse_retry(input)?;
-                set(&mut args.retry, r, k.span, "retry", &mut errors);
-            } else if lookahead.peek(kw::terminal) {
-                let k = input.parse::<kw::terminal>()?;
-                input.parse::<Token![=]>()?;
-                if input.is_empty() || input.peek(Token![,]) {
-                    return Err(input.error(
-                        "expected a pattern after `terminal =`, e.g. `terminal = MyError::Declined | MyError::Invalid(_)`",
-                    ));
-                }
-                let p = Pat::parse_multi_with_leading_vert(input)?;
-                set(&mut args.terminal, p, k.span, "terminal", &mut errors);
-            } else if lookahead.peek(kw::name) {
-                let k = input.parse::<kw::name>()?;
-                input.parse::<Token![=]>()?;
-                let lit: LitStr = input.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "expected a string literal: `name = \"charge\"`")
-                })?;
-                set(&mut args.name, lit, k.span, "name", &mut errors);
-            } else if lookahead.peek(kw::event_type) {
-                let k = input.parse::<kw::event_type>()?;
-                input.parse::<Token![=]>()?;
-                let types = parse_event_types(input)?;
-                set(
-                    &mut args.event_type,
-                    types,
-                    k.span,
-                    "event_type",
-                    &mut errors,
-                );
-            } else if lookahead.peek(kw::batch) {
-                let k = input.parse::<kw::batch>()?;
-                if input.peek(Token![=]) || input.peek(syn::token::Paren) {
-                    return Err(syn::Error::new(
-                        k.span,
-                        "`batch` takes no value: write `batch`, and set the batch size on \
-                         `Batched::new(handler).with_max_batch(n)`",
-                    ));
-                }
-                set(&mut args.batch, k.span, k.span, "batch", &mut errors);
-            } else if lookahead.peek(Token![crate]) {
-                let k = input.parse::<Token![crate]>()?;
-                input.parse::<Token![=]>()?;
-                let p: Path = input.parse()?;
-                set(&mut args.krate, p, k.span, "crate", &mut errors);
-            } else if input.peek(Ident) {
-                let unknown: Ident = input.parse()?;
-                return Err(syn::Error::new(
-                    unknown.span(),
-                    format!("unknown argument `{unknown}`; {ARGS}"),
-                ));
-            } else {
-                return Err(lookahead.error());
-            }
+            args.parse_one(input, &mut errors)?;
             if input.is_empty() {
                 break;
             }
@@ -159,6 +91,96 @@ impl Parse for Args {
         args.errors = errors;
         Ok(args)
     }
+}
+
+impl Args {
+    /// One argument, into its slot. A duplicate goes to `errors` and
+    /// parsing goes on, so every duplicate is reported at once; anything
+    /// else wrong stops parsing.
+    fn parse_one(
+        &mut self,
+        input: ParseStream<'_>,
+        errors: &mut Option<syn::Error>,
+    ) -> syn::Result<()> {
+        // Peeked in this order: `lookahead.error()` lists them so.
+        let lookahead = input.lookahead1();
+        if lookahead.peek(kw::idempotency_key) {
+            let k = input.parse::<kw::idempotency_key>()?;
+            let e = value(input, Expr::parse)?;
+            set(
+                &mut self.idempotency_key,
+                e,
+                k.span,
+                "idempotency_key",
+                errors,
+            );
+        } else if lookahead.peek(kw::retry) {
+            let k = input.parse::<kw::retry>()?;
+            let r = value(input, parse_retry)?;
+            set(&mut self.retry, r, k.span, "retry", errors);
+        } else if lookahead.peek(kw::terminal) {
+            let k = input.parse::<kw::terminal>()?;
+            let p = value(input, parse_terminal)?;
+            set(&mut self.terminal, p, k.span, "terminal", errors);
+        } else if lookahead.peek(kw::name) {
+            let k = input.parse::<kw::name>()?;
+            let lit = value(input, parse_name)?;
+            set(&mut self.name, lit, k.span, "name", errors);
+        } else if lookahead.peek(kw::event_type) {
+            let k = input.parse::<kw::event_type>()?;
+            let types = value(input, parse_event_types)?;
+            set(&mut self.event_type, types, k.span, "event_type", errors);
+        } else if lookahead.peek(kw::batch) {
+            let k = input.parse::<kw::batch>()?;
+            if input.peek(Token![=]) || input.peek(syn::token::Paren) {
+                return Err(syn::Error::new(
+                    k.span,
+                    "`batch` takes no value: write `batch`, and set the batch size on \
+                     `Batched::new(handler).with_max_batch(n)`",
+                ));
+            }
+            set(&mut self.batch, k.span, k.span, "batch", errors);
+        } else if lookahead.peek(Token![crate]) {
+            let k = input.parse::<Token![crate]>()?;
+            let p = value(input, Path::parse)?;
+            set(&mut self.krate, p, k.span, "crate", errors);
+        } else if input.peek(Ident) {
+            let unknown: Ident = input.parse()?;
+            return Err(syn::Error::new(
+                unknown.span(),
+                format!("unknown argument `{unknown}`; {ARGS}"),
+            ));
+        } else {
+            return Err(lookahead.error());
+        }
+        Ok(())
+    }
+}
+
+/// `= value`, the value read by `parse`.
+fn value<T>(
+    input: ParseStream<'_>,
+    parse: fn(ParseStream<'_>) -> syn::Result<T>,
+) -> syn::Result<T> {
+    input.parse::<Token![=]>()?;
+    parse(input)
+}
+
+/// The pattern of `terminal = ...`, a leading `|` and alternatives allowed.
+fn parse_terminal(input: ParseStream<'_>) -> syn::Result<Pat> {
+    if input.is_empty() || input.peek(Token![,]) {
+        return Err(input.error(
+            "expected a pattern after `terminal =`, e.g. `terminal = MyError::Declined | MyError::Invalid(_)`",
+        ));
+    }
+    Pat::parse_multi_with_leading_vert(input)
+}
+
+/// The string literal of `name = "..."`.
+fn parse_name(input: ParseStream<'_>) -> syn::Result<LitStr> {
+    input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), "expected a string literal: `name = \"charge\"`"))
 }
 
 const EVENT_TYPE: &str = "expected a string literal or a list of them: `event_type = \"OrderPlaced\"` or `event_type = [\"OrderPlaced\", \"OrderPaid\"]`";

@@ -49,24 +49,21 @@ pub(crate) struct Common {
 }
 
 fn common(m: &Model, func: &ItemFn) -> Common {
-    let krate = &m.krate;
-    let vis = &func.vis;
-    let ident = &func.sig.ident;
-    let name = &m.name;
-    let attrs = &func.attrs;
-    let docs: Vec<_> = attrs.iter().filter(|a| a.path().is_ident("doc")).collect();
-    let mut sig = func.sig.clone();
-    sig.ident = format_ident!("call", span = ident.span());
-    let block = &func.block;
-    let retry = &m.retry;
-    let event_types = &m.event_types;
-    let msg_ty = &m.message_ty;
-
-    let mut asserts = Vec::new();
-    if let Some(e) = &m.error_ty {
-        asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
+    let (impl_generics, db, where_clause) = store(m);
+    Common {
+        items: items(m, func),
+        impl_generics,
+        db,
+        where_clause,
+        describe: describe(m),
     }
+}
 
+/// The store the impl is for: the transaction type's store, or any
+/// `DedupStore` when the handler takes no transaction; with the impl's
+/// generics and where clause.
+fn store(m: &Model) -> (TokenStream, TokenStream, TokenStream) {
+    let krate = &m.krate;
     let (impl_generics, db) = match &m.tx_ty {
         Some(t) => (quote!(), quote!(<#t as #krate::__private::TxStore>::Store)),
         None => (
@@ -90,8 +87,27 @@ fn common(m: &Model, func: &ItemFn) -> Common {
         }
         None => quote!(),
     };
+    (impl_generics, db, where_clause)
+}
 
-    let items = quote! {
+/// The unit struct (with the function's docs), the function unchanged as
+/// its `call`, and the assertion that the error type is an error.
+fn items(m: &Model, func: &ItemFn) -> TokenStream {
+    let krate = &m.krate;
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    let attrs = &func.attrs;
+    let docs: Vec<_> = attrs.iter().filter(|a| a.path().is_ident("doc")).collect();
+    let mut sig = func.sig.clone();
+    sig.ident = format_ident!("call", span = ident.span());
+    let block = &func.block;
+
+    let mut asserts = Vec::new();
+    if let Some(e) = &m.error_ty {
+        asserts.push(quote_spanned!(e.span()=> #krate::__private::assert_error::<#e>();));
+    }
+
+    quote! {
         #(#docs)*
         #[allow(non_camel_case_types)]
         #[derive(Debug, Clone, Copy, Default)]
@@ -106,8 +122,17 @@ fn common(m: &Model, func: &ItemFn) -> Common {
         const _: () = {
             #(#asserts)*
         };
-    };
-    let describe = quote! {
+    }
+}
+
+/// `fn name`, `fn retry_policy`, `fn event_types`, `fn payload_type`.
+fn describe(m: &Model) -> TokenStream {
+    let krate = &m.krate;
+    let name = &m.name;
+    let retry = &m.retry;
+    let event_types = &m.event_types;
+    let msg_ty = &m.message_ty;
+    quote! {
         fn name(&self) -> &'static str {
             #name
         }
@@ -128,13 +153,6 @@ fn common(m: &Model, func: &ItemFn) -> Common {
                 (&&#krate::__private::probe::Probe::<#msg_ty>::NEW).payload_type()
             )
         }
-    };
-    Common {
-        items,
-        impl_generics,
-        db,
-        where_clause,
-        describe,
     }
 }
 
@@ -152,54 +170,19 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     let krate = &m.krate;
     let ident = &func.sig.ident;
     let msg_ty = &m.message_ty;
-    let binding = &m.message_binding;
-
-    // Without a key expression the claim is on the message id, borrowed
-    // from the envelope rather than copied.
-    let begin = match &m.key {
-        Some(expr) => {
-            let span = expr.span();
-            let key = quote_spanned! {span=>
-                {
-                    #[allow(unused_variables)]
-                    let #binding = &__consumer_msg;
-                    #krate::__private::IdempotencyKey::to_key(&(#expr))
-                }
-            };
-            quote! {
-                let __consumer_key: ::std::string::String = #key;
-                __consumer_inv.begin(__consumer_key).await
-            }
-        }
-        None => quote!(__consumer_inv.begin_on_message_id().await),
-    };
-
-    let args = m.params.iter().map(|p| match p {
-        Param::Message => quote!(__consumer_msg),
-        Param::Tx => match &m.tx_ty {
-            Some(t) => quote_spanned!(t.span()=> &mut __consumer_tx),
-            None => quote!(&mut __consumer_tx),
-        },
-        Param::Context => quote!(__consumer_inv.context()),
-    });
-
+    let begin = begin(m);
+    let args = call_args(
+        m,
+        quote!(__consumer_msg),
+        quote!(&mut __consumer_tx),
+        quote!(__consumer_inv.context()),
+    );
     let unused_tx = if m.tx_ty.is_none() {
         quote!(#[allow(unused_mut)])
     } else {
         quote!()
     };
-
-    // Spanned on the error type, so a type that is not an error is reported
-    // there rather than on the attribute.
-    let fail = quote!(
-        __consumer_inv
-            .fail(__consumer_tx, __consumer_terminal, __consumer_err)
-            .await
-    );
-    let fail = match &m.error_ty {
-        Some(e) => respan(fail, e.span()),
-        None => fail,
-    };
+    let fail = fail(m);
 
     // Spanned on the message type: a type that is not `Deserialize` is
     // reported there, once, by `DecodableMessage`.
@@ -239,6 +222,65 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                 }
             }
         }
+    }
+}
+
+/// The claim: on the key expression's value, or, without one, on the
+/// message id, borrowed from the envelope rather than copied.
+fn begin(m: &Model) -> TokenStream {
+    let krate = &m.krate;
+    let binding = &m.message_binding;
+    let Some(expr) = &m.key else {
+        return quote!(__consumer_inv.begin_on_message_id().await);
+    };
+    let span = expr.span();
+    let key = quote_spanned! {span=>
+        {
+            #[allow(unused_variables)]
+            let #binding = &__consumer_msg;
+            #krate::__private::IdempotencyKey::to_key(&(#expr))
+        }
+    };
+    quote! {
+        let __consumer_key: ::std::string::String = #key;
+        __consumer_inv.begin(__consumer_key).await
+    }
+}
+
+/// The function's arguments, in its parameters' order: `message`, `tx`
+/// (spanned on the transaction's type, so a mismatch is reported there)
+/// and `context`.
+pub(crate) fn call_args(
+    m: &Model,
+    message: TokenStream,
+    tx: TokenStream,
+    context: TokenStream,
+) -> Vec<TokenStream> {
+    m.params
+        .iter()
+        .map(|p| match p {
+            Param::Message => message.clone(),
+            Param::Tx => match &m.tx_ty {
+                Some(t) => respan(tx.clone(), t.span()),
+                None => tx.clone(),
+            },
+            Param::Context => context.clone(),
+        })
+        .collect()
+}
+
+/// What an error does: the invocation's `fail`, spanned on the error type,
+/// so a type that is not an error is reported there rather than on the
+/// attribute.
+fn fail(m: &Model) -> TokenStream {
+    let fail = quote!(
+        __consumer_inv
+            .fail(__consumer_tx, __consumer_terminal, __consumer_err)
+            .await
+    );
+    match &m.error_ty {
+        Some(e) => respan(fail, e.span()),
+        None => fail,
     }
 }
 

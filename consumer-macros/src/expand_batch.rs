@@ -7,8 +7,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, ItemFn};
 
-use crate::expand::{Common, respan};
-use crate::valid::{Model, Param};
+use crate::expand::{Common, call_args, respan};
+use crate::valid::Model;
 
 pub fn expand(m: &Model, func: &ItemFn, common: Common) -> TokenStream {
     let Common {
@@ -21,61 +21,11 @@ pub fn expand(m: &Model, func: &ItemFn, common: Common) -> TokenStream {
     let krate = &m.krate;
     let ident = &func.sig.ident;
     let msg_ty = &m.message_ty;
-
-    // `|order| order.order_id`, checked to be a one-argument closure.
-    let key = match &m.key {
-        Some(Expr::Closure(c)) => {
-            let pat = c.inputs.iter().next();
-            let body = &c.body;
-            let span = body.span();
-            quote_spanned! {span=>
-                fn idempotency_key(
-                    &self,
-                    __consumer_msg: &#msg_ty,
-                    _: &#krate::MessageContext,
-                ) -> ::std::string::String {
-                    #[allow(unused_variables)]
-                    let #pat = __consumer_msg;
-                    #krate::__private::IdempotencyKey::to_key(&(#body))
-                }
-            }
-        }
-        _ => quote!(),
-    };
-
-    // Matched where the batcher has narrowed a failing batch to one
-    // message: the error is the handler's own, boxed.
-    let terminal = match (&m.terminal, &m.error_ty) {
-        (Some(pat), Some(err)) => quote! {
-            fn is_terminal(
-                &self,
-                __consumer_err: &(dyn ::std::error::Error + ::core::marker::Send + ::core::marker::Sync + 'static),
-            ) -> bool {
-                __consumer_err
-                    .downcast_ref::<#err>()
-                    .is_some_and(|__consumer_err| ::core::matches!(__consumer_err, #pat))
-            }
-        },
-        _ => quote!(),
-    };
-
-    let args = m.params.iter().map(|p| match p {
-        Param::Message => quote!(__consumer_batch),
-        Param::Tx => match &m.tx_ty {
-            Some(t) => quote_spanned!(t.span()=> __consumer_tx),
-            None => quote!(__consumer_tx),
-        },
-        // Refused by `validate` with `batch`.
-        Param::Context => quote!(),
-    });
-
-    // Spanned on the error type, so an error that does not box is reported
-    // there rather than on the attribute.
-    let boxed = quote!(::std::result::Result::Err(::core::convert::Into::<#krate::BoxError>::into(__consumer_err)));
-    let boxed = match &m.error_ty {
-        Some(e) => respan(boxed, e.span()),
-        None => boxed,
-    };
+    let key = idempotency_key(m);
+    let terminal = is_terminal(m);
+    // No context: `validate` refuses it with `batch`.
+    let args = call_args(m, quote!(__consumer_batch), quote!(__consumer_tx), quote!());
+    let boxed = boxed(m);
 
     quote! {
         #items
@@ -100,5 +50,58 @@ pub fn expand(m: &Model, func: &ItemFn, common: Common) -> TokenStream {
                 }
             }
         }
+    }
+}
+
+/// `fn idempotency_key` from `|order| order.order_id`, checked to be a
+/// one-argument closure; nothing without a key (the trait's default).
+fn idempotency_key(m: &Model) -> TokenStream {
+    let krate = &m.krate;
+    let msg_ty = &m.message_ty;
+    let Some(Expr::Closure(c)) = &m.key else {
+        return quote!();
+    };
+    let pat = c.inputs.iter().next();
+    let body = &c.body;
+    let span = body.span();
+    quote_spanned! {span=>
+        fn idempotency_key(
+            &self,
+            __consumer_msg: &#msg_ty,
+            _: &#krate::MessageContext,
+        ) -> ::std::string::String {
+            #[allow(unused_variables)]
+            let #pat = __consumer_msg;
+            #krate::__private::IdempotencyKey::to_key(&(#body))
+        }
+    }
+}
+
+/// `fn is_terminal`, matched where the batcher has narrowed a failing
+/// batch to one message: the error is the handler's own, boxed.
+fn is_terminal(m: &Model) -> TokenStream {
+    let (Some(pat), Some(err)) = (&m.terminal, &m.error_ty) else {
+        return quote!();
+    };
+    quote! {
+        fn is_terminal(
+            &self,
+            __consumer_err: &(dyn ::std::error::Error + ::core::marker::Send + ::core::marker::Sync + 'static),
+        ) -> bool {
+            __consumer_err
+                .downcast_ref::<#err>()
+                .is_some_and(|__consumer_err| ::core::matches!(__consumer_err, #pat))
+        }
+    }
+}
+
+/// The handler's error, boxed; spanned on the error type, so an error that
+/// does not box is reported there rather than on the attribute.
+fn boxed(m: &Model) -> TokenStream {
+    let krate = &m.krate;
+    let boxed = quote!(::std::result::Result::Err(::core::convert::Into::<#krate::BoxError>::into(__consumer_err)));
+    match &m.error_ty {
+        Some(e) => respan(boxed, e.span()),
+        None => boxed,
     }
 }
