@@ -124,52 +124,18 @@ pub fn pack(headers: &Headers, payload: &[u8]) -> Packed {
             base64::engine::general_purpose::STANDARD.encode(payload)
         }
     };
-
-    let mut context = Map::new();
-    let mut native: Vec<(usize, &str, &str)> = Vec::new();
-    let mut overflow: Vec<(usize, &str, &[u8])> = Vec::new();
-    for (i, (name, value)) in headers.iter().enumerate() {
-        if let Some(field) = name.strip_prefix(DEAD_LETTER_PREFIX) {
-            context.insert(field.to_owned(), Value::String(lossless_text(value)));
-            continue;
-        }
-        let reserved = [HEADERS, DEAD_LETTER_CONTEXT, BODY_ENCODING]
-            .iter()
-            .any(|r| r.eq_ignore_ascii_case(name));
-        let text = std::str::from_utf8(value)
-            .ok()
-            .filter(|t| !t.is_empty() && is_sqs_text(t));
-        let seen = native.iter().any(|(_, n, _)| n.eq_ignore_ascii_case(name));
-        match text {
-            Some(text) if !reserved && !seen && is_valid_attribute_name(name) => {
-                native.push((i, name, text));
-            }
-            _ => overflow.push((i, name, value)),
-        }
-    }
+    let Sorted {
+        context,
+        mut native,
+        mut overflow,
+    } = Sorted::of(headers);
     if !context.is_empty() {
         fixed.push((
             DEAD_LETTER_CONTEXT.to_owned(),
             AttributeValue::string(Value::Object(context).to_string()),
         ));
     }
-
-    // The ones named first, in that order, then the others in theirs.
-    let rank = |name: &str| {
-        FIRST
-            .iter()
-            .position(|f| f.eq_ignore_ascii_case(name))
-            .unwrap_or(FIRST.len())
-    };
-    native.sort_by_key(|(i, name, _)| (rank(name), *i));
-    let room = MAX_ATTRIBUTES - fixed.len();
-    if native.len() > room || !overflow.is_empty() {
-        let keep = room.saturating_sub(1).min(native.len());
-        for (i, name, text) in native.drain(keep..) {
-            overflow.push((i, name, text.as_bytes()));
-        }
-        overflow.sort_by_key(|(i, _, _)| *i);
-    }
+    fit(&mut native, &mut overflow, MAX_ATTRIBUTES - fixed.len());
     let mut attributes = fixed;
     attributes.extend(
         native
@@ -177,24 +143,100 @@ pub fn pack(headers: &Headers, payload: &[u8]) -> Packed {
             .map(|(_, name, text)| (name.to_owned(), AttributeValue::string(text))),
     );
     if !overflow.is_empty() {
-        let pairs: Vec<Value> = overflow
-            .into_iter()
-            .map(|(_, name, value)| {
-                let value = match std::str::from_utf8(value) {
-                    Ok(text) => Value::String(text.to_owned()),
-                    Err(_) => serde_json::json!({
-                        "base64": base64::engine::general_purpose::STANDARD.encode(value)
-                    }),
-                };
-                Value::Array(vec![Value::String(name.to_owned()), value])
-            })
-            .collect();
-        attributes.push((
-            HEADERS.to_owned(),
-            AttributeValue::string(Value::Array(pairs).to_string()),
-        ));
+        attributes.push((HEADERS.to_owned(), packed_headers(overflow)));
     }
     Packed { body, attributes }
+}
+
+/// The headers sorted by how they travel, each with its position.
+struct Sorted<'h> {
+    /// A dead letter's context, by field (the name without `x-dlq-`).
+    context: Map<String, Value>,
+    /// Those that can be attributes of their own.
+    native: Vec<(usize, &'h str, &'h str)>,
+    /// Those that cannot: they go into [`HEADERS`].
+    overflow: Vec<(usize, &'h str, &'h [u8])>,
+}
+
+impl<'h> Sorted<'h> {
+    /// A header can be an attribute of its own when its name is one SQS
+    /// takes and none of this module's, its value non-empty SQS text, and
+    /// no header before it has the same name (SQS's names ignore case).
+    fn of(headers: &'h Headers) -> Self {
+        let mut sorted = Sorted {
+            context: Map::new(),
+            native: Vec::new(),
+            overflow: Vec::new(),
+        };
+        for (i, (name, value)) in headers.iter().enumerate() {
+            if let Some(field) = name.strip_prefix(DEAD_LETTER_PREFIX) {
+                sorted
+                    .context
+                    .insert(field.to_owned(), Value::String(lossless_text(value)));
+                continue;
+            }
+            let reserved = [HEADERS, DEAD_LETTER_CONTEXT, BODY_ENCODING]
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(name));
+            let text = std::str::from_utf8(value)
+                .ok()
+                .filter(|t| !t.is_empty() && is_sqs_text(t));
+            let seen = sorted
+                .native
+                .iter()
+                .any(|(_, n, _)| n.eq_ignore_ascii_case(name));
+            match text {
+                Some(text) if !reserved && !seen && is_valid_attribute_name(name) => {
+                    sorted.native.push((i, name, text));
+                }
+                _ => sorted.overflow.push((i, name, value)),
+            }
+        }
+        sorted
+    }
+}
+
+/// Orders `native` (the ones named first, in that order, then the others
+/// in theirs) and, when they do not all fit in `room` attributes or some
+/// must be packed anyway, moves the last ones to `overflow`, leaving one
+/// attribute for [`HEADERS`]; `overflow` stays in the headers' order.
+fn fit<'h>(
+    native: &mut Vec<(usize, &'h str, &'h str)>,
+    overflow: &mut Vec<(usize, &'h str, &'h [u8])>,
+    room: usize,
+) {
+    let rank = |name: &str| {
+        FIRST
+            .iter()
+            .position(|f| f.eq_ignore_ascii_case(name))
+            .unwrap_or(FIRST.len())
+    };
+    native.sort_by_key(|(i, name, _)| (rank(name), *i));
+    if native.len() > room || !overflow.is_empty() {
+        let keep = room.saturating_sub(1).min(native.len());
+        for (i, name, text) in native.drain(keep..) {
+            overflow.push((i, name, text.as_bytes()));
+        }
+        overflow.sort_by_key(|(i, _, _)| *i);
+    }
+}
+
+/// The [`HEADERS`] attribute: `[name, value]` pairs, a value that is not
+/// UTF-8 as `{"base64": "..."}`.
+fn packed_headers(overflow: Vec<(usize, &str, &[u8])>) -> AttributeValue {
+    let pairs: Vec<Value> = overflow
+        .into_iter()
+        .map(|(_, name, value)| {
+            let value = match std::str::from_utf8(value) {
+                Ok(text) => Value::String(text.to_owned()),
+                Err(_) => serde_json::json!({
+                    "base64": base64::engine::general_purpose::STANDARD.encode(value)
+                }),
+            };
+            Value::Array(vec![Value::String(name.to_owned()), value])
+        })
+        .collect();
+    AttributeValue::string(Value::Array(pairs).to_string())
 }
 
 /// A context value as JSON text: context headers are written by the

@@ -25,7 +25,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use consumer_backend::{ChannelDescription, Outgoing, Publisher, SendTarget, Sends, names};
+use consumer_backend::{
+    ChannelDescription, Headers, Message, Outgoing, Publisher, SendTarget, Sends, names,
+};
 
 use crate::attributes;
 use crate::client::{SendEntry, SqsApi};
@@ -156,113 +158,47 @@ impl SqsPublisher {
         indices: Vec<usize>,
         results: &mut [Option<Result<()>>],
     ) {
-        let fifo = dest.name.is_fifo();
-        // Prepare every message once: its entry and group.
-        let mut prepared: Vec<Prepared> = Vec::new();
+        let mut pending = Vec::new();
         for i in indices {
-            let message = &batch[i].message;
-            let mut headers = message.headers.clone();
-            let id = headers
-                .get(names::ID)
-                .ok()
-                .flatten()
-                .map(str::to_owned)
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-            let group = if fifo {
-                let key = message.key.as_deref().unwrap_or(&id);
-                let g = group_id(key);
-                if message.key.is_some()
-                    && g.as_ref() != key
-                    && headers.get_bytes(names::PARTITION_KEY).is_none()
-                {
-                    headers.insert(names::PARTITION_KEY, key);
-                }
-                Some(g.into_owned())
-            } else {
-                if let Some(key) = &message.key
-                    && headers.get_bytes(names::PARTITION_KEY).is_none()
-                {
-                    headers.insert(names::PARTITION_KEY, key.as_str());
-                }
-                None
-            };
-            let packed = attributes::pack(&headers, &message.payload);
-            let size = packed.size();
-            if size > dest.max_bytes {
-                results[i] = Some(Err(Error::TooLarge {
-                    size,
-                    limit: dest.max_bytes,
-                    queue: dest.name.to_string(),
-                }));
-                continue;
+            match prepare(dest, i, &batch[i].message) {
+                Ok(p) => pending.push(p),
+                Err(e) => results[i] = Some(Err(e)),
             }
-            let entry = SendEntry {
-                id: String::new(),
-                body: packed.body,
-                attributes: packed.attributes,
-                group_id: group.clone(),
-                deduplication_id: fifo.then(|| group_id(&id).into_owned()),
-            };
-            prepared.push(Prepared {
-                index: i,
-                entry,
-                group,
-                size,
-            });
         }
         let mut failed_groups: HashSet<String> = HashSet::new();
-        let mut pending = prepared;
         while !pending.is_empty() {
-            // A wave: the next message of each group.
-            let mut wave = Vec::new();
-            let mut rest = Vec::new();
-            let mut in_wave: HashSet<String> = HashSet::new();
-            for p in pending {
-                match &p.group {
-                    Some(g) if failed_groups.contains(g) => {
-                        results[p.index] = Some(Err(Error::HeldBack {
-                            queue: dest.name.to_string(),
-                        }));
-                    }
-                    Some(g) if in_wave.contains(g) => rest.push(p),
-                    Some(g) => {
-                        in_wave.insert(g.clone());
-                        wave.push(p);
-                    }
-                    None => wave.push(p),
-                }
-            }
-            // Calls of at most ten messages and BATCH_BYTES.
-            let mut calls: Vec<Vec<Prepared>> = Vec::new();
-            for p in wave {
-                let fits = calls.last().is_some_and(|c| {
-                    c.len() < 10 && c.iter().map(|x| x.size).sum::<usize>() + p.size <= BATCH_BYTES
-                });
-                if fits {
-                    if let Some(c) = calls.last_mut() {
-                        c.push(p);
-                    }
-                } else {
-                    calls.push(vec![p]);
-                }
-            }
-            let mut sends = tokio::task::JoinSet::new();
-            for call in calls {
-                let (api, dest) = (Arc::clone(&self.api), dest.clone());
-                sends.spawn(async move { send_call(&*api, &dest, call).await });
-            }
-            while let Some(outcome) = sends.join_next().await {
-                let Ok(outcome) = outcome else { continue };
-                for (i, group, r) in outcome {
-                    if r.is_err()
-                        && let Some(g) = group
-                    {
-                        failed_groups.insert(g);
-                    }
-                    results[i] = Some(r);
-                }
-            }
+            let (wave, rest) = next_wave(dest, pending, &failed_groups, results);
+            self.send_wave(dest, wave, &mut failed_groups, results)
+                .await;
             pending = rest;
+        }
+    }
+
+    /// Sends one wave in calls of at most ten messages and [`BATCH_BYTES`],
+    /// all at once; records each message's result, and the groups of those
+    /// that failed.
+    async fn send_wave(
+        &self,
+        dest: &Destination,
+        wave: Vec<Prepared>,
+        failed_groups: &mut HashSet<String>,
+        results: &mut [Option<Result<()>>],
+    ) {
+        let mut sends = tokio::task::JoinSet::new();
+        for call in calls(wave) {
+            let (api, dest) = (Arc::clone(&self.api), dest.clone());
+            sends.spawn(async move { send_call(&*api, &dest, call).await });
+        }
+        while let Some(outcome) = sends.join_next().await {
+            let Ok(outcome) = outcome else { continue };
+            for (i, group, r) in outcome {
+                if r.is_err()
+                    && let Some(g) = group
+                {
+                    failed_groups.insert(g);
+                }
+                results[i] = Some(r);
+            }
         }
     }
 
@@ -307,6 +243,116 @@ impl SqsPublisher {
             })
             .collect()
     }
+}
+
+/// The message at `index` ready to send to `dest`: its entry, its FIFO
+/// group and its size; too large for the queue is an error before any
+/// call.
+fn prepare(dest: &Destination, index: usize, message: &Message) -> Result<Prepared> {
+    let fifo = dest.name.is_fifo();
+    let mut headers = message.headers.clone();
+    let id = headers
+        .get(names::ID)
+        .ok()
+        .flatten()
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let group = group_of(fifo, message, &id, &mut headers);
+    let packed = attributes::pack(&headers, &message.payload);
+    let size = packed.size();
+    if size > dest.max_bytes {
+        return Err(Error::TooLarge {
+            size,
+            limit: dest.max_bytes,
+            queue: dest.name.to_string(),
+        });
+    }
+    let entry = SendEntry {
+        id: String::new(),
+        body: packed.body,
+        attributes: packed.attributes,
+        group_id: group.clone(),
+        deduplication_id: fifo.then(|| group_id(&id).into_owned()),
+    };
+    Ok(Prepared {
+        index,
+        entry,
+        group,
+        size,
+    })
+}
+
+/// The message's FIFO group (its key, else its id, as SQS takes a group
+/// id); `None` on a standard queue. The key travels as `ce_partitionkey`
+/// when the group does not carry it as it is: hashed on a FIFO queue, or
+/// no group at all on a standard one.
+fn group_of(fifo: bool, message: &Message, id: &str, headers: &mut Headers) -> Option<String> {
+    if !fifo {
+        if let Some(key) = &message.key
+            && headers.get_bytes(names::PARTITION_KEY).is_none()
+        {
+            headers.insert(names::PARTITION_KEY, key.as_str());
+        }
+        return None;
+    }
+    let key = message.key.as_deref().unwrap_or(id);
+    let g = group_id(key);
+    if message.key.is_some()
+        && g.as_ref() != key
+        && headers.get_bytes(names::PARTITION_KEY).is_none()
+    {
+        headers.insert(names::PARTITION_KEY, key);
+    }
+    Some(g.into_owned())
+}
+
+/// The next message of each group still open (and every message without a
+/// group), and the rest for later waves; a message of a group that failed
+/// is held back, so the group keeps its order.
+fn next_wave(
+    dest: &Destination,
+    pending: Vec<Prepared>,
+    failed_groups: &HashSet<String>,
+    results: &mut [Option<Result<()>>],
+) -> (Vec<Prepared>, Vec<Prepared>) {
+    let mut wave = Vec::new();
+    let mut rest = Vec::new();
+    let mut in_wave: HashSet<String> = HashSet::new();
+    for p in pending {
+        match &p.group {
+            Some(g) if failed_groups.contains(g) => {
+                results[p.index] = Some(Err(Error::HeldBack {
+                    queue: dest.name.to_string(),
+                }));
+            }
+            Some(g) if in_wave.contains(g) => rest.push(p),
+            Some(g) => {
+                in_wave.insert(g.clone());
+                wave.push(p);
+            }
+            None => wave.push(p),
+        }
+    }
+    (wave, rest)
+}
+
+/// `wave` cut into calls of at most ten messages and [`BATCH_BYTES`], in
+/// order (a message larger than that goes alone).
+fn calls(wave: Vec<Prepared>) -> Vec<Vec<Prepared>> {
+    let mut calls: Vec<Vec<Prepared>> = Vec::new();
+    for p in wave {
+        let fits = calls.last().is_some_and(|c| {
+            c.len() < 10 && c.iter().map(|x| x.size).sum::<usize>() + p.size <= BATCH_BYTES
+        });
+        if fits {
+            if let Some(c) = calls.last_mut() {
+                c.push(p);
+            }
+        } else {
+            calls.push(vec![p]);
+        }
+    }
+    calls
 }
 
 /// One `SendMessageBatch`; each message's result.

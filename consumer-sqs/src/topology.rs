@@ -112,54 +112,82 @@ impl Topology {
     /// Finds (or creates) both queues and checks them.
     pub(crate) async fn resolve(&self, api: &dyn SqsApi) -> Result<Resolved> {
         let fifo = self.queue.is_fifo();
-        let main_url = find(api, &self.queue).await?;
-        let (queue_url, redrive) = match main_url {
-            Some(url) => {
-                let attrs = attributes(api, &url, &self.queue).await?;
-                let redrive = match attrs.get("RedrivePolicy") {
-                    Some(json) => Redrive::parse(json).ok_or_else(|| Error::Topology {
-                        queue: self.queue.to_string(),
-                        reason: format!("its redrive policy cannot be read: {json}"),
-                    })?,
-                    None => {
-                        return Err(Error::Topology {
-                            queue: self.queue.to_string(),
-                            reason: format!(
-                                "it has no redrive policy, the safety net that moves a message crashing its consumers to a dead-letter queue: give it one (deadLetterTargetArn of `{}`, maxReceiveCount above the handlers' attempts), or let this source create the queue",
-                                self.dead_letter_queue()?
-                            ),
-                        });
-                    }
-                };
-                if let Some(explicit) = &self.dead_letter
-                    && explicit.name() != redrive.target_name()
-                {
-                    return Err(Error::Topology {
-                        queue: self.queue.to_string(),
-                        reason: format!(
-                            "its redrive policy sends to `{}`, not to `{explicit}`: letters would land in two places; name one queue",
-                            redrive.target_name()
-                        ),
-                    });
-                }
-                (url, Some(redrive))
+        let existing = self.existing_queue(api).await?;
+        let redrive = existing.as_ref().map(|(_, r)| r);
+        let dead_letter = self.dead_letter_of(redrive, fifo)?;
+        let dead_letter_url = self
+            .dead_letter_url(api, &dead_letter, redrive, fifo)
+            .await?;
+        let dl_attrs = attributes(api, &dead_letter_url, &dead_letter).await?;
+        let (queue_url, max_receive_count) = match existing {
+            Some((url, r)) => (url, r.max_receive_count),
+            None => {
+                self.create_queue(api, &dead_letter, &dl_attrs, fifo)
+                    .await?
             }
-            None if !self.create => {
-                return Err(Error::Sqs {
-                    operation: "GetQueueUrl",
-                    queue: self.queue.to_string(),
-                    source: crate::client::ApiError::new(
-                        BrokerErrorKind::NoDestination,
-                        format!(
-                            "the queue `{}` does not exist, and this source may not create it (Topology::without_creating_queues)",
-                            self.queue
-                        ),
-                    ),
-                });
-            }
-            None => (String::new(), None),
         };
-        let dead_letter = match &redrive {
+        Ok(Resolved {
+            queue: self.queue.clone(),
+            queue_url,
+            fifo,
+            dead_letter,
+            dead_letter_url,
+            max_receive_count,
+            dead_letter_max_bytes: max_message_bytes(&dl_attrs),
+        })
+    }
+
+    /// The queue's URL and redrive policy when it exists; `None` when it
+    /// does not and may be created. A queue without a redrive policy, or
+    /// whose policy names another dead-letter queue than the one given, is
+    /// refused: letters must land in one place, and a message crashing its
+    /// consumers must land somewhere.
+    async fn existing_queue(&self, api: &dyn SqsApi) -> Result<Option<(String, Redrive)>> {
+        let Some(url) = find(api, &self.queue).await? else {
+            if !self.create {
+                return Err(no_such_queue(
+                    &self.queue,
+                    format!(
+                        "the queue `{}` does not exist, and this source may not create it (Topology::without_creating_queues)",
+                        self.queue
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        let attrs = attributes(api, &url, &self.queue).await?;
+        let Some(json) = attrs.get("RedrivePolicy") else {
+            return Err(Error::Topology {
+                queue: self.queue.to_string(),
+                reason: format!(
+                    "it has no redrive policy, the safety net that moves a message crashing its consumers to a dead-letter queue: give it one (deadLetterTargetArn of `{}`, maxReceiveCount above the handlers' attempts), or let this source create the queue",
+                    self.dead_letter_queue()?
+                ),
+            });
+        };
+        let redrive = Redrive::parse(json).ok_or_else(|| Error::Topology {
+            queue: self.queue.to_string(),
+            reason: format!("its redrive policy cannot be read: {json}"),
+        })?;
+        if let Some(explicit) = &self.dead_letter
+            && explicit.name() != redrive.target_name()
+        {
+            return Err(Error::Topology {
+                queue: self.queue.to_string(),
+                reason: format!(
+                    "its redrive policy sends to `{}`, not to `{explicit}`: letters would land in two places; name one queue",
+                    redrive.target_name()
+                ),
+            });
+        }
+        Ok(Some((url, redrive)))
+    }
+
+    /// The dead-letter queue: the one the redrive policy names, else the
+    /// one a new policy would name; of the queue's kind (FIFO or standard),
+    /// as SQS requires.
+    fn dead_letter_of(&self, redrive: Option<&Redrive>, fifo: bool) -> Result<QueueName> {
+        let dead_letter = match redrive {
             Some(r) => QueueName::parse(r.target_name())?,
             None => self.dead_letter_queue()?,
         };
@@ -173,67 +201,78 @@ impl Topology {
                 ),
             });
         }
-        let dead_letter_url = match find(api, &dead_letter).await? {
-            Some(url) => url,
-            None if redrive.is_none() && self.create => {
-                create(api, &dead_letter, queue_attributes(fifo, None)).await?
-            }
-            None => {
-                return Err(Error::Sqs {
-                    operation: "GetQueueUrl",
-                    queue: dead_letter.to_string(),
-                    source: crate::client::ApiError::new(
-                        BrokerErrorKind::NoDestination,
-                        format!(
-                            "the dead-letter queue `{dead_letter}` does not exist: create it, or let this source create it"
-                        ),
-                    ),
-                });
-            }
-        };
-        let dl_attrs = attributes(api, &dead_letter_url, &dead_letter).await?;
-        let (queue_url, max_receive_count) = match redrive {
-            Some(r) => (queue_url, r.max_receive_count),
-            None => {
-                if !self.create {
-                    return Err(Error::Sqs {
-                        operation: "GetQueueUrl",
-                        queue: self.queue.to_string(),
-                        source: crate::client::ApiError::new(
-                            BrokerErrorKind::NoDestination,
-                            format!("the queue `{}` does not exist", self.queue),
-                        ),
-                    });
-                }
-                let arn = dl_attrs.get("QueueArn").ok_or_else(|| Error::Topology {
-                    queue: dead_letter.to_string(),
-                    reason: "SQS did not say its ARN (QueueArn)".to_owned(),
-                })?;
-                let policy = serde_json::json!({
-                    "deadLetterTargetArn": arn,
-                    "maxReceiveCount": self.max_receive_count,
-                })
-                .to_string();
-                let url = create(api, &self.queue, queue_attributes(fifo, Some(policy))).await?;
-                (url, self.max_receive_count)
-            }
-        };
-        let max_bytes = |attrs: &HashMap<String, String>| {
-            attrs
-                .get("MaximumMessageSize")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
-        };
-        Ok(Resolved {
-            queue: self.queue.clone(),
-            queue_url,
-            fifo,
-            dead_letter,
-            dead_letter_url,
-            max_receive_count,
-            dead_letter_max_bytes: max_bytes(&dl_attrs),
-        })
+        Ok(dead_letter)
     }
+
+    /// The dead-letter queue's URL; created only along with a new queue (an
+    /// existing queue's redrive policy names a queue that must exist).
+    async fn dead_letter_url(
+        &self,
+        api: &dyn SqsApi,
+        dead_letter: &QueueName,
+        redrive: Option<&Redrive>,
+        fifo: bool,
+    ) -> Result<String> {
+        match find(api, dead_letter).await? {
+            Some(url) => Ok(url),
+            None if redrive.is_none() && self.create => {
+                create(api, dead_letter, queue_attributes(fifo, None)).await
+            }
+            None => Err(no_such_queue(
+                dead_letter,
+                format!(
+                    "the dead-letter queue `{dead_letter}` does not exist: create it, or let this source create it"
+                ),
+            )),
+        }
+    }
+
+    /// Creates the queue with a redrive policy to `dead_letter` (whose
+    /// attributes are `dl_attrs`); its URL and `maxReceiveCount`.
+    async fn create_queue(
+        &self,
+        api: &dyn SqsApi,
+        dead_letter: &QueueName,
+        dl_attrs: &HashMap<String, String>,
+        fifo: bool,
+    ) -> Result<(String, u32)> {
+        if !self.create {
+            return Err(no_such_queue(
+                &self.queue,
+                format!("the queue `{}` does not exist", self.queue),
+            ));
+        }
+        let arn = dl_attrs.get("QueueArn").ok_or_else(|| Error::Topology {
+            queue: dead_letter.to_string(),
+            reason: "SQS did not say its ARN (QueueArn)".to_owned(),
+        })?;
+        let policy = serde_json::json!({
+            "deadLetterTargetArn": arn,
+            "maxReceiveCount": self.max_receive_count,
+        })
+        .to_string();
+        let url = create(api, &self.queue, queue_attributes(fifo, Some(policy))).await?;
+        Ok((url, self.max_receive_count))
+    }
+}
+
+/// The `GetQueueUrl` error of a queue that does not exist, saying why it
+/// matters.
+fn no_such_queue(queue: &QueueName, message: String) -> Error {
+    Error::Sqs {
+        operation: "GetQueueUrl",
+        queue: queue.to_string(),
+        source: crate::client::ApiError::new(BrokerErrorKind::NoDestination, message),
+    }
+}
+
+/// A queue's `MaximumMessageSize`; SQS's historical default when it does
+/// not say.
+fn max_message_bytes(attrs: &HashMap<String, String>) -> usize {
+    attrs
+        .get("MaximumMessageSize")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
 }
 
 /// SQS's historical default `MaximumMessageSize` (256 KiB), assumed when a

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use super::stats::StatsInner;
 
-use crate::client::{ReceiptEntry, SqsApi, VisibilityEntry};
+use crate::client::{ApiError, BatchOutcome, EntryFailure, ReceiptEntry, SqsApi, VisibilityEntry};
 use crate::error::Error;
 
 /// Tries per entry.
@@ -161,117 +161,149 @@ async fn run(task: Task, linger: Duration, mut rx: mpsc::UnboundedReceiver<(Stri
     }
 }
 
+/// One entry still to settle: its id in the call, its receipt handle,
+/// what to do, and who waits for the answer.
+type Entry = (String, String, Op, Reply);
+
 /// One batch, tried until every entry succeeded or failed for good.
 async fn settle(task: &Task, batch: Vec<(String, Op, Reply)>) {
-    let (api, url, queue) = (&*task.api, &*task.url, &*task.queue);
-    let count = |op: Op, ok: bool| {
-        if op == Op::Delete {
-            let c = if ok {
-                &task.stats.deleted
-            } else {
-                &task.stats.delete_failures
-            };
-            StatsInner::add(c, 1);
-        }
-    };
-    let mut open: Vec<(String, String, Op, Reply)> = batch
+    let mut open: Vec<Entry> = batch
         .into_iter()
         .enumerate()
         .map(|(i, (receipt, op, reply))| (i.to_string(), receipt, op, reply))
         .collect();
     for attempt in 1..=TRIES {
-        let deletes: Vec<ReceiptEntry> = open
-            .iter()
-            .filter(|(_, _, op, _)| *op == Op::Delete)
-            .map(|(id, receipt, _, _)| ReceiptEntry {
-                id: id.clone(),
-                receipt_handle: receipt.clone(),
-            })
-            .collect();
-        let changes: Vec<VisibilityEntry> = open
-            .iter()
-            .filter_map(|(id, receipt, op, _)| match op {
-                Op::Visibility(seconds) => Some(VisibilityEntry {
-                    id: id.clone(),
-                    receipt_handle: receipt.clone(),
-                    seconds: *seconds,
-                }),
-                Op::Delete => None,
-            })
-            .collect();
-        let mut failures = Vec::new();
-        let mut call_error = None;
-        if !deletes.is_empty() {
-            match api.delete_batch(url, deletes).await {
-                Ok(o) => failures.extend(o.failed.into_iter().map(|f| ("DeleteMessageBatch", f))),
-                Err(e) => call_error = Some(Error::sqs("DeleteMessageBatch", queue)(e)),
-            }
-        }
-        if !changes.is_empty() && call_error.is_none() {
-            match api.change_visibility_batch(url, changes).await {
-                Ok(o) => failures.extend(
-                    o.failed
-                        .into_iter()
-                        .map(|f| ("ChangeMessageVisibilityBatch", f)),
-                ),
-                Err(e) => {
-                    call_error = Some(Error::sqs("ChangeMessageVisibilityBatch", queue)(e));
-                }
-            }
-        }
         let last = attempt == TRIES;
-        if let Some(e) = call_error {
-            if e.is_retriable() && !last {
+        let failures = match calls_once(task, &open).await {
+            Ok(failures) => failures,
+            Err(e) if e.is_retriable() && !last => {
                 tracing::debug!(target: "consumer::sqs", error = %e, attempt, "settle call failed; trying again");
                 tokio::time::sleep(backoff(attempt)).await;
                 continue;
             }
-            let text = e.to_string();
-            let kind = e.kind();
-            let mut first = Some(e);
-            for (_, _, op, reply) in open {
-                count(op, false);
-                let err = first.take().unwrap_or_else(|| Error::Sqs {
-                    operation: "settle",
-                    queue: queue.to_owned(),
-                    source: crate::client::ApiError::new(kind, text.clone()),
-                });
-                let _ = reply.send(Err(err));
+            Err(e) => {
+                fail_all(task, open, e);
+                return;
             }
-            return;
-        }
-        let mut retry = Vec::new();
-        for (id, receipt, op, reply) in open {
-            match failures.iter().position(|(_, f)| f.id == id) {
-                None => {
-                    count(op, true);
-                    let _ = reply.send(Ok(()));
-                }
-                Some(i) => {
-                    let (operation, failure) = failures.swap_remove(i);
-                    let error = Error::Entry {
-                        operation,
-                        queue: queue.to_owned(),
-                        failure,
-                    };
-                    if error.is_retriable() && !last {
-                        retry.push((id, receipt, op, reply));
-                    } else {
-                        count(op, false);
-                        if op == Op::Delete {
-                            tracing::warn!(target: "consumer::sqs", error = %error, "could not delete a settled message; SQS redelivers it when its visibility ends, and dedup skips it");
-                        }
-                        let _ = reply.send(Err(error));
-                    }
-                }
-            }
-        }
+        };
+        let retry = answer(task, open, failures, last);
         if retry.is_empty() {
             return;
         }
         tracing::debug!(target: "consumer::sqs", entries = retry.len(), attempt, "some settle entries failed; trying those again");
         tokio::time::sleep(backoff(attempt)).await;
         open = retry;
+    }
+}
+
+/// One try of `open`: its deletes in one call, then its visibility changes
+/// in another (not tried once the first failed as a whole). The entries
+/// that failed, each with its call's operation; `Err` when a call failed
+/// as a whole.
+async fn calls_once(
+    task: &Task,
+    open: &[Entry],
+) -> Result<Vec<(&'static str, EntryFailure)>, Error> {
+    let (api, url, queue) = (&*task.api, &*task.url, &*task.queue);
+    let deletes: Vec<ReceiptEntry> = open
+        .iter()
+        .filter(|(_, _, op, _)| *op == Op::Delete)
+        .map(|(id, receipt, _, _)| ReceiptEntry {
+            id: id.clone(),
+            receipt_handle: receipt.clone(),
+        })
+        .collect();
+    let changes: Vec<VisibilityEntry> = open
+        .iter()
+        .filter_map(|(id, receipt, op, _)| match op {
+            Op::Visibility(seconds) => Some(VisibilityEntry {
+                id: id.clone(),
+                receipt_handle: receipt.clone(),
+                seconds: *seconds,
+            }),
+            Op::Delete => None,
+        })
+        .collect();
+    let mut failures = Vec::new();
+    let mut note = |operation: &'static str, answer: Result<BatchOutcome, ApiError>| {
+        let outcome = answer.map_err(Error::sqs(operation, queue))?;
+        failures.extend(outcome.failed.into_iter().map(|f| (operation, f)));
+        Ok::<_, Error>(())
+    };
+    if !deletes.is_empty() {
+        note("DeleteMessageBatch", api.delete_batch(url, deletes).await)?;
+    }
+    if !changes.is_empty() {
+        note(
+            "ChangeMessageVisibilityBatch",
+            api.change_visibility_batch(url, changes).await,
+        )?;
+    }
+    Ok(failures)
+}
+
+/// Answers every entry with `e`, the error of a call that failed for good:
+/// the first gets it as it is, the others a copy of its kind and text.
+fn fail_all(task: &Task, open: Vec<Entry>, e: Error) {
+    let text = e.to_string();
+    let kind = e.kind();
+    let mut first = Some(e);
+    for (_, _, op, reply) in open {
+        count(task, op, false);
+        let err = first.take().unwrap_or_else(|| Error::Sqs {
+            operation: "settle",
+            queue: task.queue.to_string(),
+            source: crate::client::ApiError::new(kind, text.clone()),
+        });
+        let _ = reply.send(Err(err));
+    }
+}
+
+/// Answers each entry of a try whose calls went through: done, or its
+/// failure; returns those whose failure can heal, to try again (none on
+/// the `last` try).
+fn answer(
+    task: &Task,
+    open: Vec<Entry>,
+    mut failures: Vec<(&'static str, EntryFailure)>,
+    last: bool,
+) -> Vec<Entry> {
+    let mut retry = Vec::new();
+    for (id, receipt, op, reply) in open {
+        let Some(i) = failures.iter().position(|(_, f)| f.id == id) else {
+            count(task, op, true);
+            let _ = reply.send(Ok(()));
+            continue;
+        };
+        let (operation, failure) = failures.swap_remove(i);
+        let error = Error::Entry {
+            operation,
+            queue: task.queue.to_string(),
+            failure,
+        };
+        if error.is_retriable() && !last {
+            retry.push((id, receipt, op, reply));
+        } else {
+            count(task, op, false);
+            if op == Op::Delete {
+                tracing::warn!(target: "consumer::sqs", error = %error, "could not delete a settled message; SQS redelivers it when its visibility ends, and dedup skips it");
+            }
+            let _ = reply.send(Err(error));
+        }
+    }
+    retry
+}
+
+/// Counts a delete that succeeded or failed for good; visibility changes
+/// are not counted.
+fn count(task: &Task, op: Op, ok: bool) {
+    if op == Op::Delete {
+        let c = if ok {
+            &task.stats.deleted
+        } else {
+            &task.stats.delete_failures
+        };
+        StatsInner::add(c, 1);
     }
 }
 
