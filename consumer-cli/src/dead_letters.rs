@@ -77,60 +77,80 @@ pub async fn list(
     if let Some(r) = &remarks {
         eprintln!("note: {r}");
     }
+    if let Some(group) = group_by {
+        return write_groups(out, &letters, group, json);
+    }
     // On a Kafka topic a replayed letter stays: the journal says which.
-    let replayed = if keeps_replayed && group_by.is_none() {
+    let replayed = if keeps_replayed {
         replayed_ids(services).await
     } else {
         None
     };
-    let replayed_cell = |l: &Letter| replayed.as_ref().map(|ids| ids.contains(&l.id));
-    let w = |out: &mut dyn Write, text: &str| {
-        out.write_all(text.as_bytes())
-            .map_err(Error::io("writing the output"))
-    };
-    if let Some(group) = group_by {
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for l in &letters {
-            let name = match group {
-                GroupBy::Kind => l.letter.kind.as_str().to_owned(),
-                GroupBy::Handler => l.letter.handler.clone(),
-                GroupBy::Error => l.letter.error.clone(),
-            };
-            *counts.entry(name).or_default() += 1;
-        }
-        let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
-        counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        if json {
-            for (name, count) in counts {
-                let by = match group {
-                    GroupBy::Kind => "kind",
-                    GroupBy::Handler => "handler",
-                    GroupBy::Error => "error",
-                };
-                w(
-                    out,
-                    &format!(
-                        "{}\n",
-                        line(&serde_json::json!({ by: name, "count": count }))
-                    ),
-                )?;
-            }
-        } else {
-            let mut table = Table::new(&["COUNT", "GROUP"]);
-            for (name, count) in counts {
-                table.row(vec![count.to_string(), name]);
-            }
-            w(out, &table.render())?;
-        }
-        return Ok(());
-    }
     if json {
         for l in &letters {
-            let listed = ListedJson::of(l, false).replayed(replayed_cell(l));
-            w(out, &format!("{}\n", line(&listed)))?;
+            let listed = ListedJson::of(l, false).replayed(was_replayed(replayed.as_ref(), l));
+            write(out, &format!("{}\n", line(&listed)))?;
         }
         return Ok(());
     }
+    let table = letters_table(&letters, keeps_replayed, replayed.as_ref());
+    write(out, &table.render())?;
+    write(out, &format!("{} dead letter(s)\n", letters.len()))
+}
+
+/// Writes `text` to the output.
+fn write(out: &mut dyn Write, text: &str) -> Result<()> {
+    out.write_all(text.as_bytes())
+        .map_err(Error::io("writing the output"))
+}
+
+/// `list --group-by`: how many letters per kind, handler or error, the
+/// largest groups first, as a table or JSON lines.
+fn write_groups(out: &mut dyn Write, letters: &[Letter], group: GroupBy, json: bool) -> Result<()> {
+    let (by, of): (&str, fn(&Letter) -> String) = match group {
+        GroupBy::Kind => ("kind", |l| l.letter.kind.as_str().to_owned()),
+        GroupBy::Handler => ("handler", |l| l.letter.handler.clone()),
+        GroupBy::Error => ("error", |l| l.letter.error.clone()),
+    };
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for l in letters {
+        *counts.entry(of(l)).or_default() += 1;
+    }
+    let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if json {
+        for (name, count) in counts {
+            write(
+                out,
+                &format!(
+                    "{}\n",
+                    line(&serde_json::json!({ by: name, "count": count }))
+                ),
+            )?;
+        }
+        return Ok(());
+    }
+    let mut table = Table::new(&["COUNT", "GROUP"]);
+    for (name, count) in counts {
+        table.row(vec![count.to_string(), name]);
+    }
+    write(out, &table.render())
+}
+
+/// Whether the journal says `letter` was replayed; `None` when it could
+/// not be read (or was not, the place removing what it replays).
+fn was_replayed(replayed: Option<&HashSet<String>>, letter: &Letter) -> Option<bool> {
+    replayed.map(|ids| ids.contains(&letter.id))
+}
+
+/// The letters as a table; where the place keeps replayed letters, a
+/// REPLAYED column says whether each was: yes, no, or `?` when the journal
+/// could not be read.
+fn letters_table(
+    letters: &[Letter],
+    keeps_replayed: bool,
+    replayed: Option<&HashSet<String>>,
+) -> Table {
     let mut header = vec![
         "ID",
         "HANDLER",
@@ -145,7 +165,7 @@ pub async fn list(
     }
     header.push("ERROR");
     let mut table = Table::new(&header);
-    for l in &letters {
+    for l in letters {
         let dl = &l.letter;
         let mut row = vec![
             l.id.clone(),
@@ -157,17 +177,19 @@ pub async fn list(
             dl.message_id.clone(),
         ];
         if keeps_replayed {
-            row.push(match replayed_cell(l) {
-                Some(true) => "yes".to_owned(),
-                Some(false) => "no".to_owned(),
-                None => "?".to_owned(),
-            });
+            row.push(
+                match was_replayed(replayed, l) {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "?",
+                }
+                .to_owned(),
+            );
         }
         row.push(dl.error.clone());
         table.row(row);
     }
-    w(out, &table.render())?;
-    w(out, &format!("{} dead letter(s)\n", letters.len()))
+    table
 }
 
 /// `show`: every field, the payload pretty-printed when it is JSON.

@@ -62,6 +62,20 @@ fn outbox(table: &str) -> Result<Outbox> {
         .map_err(|e| Error::Usage(format!("--outbox-table {table:?}: {e}")))
 }
 
+/// What `status` read, at one moment.
+struct Status {
+    /// Events to go out now: committed and not published, and scheduled
+    /// ones due.
+    pending: i64,
+    /// When the oldest of them was committed or fell due.
+    oldest_ms: Option<i64>,
+    /// Scheduled events not yet due.
+    scheduled: i64,
+    /// The next scheduled events to fall due.
+    next: Vec<Scheduled>,
+    failed: Vec<Failed>,
+}
+
 /// `status`.
 pub async fn status(
     services: &Services,
@@ -72,21 +86,35 @@ pub async fn status(
 ) -> Result<()> {
     let outbox = outbox(table)?;
     let pool = database::connect(services).await?;
+    let status = read_status(&pool, outbox.table(), next).await?;
+    let now_ms =
+        i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+    let text = if json {
+        status_json(status, now_ms)
+    } else {
+        status_text(&status, now_ms)
+    };
+    out.write_all(text.as_bytes())
+        .map_err(Error::io("writing the output"))
+}
+
+/// Reads the outbox `table` and its scheduled table: what is pending,
+/// what is scheduled (the `next` to fall due listed), what failed.
+async fn read_status(pool: &sqlx::PgPool, table: &str, next: u32) -> Result<Status> {
     let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT count(*), (EXTRACT(EPOCH FROM min(coalesce(due_at, created_at))) * 1000)::bigint \
-         FROM {} WHERE published_at IS NULL",
-        outbox.table()
+         FROM {table} WHERE published_at IS NULL"
     )))
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
-    .map_err(|e| database::explain(e, outbox.table()))?;
-    let scheduled_table = format!("{}_scheduled", outbox.table());
+    .map_err(|e| database::explain(e, table))?;
+    let scheduled_table = format!("{table}_scheduled");
     let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) =
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FILTER (WHERE due_at > now()), count(*) FILTER (WHERE due_at <= now()), \
              (EXTRACT(EPOCH FROM min(due_at) FILTER (WHERE due_at <= now())) * 1000)::bigint FROM {scheduled_table}"
         )))
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .map_err(|e| database::explain(e, &scheduled_table))?;
     let next: Vec<Scheduled> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -95,75 +123,94 @@ pub async fn status(
          FROM {scheduled_table} ORDER BY due_at, seq LIMIT $1"
     )))
     .bind(i64::from(next))
-    .fetch_all(&pool)
+    .fetch_all(pool)
     .await?;
-    let pending = pending + due;
-    let oldest_ms = oldest_ms.into_iter().chain(oldest_due_ms).min();
     let failed: Vec<Failed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT aggregate_type, aggregate_id, event_type, version, attempts, last_error, \
          (EXTRACT(EPOCH FROM failed_at) * 1000)::bigint AS failed_ms \
-         FROM {} WHERE failed_at IS NOT NULL AND published_at IS NULL ORDER BY seq",
-        outbox.table()
+         FROM {table} WHERE failed_at IS NOT NULL AND published_at IS NULL ORDER BY seq"
     )))
-    .fetch_all(&pool)
+    .fetch_all(pool)
     .await?;
-    let now_ms =
-        i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
-    let oldest_age_s = oldest_ms.map(|ms| (now_ms - ms) / 1000);
-    let w = |out: &mut dyn Write, text: String| {
-        out.write_all(text.as_bytes())
-            .map_err(Error::io("writing the output"))
-    };
-    if json {
-        return w(
-            out,
-            format!(
-                "{}\n",
-                line(&serde_json::json!({
-                    "pending": pending,
-                    "oldest_age_seconds": oldest_age_s,
-                    "failed": failed,
-                    "scheduled": ScheduledSummary { count: scheduled, next },
-                }))
+    Ok(Status {
+        pending: pending + due,
+        oldest_ms: oldest_ms.into_iter().chain(oldest_due_ms).min(),
+        scheduled,
+        next,
+        failed,
+    })
+}
+
+/// How many seconds ago `ms` was.
+fn age_seconds(now_ms: i64, ms: i64) -> i64 {
+    (now_ms - ms) / 1000
+}
+
+/// `status --json`: one line.
+fn status_json(status: Status, now_ms: i64) -> String {
+    let Status {
+        pending,
+        oldest_ms,
+        scheduled,
+        next,
+        failed,
+    } = status;
+    format!(
+        "{}\n",
+        line(&serde_json::json!({
+            "pending": pending,
+            "oldest_age_seconds": oldest_ms.map(|ms| age_seconds(now_ms, ms)),
+            "failed": failed,
+            "scheduled": ScheduledSummary { count: scheduled, next },
+        }))
+    )
+}
+
+/// `status` for people: the counts, then the failed events and the next
+/// scheduled ones as tables, when there are any.
+fn status_text(status: &Status, now_ms: i64) -> String {
+    let mut text = format!(
+        "pending events: {}\noldest pending: {}\nfailed aggregates: {}\nscheduled events: {}\n",
+        status.pending,
+        status
+            .oldest_ms
+            .map_or_else(|| "-".to_owned(), |ms| age(age_seconds(now_ms, ms))),
+        status.failed.len(),
+        status.scheduled,
+    );
+    if !status.failed.is_empty() {
+        text.push_str(&failed_table_text(&status.failed, now_ms));
+    }
+    if !status.next.is_empty() {
+        text.push_str(&scheduled_table_text(&status.next, now_ms));
+    }
+    text
+}
+
+/// The failed events, one row each, with how long ago each failed.
+fn failed_table_text(failed: &[Failed], now_ms: i64) -> String {
+    let mut t = Table::new(&[
+        "AGGREGATE",
+        "EVENT",
+        "VERSION",
+        "ATTEMPTS",
+        "FAILED",
+        "ERROR",
+    ]);
+    for f in failed {
+        t.row(vec![
+            format!("{}/{}", f.aggregate_type, f.aggregate_id),
+            f.event_type.clone(),
+            f.version.to_string(),
+            f.attempts.to_string(),
+            f.failed_ms.map_or_else(
+                || "-".to_owned(),
+                |ms| format!("{} ago", age(age_seconds(now_ms, ms))),
             ),
-        );
-    }
-    w(
-        out,
-        format!(
-            "pending events: {pending}\noldest pending: {}\nfailed aggregates: {}\nscheduled events: {scheduled}\n",
-            oldest_age_s.map_or_else(|| "-".to_owned(), age),
-            failed.len()
-        ),
-    )?;
-    if !failed.is_empty() {
-        let mut t = Table::new(&[
-            "AGGREGATE",
-            "EVENT",
-            "VERSION",
-            "ATTEMPTS",
-            "FAILED",
-            "ERROR",
+            f.last_error.clone().unwrap_or_default(),
         ]);
-        for f in &failed {
-            t.row(vec![
-                format!("{}/{}", f.aggregate_type, f.aggregate_id),
-                f.event_type.clone(),
-                f.version.to_string(),
-                f.attempts.to_string(),
-                f.failed_ms.map_or_else(
-                    || "-".to_owned(),
-                    |ms| format!("{} ago", age((now_ms - ms) / 1000)),
-                ),
-                f.last_error.clone().unwrap_or_default(),
-            ]);
-        }
-        w(out, t.render())?;
     }
-    if !next.is_empty() {
-        w(out, scheduled_table_text(&next, now_ms))?;
-    }
-    Ok(())
+    t.render()
 }
 
 /// The next scheduled events, one row each, with when each falls due.

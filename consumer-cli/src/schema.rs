@@ -45,37 +45,48 @@ fn load(args: &SchemaArgs, creates: bool) -> Result<(SnapshotDir, BTreeMap<Strin
         )));
     }
     let dir = SnapshotDir::new(&args.snapshots);
-    let mut current = BTreeMap::new();
     if args.current.is_file() {
-        let event_type = match args.types.as_slice() {
-            [one] => one.clone(),
-            [] => stem(&args.current).ok_or_else(|| {
-                Error::Usage(format!(
-                    "{} is not named <event-type>.json: say its type with --type",
-                    args.current.display()
-                ))
-            })?,
-            _ => {
-                return Err(Error::Usage(
-                    "--current names one file: give one --type at most".to_owned(),
-                ));
-            }
-        };
-        current.insert(event_type, read_schema(&args.current)?);
+        let current = BTreeMap::from([(file_type(args)?, read_schema(&args.current)?)]);
         return Ok((dir, current));
     }
+    let current = current_dir(args)?;
+    if args.types.is_empty() {
+        every_snapshot_has_a_schema(args, &dir, &current)?;
+        return Ok((dir, current));
+    }
+    let chosen = chosen(args, current)?;
+    Ok((dir, chosen))
+}
+
+/// The event type of `--current`, one file: its `--type`, or its name.
+fn file_type(args: &SchemaArgs) -> Result<String> {
+    match args.types.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => stem(&args.current).ok_or_else(|| {
+            Error::Usage(format!(
+                "{} is not named <event-type>.json: say its type with --type",
+                args.current.display()
+            ))
+        }),
+        _ => Err(Error::Usage(
+            "--current names one file: give one --type at most".to_owned(),
+        )),
+    }
+}
+
+/// Every `<event-type>.json` of `--current`, a directory; at least one
+/// (a directory of contracts instead of schemas gets a hint).
+fn current_dir(args: &SchemaArgs) -> Result<BTreeMap<String, Value>> {
     if !args.current.is_dir() {
         return Err(Error::Usage(format!(
             "no current schemas at {}: give a directory of <event-type>.json files or one file",
             args.current.display()
         )));
     }
-    let entries = std::fs::read_dir(&args.current)
-        .map_err(Error::io(format!("listing {}", args.current.display())))?;
-    for entry in entries {
-        let path = entry
-            .map_err(Error::io(format!("listing {}", args.current.display())))?
-            .path();
+    let listing = || Error::io(format!("listing {}", args.current.display()));
+    let mut current = BTreeMap::new();
+    for entry in std::fs::read_dir(&args.current).map_err(listing())? {
+        let path = entry.map_err(listing())?.path();
         if let Some(event_type) = stem(&path) {
             current.insert(event_type, read_schema(&path)?);
         }
@@ -94,21 +105,35 @@ fn load(args: &SchemaArgs, creates: bool) -> Result<(SnapshotDir, BTreeMap<Strin
             args.current.display()
         )));
     }
-    if args.types.is_empty() {
-        // Every type with snapshots must still have a schema: a type
-        // dropped from the build is not silently left unchecked.
-        for event_type in dir.event_types()? {
-            if !current.contains_key(&event_type) {
-                return Err(Error::Other(format!(
-                    "`{event_type}` has snapshots in {} but no current schema {}: generate it, \
-                     or check the others with --type",
-                    args.snapshots.display(),
-                    args.current.join(format!("{event_type}.json")).display()
-                )));
-            }
+    Ok(current)
+}
+
+/// Checks that every type with snapshots still has a schema: a type
+/// dropped from the build is not silently left unchecked.
+fn every_snapshot_has_a_schema(
+    args: &SchemaArgs,
+    dir: &SnapshotDir,
+    current: &BTreeMap<String, Value>,
+) -> Result<()> {
+    for event_type in dir.event_types()? {
+        if !current.contains_key(&event_type) {
+            return Err(Error::Other(format!(
+                "`{event_type}` has snapshots in {} but no current schema {}: generate it, \
+                 or check the others with --type",
+                args.snapshots.display(),
+                args.current.join(format!("{event_type}.json")).display()
+            )));
         }
-        return Ok((dir, current));
     }
+    Ok(())
+}
+
+/// The schemas of the types `--type` names; one it names that has no
+/// schema is an error listing those there are.
+fn chosen(
+    args: &SchemaArgs,
+    mut current: BTreeMap<String, Value>,
+) -> Result<BTreeMap<String, Value>> {
     let known: Vec<String> = current.keys().cloned().collect();
     let mut chosen = BTreeMap::new();
     for event_type in &args.types {
@@ -125,7 +150,7 @@ fn load(args: &SchemaArgs, creates: bool) -> Result<(SnapshotDir, BTreeMap<Strin
         };
         chosen.insert(event_type.clone(), schema);
     }
-    Ok((dir, chosen))
+    Ok(chosen)
 }
 
 /// `OrderPlaced` of `.../OrderPlaced.json`; `None` for other files.

@@ -18,6 +18,7 @@ use consumer_core::{DeadLetter, Message, Outgoing, Publisher};
 use consumer_kafka::{KafkaPublisher, KafkaSecurity};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Held, Snapshot};
@@ -200,10 +201,38 @@ impl PartitionRead {
 /// markers, compaction) are counted in [`Snapshot::unread`].
 fn read_snapshot(brokers: &str, security: Option<&KafkaSecurity>, topic: &str) -> Result<Snapshot> {
     let consumer = reader(brokers, security)?;
+    let (mut parts, expected) = assign_below_high(&consumer, brokers, topic)?;
+    if parts.is_empty() {
+        return Ok(Snapshot::default());
+    }
+    read_to_high(&consumer, topic, &mut parts)?;
+    let mut snapshot = Snapshot::default();
+    let mut read: i64 = 0;
+    for part in parts {
+        read += part.below.len() as i64;
+        for held in part.below {
+            match held {
+                Some(h) => snapshot.letters.push(h),
+                None => snapshot.foreign += 1,
+            }
+        }
+    }
+    snapshot.unread = u64::try_from(expected - read).unwrap_or(0);
+    Ok(snapshot)
+}
+
+/// Takes each partition's watermarks and assigns those holding records
+/// from their low watermark; the partitions to read and how many offsets
+/// lie below their high watermarks.
+fn assign_below_high(
+    consumer: &BaseConsumer,
+    brokers: &str,
+    topic: &str,
+) -> Result<(Vec<PartitionRead>, i64)> {
     let mut parts = Vec::new();
     let mut assignment = TopicPartitionList::new();
     let mut expected: i64 = 0;
-    for p in partitions(&consumer, brokers, topic)? {
+    for p in partitions(consumer, brokers, topic)? {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
             .map_err(|e| unreachable(brokers, &e))?;
@@ -221,13 +250,17 @@ fn read_snapshot(brokers: &str, security: Option<&KafkaSecurity>, topic: &str) -
             });
         }
     }
-    let mut snapshot = Snapshot::default();
-    if parts.is_empty() {
-        return Ok(snapshot);
+    if !parts.is_empty() {
+        consumer
+            .assign(&assignment)
+            .map_err(|e| Error::Other(format!("assigning {topic}: {e}")))?;
     }
-    consumer
-        .assign(&assignment)
-        .map_err(|e| Error::Other(format!("assigning {topic}: {e}")))?;
+    Ok((parts, expected))
+}
+
+/// Polls until every partition is read up to its high watermark or its
+/// end, within [`READ_TIMEOUT`].
+fn read_to_high(consumer: &BaseConsumer, topic: &str, parts: &mut [PartitionRead]) -> Result<()> {
     let deadline = Instant::now() + READ_TIMEOUT;
     while !parts.iter().all(PartitionRead::done) {
         if Instant::now() >= deadline {
@@ -239,51 +272,45 @@ fn read_snapshot(brokers: &str, security: Option<&KafkaSecurity>, topic: &str) -
         let Some(polled) = consumer.poll(Duration::from_millis(500)) else {
             continue;
         };
-        let record = match polled {
-            Ok(record) => record,
+        match polled {
+            Ok(record) => take(parts, &record),
             Err(KafkaError::PartitionEOF(p)) => {
                 if let Some(part) = parts.iter_mut().find(|r| r.id == p) {
                     part.at_end = true;
                 }
-                continue;
             }
             Err(e) => return Err(Error::Broker(format!("reading {topic}: {e}"))),
-        };
-        use rdkafka::Message as _;
-        let Some(part) = parts.iter_mut().find(|r| r.id == record.partition()) else {
-            continue;
-        };
-        if record.offset() <= part.last || record.offset() >= part.high {
-            part.at_end |= record.offset() >= part.high;
-            continue;
-        }
-        part.last = record.offset();
-        let envelope = consumer_kafka::headers::to_envelope(&record);
-        let message = Message {
-            key: envelope.key,
-            headers: envelope.headers,
-            payload: envelope.payload,
-        };
-        let held = DeadLetter::from_message(&message).map(|dl| Held {
-            letter: Letter::new(dl),
-            handle: u64::try_from(record.offset()).unwrap_or(0),
-        });
-        if record.offset() < part.high {
-            part.below.push(held);
         }
     }
-    let mut read: i64 = 0;
-    for part in parts {
-        read += part.below.len() as i64;
-        for held in part.below {
-            match held {
-                Some(h) => snapshot.letters.push(h),
-                None => snapshot.foreign += 1,
-            }
-        }
+    Ok(())
+}
+
+/// Keeps `record` in its partition's read when it lies below the high
+/// watermark and past what was read (a record at or past the high
+/// watermark ends the partition's read).
+fn take(parts: &mut [PartitionRead], record: &BorrowedMessage<'_>) {
+    use rdkafka::Message as _;
+    let Some(part) = parts.iter_mut().find(|r| r.id == record.partition()) else {
+        return;
+    };
+    if record.offset() <= part.last || record.offset() >= part.high {
+        part.at_end |= record.offset() >= part.high;
+        return;
     }
-    snapshot.unread = u64::try_from(expected - read).unwrap_or(0);
-    Ok(snapshot)
+    part.last = record.offset();
+    let envelope = consumer_kafka::headers::to_envelope(record);
+    let message = Message {
+        key: envelope.key,
+        headers: envelope.headers,
+        payload: envelope.payload,
+    };
+    let held = DeadLetter::from_message(&message).map(|dl| Held {
+        letter: Letter::new(dl),
+        handle: u64::try_from(record.offset()).unwrap_or(0),
+    });
+    if record.offset() < part.high {
+        part.below.push(held);
+    }
 }
 
 /// The Kafka brokers did not answer.
