@@ -50,7 +50,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Sagas, Schema};
+use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Sagas, Schema, Services};
 use crate::error::{Error, Result, exit};
 
 fn main() -> ExitCode {
@@ -88,106 +88,113 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     let services = &cli.services;
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut lock = stdout.lock();
+    let out = &mut lock;
     match cli.command {
-        Command::DeadLetters(cmd) => match *cmd {
-            DeadLetters::List {
-                place,
-                filter,
-                group_by,
-                json,
-            } => dead_letters::list(services, &place, &filter, group_by, json, &mut out).await,
-            DeadLetters::Show { id, place, json } => {
-                dead_letters::show(services, &place, &id, json, &mut out).await
-            }
-            DeadLetters::Export {
-                place,
-                filter,
-                output,
-            } => {
-                let n = match output {
-                    Some(path) => {
-                        let file = std::fs::File::create(&path)
-                            .map_err(Error::io(format!("creating {}", path.display())))?;
-                        let mut file = std::io::BufWriter::new(file);
-                        dead_letters::export(services, &place, &filter, &mut file).await?
-                    }
-                    None => dead_letters::export(services, &place, &filter, &mut out).await?,
-                };
-                eprintln!("exported {n} dead letter(s)");
-                Ok(())
-            }
-            DeadLetters::Import { place, input } => {
-                let n = match input {
-                    Some(path) => {
-                        let file = std::fs::File::open(&path)
-                            .map_err(Error::io(format!("opening {}", path.display())))?;
-                        dead_letters::import(services, &place, BufReader::new(file)).await?
-                    }
-                    None => dead_letters::import(services, &place, std::io::stdin().lock()).await?,
-                };
-                writeln!(out, "imported {n} dead letter(s)")
-                    .map_err(Error::io("writing the output"))
-            }
-            DeadLetters::Purge { place, filter, yes } => {
-                dead_letters::purge(services, &place, &filter, yes, &mut out)
-                    .await
-                    .map(|_| ())
-            }
-            DeadLetters::Replay(args) => replay::run(services, &args, &mut out).await,
-        },
-        Command::Outbox(cmd) => match cmd {
-            Outbox::Status {
-                json,
-                next,
-                outbox_table,
-            } => outbox::status(services, &outbox_table, json, next, &mut out).await,
-            Outbox::Retry {
-                aggregate,
-                all,
-                outbox_table,
-            } => outbox::retry(services, &outbox_table, aggregate.as_deref(), all, &mut out).await,
-        },
+        Command::DeadLetters(cmd) => run_dead_letters(services, *cmd, out).await,
+        Command::Outbox(cmd) => run_outbox(services, cmd, out).await,
         Command::Dedup(cmd) => match cmd {
-            Dedup::Counts { json } => dedup::counts(services, json, &mut out).await,
+            Dedup::Counts { json } => dedup::counts(services, json, out).await,
             Dedup::Purge { older_than, batch } => {
-                dedup::purge(services, older_than, batch, &mut out).await
+                dedup::purge(services, older_than, batch, out).await
             }
         },
-        Command::Sagas(cmd) => match cmd {
-            Sagas::List {
-                filter,
-                limit,
-                json,
-            } => sagas::list(services, &filter, limit, json, &mut out).await,
-            Sagas::Show {
-                saga_type,
-                saga_id,
-                json,
-            } => sagas::show(services, &saga_type, &saga_id, json, &mut out).await,
-            Sagas::Resume {
-                saga_type,
-                saga_id,
-                compensate,
-            } => {
-                sagas::resume(
-                    services,
-                    &saga_type,
-                    &saga_id,
-                    compensate.as_deref(),
-                    &mut out,
-                )
-                .await
-            }
-            Sagas::Abandon {
-                saga_type,
-                saga_id,
-                reason,
-            } => sagas::abandon(services, &saga_type, &saga_id, &reason, &mut out).await,
-        },
+        Command::Sagas(cmd) => run_sagas(services, cmd, out).await,
         Command::Schema(cmd) => match cmd {
-            Schema::Check(args) => schema::check(&args, &mut out),
-            Schema::Record(args) => schema::record(&args, &mut out),
+            Schema::Check(args) => schema::check(&args, out),
+            Schema::Record(args) => schema::record(&args, out),
         },
+    }
+}
+
+async fn run_dead_letters(
+    services: &Services,
+    cmd: DeadLetters,
+    out: &mut impl Write,
+) -> Result<()> {
+    match cmd {
+        DeadLetters::List {
+            place,
+            filter,
+            group_by,
+            json,
+        } => dead_letters::list(services, &place, &filter, group_by, json, out).await,
+        DeadLetters::Show { id, place, json } => {
+            dead_letters::show(services, &place, &id, json, out).await
+        }
+        DeadLetters::Export {
+            place,
+            filter,
+            output,
+        } => {
+            let n = match output {
+                Some(path) => {
+                    let file = std::fs::File::create(&path)
+                        .map_err(Error::io(format!("creating {}", path.display())))?;
+                    let mut file = std::io::BufWriter::new(file);
+                    dead_letters::export(services, &place, &filter, &mut file).await?
+                }
+                None => dead_letters::export(services, &place, &filter, out).await?,
+            };
+            eprintln!("exported {n} dead letter(s)");
+            Ok(())
+        }
+        DeadLetters::Import { place, input } => {
+            let n = match input {
+                Some(path) => {
+                    let file = std::fs::File::open(&path)
+                        .map_err(Error::io(format!("opening {}", path.display())))?;
+                    dead_letters::import(services, &place, BufReader::new(file)).await?
+                }
+                None => dead_letters::import(services, &place, std::io::stdin().lock()).await?,
+            };
+            writeln!(out, "imported {n} dead letter(s)").map_err(Error::io("writing the output"))
+        }
+        DeadLetters::Purge { place, filter, yes } => {
+            dead_letters::purge(services, &place, &filter, yes, out)
+                .await
+                .map(|_| ())
+        }
+        DeadLetters::Replay(args) => replay::run(services, &args, out).await,
+    }
+}
+
+async fn run_outbox(services: &Services, cmd: Outbox, out: &mut impl Write) -> Result<()> {
+    match cmd {
+        Outbox::Status {
+            json,
+            next,
+            outbox_table,
+        } => outbox::status(services, &outbox_table, json, next, out).await,
+        Outbox::Retry {
+            aggregate,
+            all,
+            outbox_table,
+        } => outbox::retry(services, &outbox_table, aggregate.as_deref(), all, out).await,
+    }
+}
+
+async fn run_sagas(services: &Services, cmd: Sagas, out: &mut impl Write) -> Result<()> {
+    match cmd {
+        Sagas::List {
+            filter,
+            limit,
+            json,
+        } => sagas::list(services, &filter, limit, json, out).await,
+        Sagas::Show {
+            saga_type,
+            saga_id,
+            json,
+        } => sagas::show(services, &saga_type, &saga_id, json, out).await,
+        Sagas::Resume {
+            saga_type,
+            saga_id,
+            compensate,
+        } => sagas::resume(services, &saga_type, &saga_id, compensate.as_deref(), out).await,
+        Sagas::Abandon {
+            saga_type,
+            saga_id,
+            reason,
+        } => sagas::abandon(services, &saga_type, &saga_id, &reason, out).await,
     }
 }

@@ -236,75 +236,85 @@ pub fn kind_of(code: RDKafkaErrorCode) -> BrokerErrorKind {
         | C::DelegationTokenAuthorizationFailed
         | C::Authentication => K::NotAuthorized,
         // Configuration, or a client state no retry repairs.
-        C::OffsetOutOfRange
-        | C::InvalidMessageSize
-        | C::StaleControllerEpoch
-        | C::InvalidRequiredAcks
-        | C::IllegalGeneration
-        | C::InconsistentGroupProtocol
-        | C::InvalidGroupId
-        | C::UnknownMemberId
-        | C::InvalidSessionTimeout
-        | C::RebalanceInProgress
-        | C::UnsupportedSASLMechanism
-        | C::IllegalSASLState
-        | C::UnsupportedVersion
-        | C::TopicAlreadyExists
-        | C::InvalidPartitions
-        | C::InvalidReplicationFactor
-        | C::InvalidReplicaAssignment
-        | C::InvalidConfig
-        | C::InvalidRequest
-        | C::OutOfOrderSequenceNumber
-        | C::DuplicateSequenceNumber
-        | C::InvalidProducerEpoch
-        | C::InvalidTransactionalState
-        | C::InvalidProducerIdMapping
-        | C::InvalidTransactionTimeout
-        | C::TransactionCoordinatorFenced
-        | C::SecurityDisabled
-        | C::OperationNotAttempted
-        | C::LogDirNotFound
-        | C::UnknownProducerId
-        | C::ReassignmentInProgress
-        | C::DelegationTokenAuthDisabled
-        | C::DelegationTokenNotFound
-        | C::DelegationTokenOwnerMismatch
-        | C::DelegationTokenRequestNotAllowed
-        | C::DelegationTokenExpired
-        | C::InvalidPrincipalType
-        | C::NonEmptyGroup
-        | C::GroupIdNotFound
-        | C::TopicDeletionDisabled
-        | C::UnsupportedCompressionType
-        | C::StaleBrokerEpoch
-        | C::MemberIdRequired
-        | C::GroupMaxSizeReached
-        | C::FencedInstanceId
-        | C::NoReassignmentInProgress
-        | C::GroupSubscribedToTopic
-        | C::ProducerFenced
-        | C::ResourceNotFound
-        | C::DuplicateResource
-        | C::UnacceptableCredential
-        | C::InconsistentVoterSet
-        | C::InvalidUpdateVersion
-        | C::FeatureUpdateFailed
-        | C::PrincipalDeserializationFailure
-        | C::FencedMemberEpoch
-        | C::UnreleasedInstanceId
-        | C::UnsupportedAssignor
-        | C::StaleMemberEpoch
-        | C::UnknownSubscriptionId
-        | C::TelemetryTooLarge
-        | C::Fatal
-        | C::Fenced
-        | C::NotConfigured
-        | C::UnsupportedFeature
-        | C::NotImplemented
-        | C::UnknownProtocol => K::Fatal,
+        c if no_retry_repairs(c) => K::Fatal,
         _ => K::Unavailable,
     }
+}
+
+/// The codes that say the configuration or the client's state is wrong:
+/// trying the same operation again cannot succeed.
+fn no_retry_repairs(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::OffsetOutOfRange
+            | C::InvalidMessageSize
+            | C::StaleControllerEpoch
+            | C::InvalidRequiredAcks
+            | C::IllegalGeneration
+            | C::InconsistentGroupProtocol
+            | C::InvalidGroupId
+            | C::UnknownMemberId
+            | C::InvalidSessionTimeout
+            | C::RebalanceInProgress
+            | C::UnsupportedSASLMechanism
+            | C::IllegalSASLState
+            | C::UnsupportedVersion
+            | C::TopicAlreadyExists
+            | C::InvalidPartitions
+            | C::InvalidReplicationFactor
+            | C::InvalidReplicaAssignment
+            | C::InvalidConfig
+            | C::InvalidRequest
+            | C::OutOfOrderSequenceNumber
+            | C::DuplicateSequenceNumber
+            | C::InvalidProducerEpoch
+            | C::InvalidTransactionalState
+            | C::InvalidProducerIdMapping
+            | C::InvalidTransactionTimeout
+            | C::TransactionCoordinatorFenced
+            | C::SecurityDisabled
+            | C::OperationNotAttempted
+            | C::LogDirNotFound
+            | C::UnknownProducerId
+            | C::ReassignmentInProgress
+            | C::DelegationTokenAuthDisabled
+            | C::DelegationTokenNotFound
+            | C::DelegationTokenOwnerMismatch
+            | C::DelegationTokenRequestNotAllowed
+            | C::DelegationTokenExpired
+            | C::InvalidPrincipalType
+            | C::NonEmptyGroup
+            | C::GroupIdNotFound
+            | C::TopicDeletionDisabled
+            | C::UnsupportedCompressionType
+            | C::StaleBrokerEpoch
+            | C::MemberIdRequired
+            | C::GroupMaxSizeReached
+            | C::FencedInstanceId
+            | C::NoReassignmentInProgress
+            | C::GroupSubscribedToTopic
+            | C::ProducerFenced
+            | C::ResourceNotFound
+            | C::DuplicateResource
+            | C::UnacceptableCredential
+            | C::InconsistentVoterSet
+            | C::InvalidUpdateVersion
+            | C::FeatureUpdateFailed
+            | C::PrincipalDeserializationFailure
+            | C::FencedMemberEpoch
+            | C::UnreleasedInstanceId
+            | C::UnsupportedAssignor
+            | C::StaleMemberEpoch
+            | C::UnknownSubscriptionId
+            | C::TelemetryTooLarge
+            | C::Fatal
+            | C::Fenced
+            | C::NotConfigured
+            | C::UnsupportedFeature
+            | C::NotImplemented
+            | C::UnknownProtocol
+    )
 }
 
 /// Whether the operation that failed with `code` may succeed if tried again.

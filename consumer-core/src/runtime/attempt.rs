@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 use tracing::Instrument;
 
 use super::settle::{Redelivered, Why};
-use super::{Ended, jitter};
 use super::worker::Worker;
+use super::{Ended, jitter};
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::{Envelope, HeaderError};
 use crate::error::BoxError;

@@ -187,6 +187,43 @@ impl KafkaSourceBuilder {
         self
     }
 
+    /// The group consumer's configuration: our defaults, then the secured
+    /// link's settings and the caller's, then what must hold for the
+    /// framework's guarantees (manual commits), which nothing overrides.
+    fn consumer_config(&self, secured: &[(String, String)]) -> ClientConfig {
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group_id)
+            .set_log_level(crate::tracing_context::log_level());
+        for (k, v) in CONSUMER_DEFAULTS {
+            cc.set(*k, *v);
+        }
+        for (k, v) in secured.iter().chain(&self.consumer) {
+            cc.set(k, v);
+        }
+        if let Some(id) = &self.instance_id {
+            cc.set("group.instance.id", id);
+        }
+        for (k, v) in CONSUMER_FIXED {
+            cc.set(*k, *v);
+        }
+        cc
+    }
+
+    /// The settle producer's configuration (retry copies, dead letters).
+    fn producer_config(&self, secured: &[(String, String)]) -> ClientConfig {
+        let mut pc = ClientConfig::new();
+        pc.set("bootstrap.servers", &self.brokers)
+            .set_log_level(crate::tracing_context::log_level());
+        for (k, v) in SETTLE_PRODUCER_DEFAULTS {
+            pc.set(*k, *v);
+        }
+        for (k, v) in secured.iter().chain(&self.producer) {
+            pc.set(k, v);
+        }
+        pc
+    }
+
     /// Creates the consumer and the settle producer, subscribes, and starts
     /// the poll thread. Topics are not created (see [`Topics::create`]).
     ///
@@ -204,31 +241,8 @@ impl KafkaSourceBuilder {
             &self.consumer,
         )
         .await?;
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &self.brokers)
-            .set("group.id", &self.group_id)
-            .set_log_level(crate::tracing_context::log_level());
-        for (k, v) in CONSUMER_DEFAULTS {
-            cc.set(*k, *v);
-        }
-        for (k, v) in secured.iter().chain(&self.consumer) {
-            cc.set(k, v);
-        }
-        if let Some(id) = &self.instance_id {
-            cc.set("group.instance.id", id);
-        }
-        for (k, v) in CONSUMER_FIXED {
-            cc.set(*k, *v);
-        }
-        let mut pc = ClientConfig::new();
-        pc.set("bootstrap.servers", &self.brokers)
-            .set_log_level(crate::tracing_context::log_level());
-        for (k, v) in SETTLE_PRODUCER_DEFAULTS {
-            pc.set(*k, *v);
-        }
-        for (k, v) in secured.iter().chain(&self.producer) {
-            pc.set(k, v);
-        }
+        let cc = self.consumer_config(&secured);
+        let pc = self.producer_config(&secured);
         let producer: FutureProducer<TracingContext> = pc
             .create_with_context(TracingContext::new("settle producer"))
             .map_err(|source| Error::Config {

@@ -12,7 +12,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::ledger::{Ledger, Partition, State, Tp};
 
@@ -151,23 +151,14 @@ impl Ctx {
         }
     }
 
-    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
-        let lost = consumer.assignment_lost();
-        let targets: Vec<Tp> = tpl
-            .elements()
-            .iter()
-            .map(|e| Tp {
-                topic: Arc::from(e.topic()),
-                partition: e.partition(),
-            })
-            .collect();
-        let mut state = self.shared.lock();
-        for tp in &targets {
-            if let Some(p) = state.partitions.get_mut(tp) {
-                p.revoking = true;
-                p.parked = None;
-            }
-        }
+    /// Waits, up to the revoke timeout, until the records taken from the
+    /// revoked partitions have settled, so that their offsets are committed
+    /// before another member gets the partitions.
+    fn wait_until_settled<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        targets: &[Tp],
+    ) -> MutexGuard<'a, State> {
         // A timeout past what the clock can count is no deadline, not a
         // panic on the poll thread.
         let deadline = Instant::now().checked_add(self.revoke_timeout);
@@ -178,7 +169,7 @@ impl Ctx {
                 .map(|p| p.taken)
                 .sum::<usize>()
         };
-        while !lost && held(&state) > 0 {
+        while held(&state) > 0 {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
                 self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -200,6 +191,29 @@ impl Ctx {
                 }
                 None => settled.wait(state).unwrap_or_else(PoisonError::into_inner),
             };
+        }
+        state
+    }
+
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let lost = consumer.assignment_lost();
+        let targets: Vec<Tp> = tpl
+            .elements()
+            .iter()
+            .map(|e| Tp {
+                topic: Arc::from(e.topic()),
+                partition: e.partition(),
+            })
+            .collect();
+        let mut state = self.shared.lock();
+        for tp in &targets {
+            if let Some(p) = state.partitions.get_mut(tp) {
+                p.revoking = true;
+                p.parked = None;
+            }
+        }
+        if !lost {
+            state = self.wait_until_settled(state, &targets);
         }
         let mut commit = TopicPartitionList::new();
         for tp in &targets {

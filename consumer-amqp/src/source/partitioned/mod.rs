@@ -263,6 +263,36 @@ impl PartitionedSource {
         }
     }
 
+    /// Turns partition `p`'s delivery into the envelope and the acker the
+    /// runtime gets, counting it; `None` for a partition this instance no
+    /// longer knows.
+    fn take(
+        &mut self,
+        p: u32,
+        delivery: lapin::message::Delivery,
+        guard: InFlightGuard,
+    ) -> Option<(Arc<Envelope>, AmqpAcker)> {
+        let topology = self.partitions.get(p as usize).map(Arc::clone)?;
+        let m = &self.metrics.inner;
+        m.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if delivery.redelivered {
+            m.redelivered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let payload = Bytes::copy_from_slice(&delivery.data);
+        let envelope = headers::to_envelope(topology.queue(), &delivery, payload);
+        let envelope = Arc::new(self.keyed(envelope, topology.queue()));
+        let acker = AmqpAcker::new(
+            delivery.acker,
+            self.publisher.clone(),
+            topology,
+            Arc::clone(&self.metrics.inner),
+        )
+        .holding(guard);
+        Some((envelope, acker))
+    }
+
     /// `envelope`, from partition queue `queue`, with a key: its own, else
     /// the partition queue's (see the type's docs).
     fn keyed(&mut self, mut envelope: Envelope, queue: &str) -> Envelope {
@@ -365,27 +395,9 @@ impl Source for PartitionedSource {
             };
             match item {
                 Some(Item::Delivery(p, delivery, guard)) => {
-                    let Some(topology) = self.partitions.get(p as usize).map(Arc::clone) else {
-                        continue;
-                    };
-                    let m = &self.metrics.inner;
-                    m.delivered
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if delivery.redelivered {
-                        m.redelivered
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(taken) = self.take(p, delivery, guard) {
+                        return Ok(Some(taken));
                     }
-                    let payload = Bytes::copy_from_slice(&delivery.data);
-                    let envelope = headers::to_envelope(topology.queue(), &delivery, payload);
-                    let envelope = Arc::new(self.keyed(envelope, topology.queue()));
-                    let acker = AmqpAcker::new(
-                        delivery.acker,
-                        self.publisher.clone(),
-                        topology,
-                        Arc::clone(&self.metrics.inner),
-                    )
-                    .holding(guard);
-                    return Ok(Some((envelope, acker)));
                 }
                 Some(Item::Lost(p, lease, reason)) => {
                     if !s.connection.status().connected() {
