@@ -53,7 +53,8 @@ async fn wait_effects(h: &PgHarness, at_least: i64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lettered() {
+async fn poison_from_a_plain_amqp_client_is_dead_lettered_under_the_header_names_it_was_sent_with()
+{
     let h = PgHarness::new().await;
     let queue = unique_prefix("plain");
     let source = AmqpSource::builder(amqp_url(), test_topology(&queue))
@@ -62,14 +63,27 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
         .expect("RabbitMQ source");
     let metrics = source.stats();
 
-    // A plain lapin client: default properties, no headers, no message id.
+    // A plain lapin client: default properties, no message id; the first
+    // message with headers under other bindings' names than the
+    // framework's, the others with none.
     let conn = connect().await;
     let channel = conn.create_channel().await.expect("channel");
     let good = serde_json::to_vec(&Job::new("plain", 1)).expect("json");
-    for body in [
-        &b"\x00\x01 not json"[..],
-        &br#"{"unexpected": true}"#[..],
-        &good[..],
+    let mut named = lapin::types::FieldTable::default();
+    let sent_names = ["cloudEvents:type", "ce_partitionkey", "x-tenant"];
+    for (name, value) in sent_names.into_iter().zip(["Job", "p-1", "acme"]) {
+        named.insert(
+            name.into(),
+            lapin::types::AMQPValue::LongString(value.into()),
+        );
+    }
+    for (body, properties) in [
+        (
+            &b"\x00\x01 not json"[..],
+            BasicProperties::default().with_headers(named),
+        ),
+        (&br#"{"unexpected": true}"#[..], BasicProperties::default()),
+        (&good[..], BasicProperties::default()),
     ] {
         channel
             .basic_publish(
@@ -77,7 +91,7 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
                 queue.as_str().into(),
                 BasicPublishOptions::default(),
                 body,
-                BasicProperties::default(),
+                properties,
             )
             .await
             .expect("publish")
@@ -100,6 +114,23 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
     assert_eq!((depths.work, depths.dead_letters), (0, 2));
     let got = dead_letters(&queue).await;
     assert_eq!(got.len(), 2);
+    let (letter, names) = got
+        .iter()
+        .find(|(d, _)| &d.payload[..] == b"\x00\x01 not json")
+        .expect("the letter of the message sent with headers");
+    let original: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !n.starts_with("x-dlq-"))
+        .collect();
+    let mut sent_sorted = sent_names.to_vec();
+    sent_sorted.sort_unstable();
+    assert_eq!(
+        original, sent_sorted,
+        "the dead letter on the wire keeps the names the producer wrote, adds none and renames none"
+    );
+    assert_eq!(letter.key.as_deref(), Some("p-1"));
+    let got: Vec<consumer::DeadLetter> = got.into_iter().map(|(d, _)| d).collect();
     for dl in &got {
         assert_eq!((dl.kind, dl.attempts), (DeadLetterKind::Poison, 1));
         assert_eq!(dl.origin.channel, queue);
@@ -117,7 +148,9 @@ async fn poison_from_a_plain_amqp_client_without_framework_headers_is_dead_lette
     );
 }
 
-async fn dead_letters(queue: &str) -> Vec<consumer::DeadLetter> {
+/// Each letter of `queue`'s dead-letter queue, with its header names as
+/// they are on the wire (sorted).
+async fn dead_letters(queue: &str) -> Vec<(consumer::DeadLetter, Vec<String>)> {
     let topology = test_topology(queue);
     let conn = connect().await;
     let channel = conn.create_channel().await.expect("channel");
@@ -130,6 +163,10 @@ async fn dead_letters(queue: &str) -> Vec<consumer::DeadLetter> {
         .await
         .expect("basic.get")
     {
+        let mut names: Vec<String> = (got.delivery.properties.headers().as_ref())
+            .map(|t| t.inner().keys().map(|k| k.as_str().to_owned()).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
         let env = consumer::amqp::headers::to_envelope(
             queue,
             &got.delivery,
@@ -140,7 +177,8 @@ async fn dead_letters(queue: &str) -> Vec<consumer::DeadLetter> {
             headers: env.headers,
             payload: env.payload,
         };
-        out.extend(consumer::DeadLetter::from_message(&m));
+        let letter = consumer::DeadLetter::from_message(&m).expect("a framework dead letter");
+        out.push((letter, names));
     }
     out
 }

@@ -578,13 +578,11 @@ impl Churn {
         let mut out = BTreeMap::new();
         for queue in queues {
             for message in crate::conformance::amqp::read_in_place(&queue).await {
-                let id = message
-                    .headers
-                    .get("ce_id")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default()
-                    .to_owned();
+                // Under the name its producer wrote (`ce-id` from our
+                // publisher, `ce_id` on a retry copy's pin).
+                let id = consumer::envelope::attribute(&message.headers, "id")
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
                 out.insert(id, queue.clone());
             }
         }

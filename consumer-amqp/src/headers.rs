@@ -16,10 +16,15 @@
 //! instead. `content-type`, `traceparent` and `tracestate` keep their names.
 //!
 //! On receipt every one of these is read: `ce-type`, `cloudEvents:type`
-//! and `cloudEvents_type` read as `ce_type` when no `ce_type` is present,
-//! and so does the AMQP `type` property; a structured-mode event
-//! (`content-type: application/cloudevents+json`, header or property) is
-//! read from the body (see [`Envelope::from_parts`]).
+//! and `cloudEvents_type` give the event type when no `ce_type` is present
+//! (see [`attribute`]), and so does the AMQP `type` property; a
+//! structured-mode event (`content-type: application/cloudevents+json`,
+//! header or property) is read from the body (see
+//! [`Envelope::from_parts`]). The headers stay as they arrived: the
+//! envelope's [`headers`](Envelope::headers), and a retry copy or a dead
+//! letter of it, carry the names its producer wrote (`ce-id` stays
+//! `ce-id`, `ce_id` stays `ce_id`); only attributes the delivery carried
+//! as AMQP properties alone (`content-type`, `type`) are added as headers.
 //!
 //! Besides the headers, a published message sets the native properties
 //! other AMQP tools show: `message-id` (from `ce_id`), `content-type`,
@@ -34,6 +39,7 @@
 //! [RabbitMQ protocol binding]: https://github.com/knative-extensions/eventing-rabbitmq/blob/main/cloudevents-protocol-spec/spec.md
 
 use bytes::Bytes;
+use consumer_backend::envelope::attribute;
 use consumer_backend::names;
 use consumer_backend::{Envelope, Headers, Message, Origin, Placement};
 use lapin::BasicProperties;
@@ -99,7 +105,7 @@ pub(crate) fn to_properties(message: &Message, prefix: AttributePrefix) -> Resul
         table.insert(key, AMQPValue::LongString(LongString::from(value.to_vec())));
     }
     if let Some(key) = &message.key
-        && message.headers.get_bytes(names::PARTITION_KEY).is_none()
+        && attribute(&message.headers, "partitionkey").is_none()
     {
         table.insert(
             ShortString::from(&*prefix.rename(names::PARTITION_KEY)),
@@ -109,17 +115,17 @@ pub(crate) fn to_properties(message: &Message, prefix: AttributePrefix) -> Resul
     let mut props = BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(table);
-    let text = |name| message.headers.get(name).ok().flatten();
-    if let Some(id) = text(names::ID).and_then(|v| ShortString::try_new(v).ok()) {
+    let text = |name| attribute(&message.headers, name).and_then(|v| std::str::from_utf8(v).ok());
+    if let Some(id) = text("id").and_then(|v| ShortString::try_new(v).ok()) {
         props = props.with_message_id(id);
     }
-    if let Some(ct) = text(names::CONTENT_TYPE).and_then(|v| ShortString::try_new(v).ok()) {
+    if let Some(ct) = text("datacontenttype").and_then(|v| ShortString::try_new(v).ok()) {
         props = props.with_content_type(ct);
     }
-    if let Some(kind) = text(names::TYPE).and_then(|v| ShortString::try_new(v).ok()) {
+    if let Some(kind) = text("type").and_then(|v| ShortString::try_new(v).ok()) {
         props = props.with_type(kind);
     }
-    if let Some(t) = text(names::TIME).and_then(|v| OffsetDateTime::parse(v, &Rfc3339).ok())
+    if let Some(t) = text("time").and_then(|v| OffsetDateTime::parse(v, &Rfc3339).ok())
         && let Ok(secs) = u64::try_from(t.unix_timestamp())
     {
         props = props.with_timestamp(secs);
@@ -166,15 +172,14 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
             }
         }
     }
-    normalize_cloudevents(&mut headers);
-    if headers.get_bytes(names::CONTENT_TYPE).is_none()
+    if attribute(&headers, "datacontenttype").is_none()
         && let Some(ct) = props.content_type()
     {
         headers.append(names::CONTENT_TYPE, ct.as_str());
     }
     // The AMQP `type` property is the event type where no header says it
     // (what a router dispatches on).
-    if headers.get_bytes(names::TYPE).is_none()
+    if attribute(&headers, "type").is_none()
         && let Some(kind) = props.kind()
     {
         headers.append(names::TYPE, kind.as_str());
@@ -188,8 +193,8 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         Some(routing_key.to_owned())
     };
     // A header key wins over the routing key: it is what the publisher meant.
-    let key = match headers.get(names::PARTITION_KEY) {
-        Ok(Some(k)) => Some(k.to_owned()),
+    let key = match attribute(&headers, "partitionkey").map(std::str::from_utf8) {
+        Some(Ok(k)) => Some(k.to_owned()),
         _ => key,
     };
     let origin = Origin {
@@ -212,32 +217,6 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         _ => content_id(delivery, &body),
     };
     Envelope::from_parts(payload, headers, key, origin, fallback)
-}
-
-/// Maps `cloudEvents:x` / `cloudEvents_x` (the AMQP 1.0 binding) and
-/// `ce-x` (what the CloudEvents SDKs write on RabbitMQ) to `ce_x` when
-/// absent.
-fn normalize_cloudevents(headers: &mut Headers) {
-    let mapped: Vec<(String, Vec<u8>)> = headers
-        .iter()
-        .filter_map(|(name, value)| {
-            let attr = name
-                .strip_prefix("cloudEvents:")
-                .or_else(|| name.strip_prefix("cloudEvents_"))
-                .or_else(|| name.strip_prefix("ce-"))?;
-            let target = if attr == "datacontenttype" {
-                names::CONTENT_TYPE.to_owned()
-            } else {
-                format!("ce_{attr}")
-            };
-            Some((target, value.to_vec()))
-        })
-        .collect();
-    for (name, value) in mapped {
-        if headers.get_bytes(&name).is_none() {
-            headers.append(name, value);
-        }
-    }
 }
 
 fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
@@ -371,6 +350,46 @@ mod tests {
         assert_eq!(
             (e.kind.as_deref(), e.id.as_str()),
             (Some("OrderPlaced"), "e-1")
+        );
+    }
+
+    #[test]
+    fn received_headers_keep_their_names_and_a_republished_copy_carries_them() {
+        let mut t = FieldTable::default();
+        for (name, value) in [
+            ("cloudEvents:type", "OrderPlaced"),
+            ("ce-id", "e-7"),
+            ("ce_partitionkey", "k-1"),
+            ("x-tenant", "acme"),
+        ] {
+            t.insert(name.into(), AMQPValue::LongString(value.into()));
+        }
+        let e = to_envelope("q", &delivery(1, t, "q"), Bytes::new());
+        assert_eq!(
+            (e.kind.as_deref(), e.id.as_str(), e.key.as_deref()),
+            (Some("OrderPlaced"), "e-7", Some("k-1"))
+        );
+        let mut received: Vec<&str> = e.headers.iter().map(|(n, _)| n).collect();
+        received.sort_unstable();
+        let wrote = ["ce-id", "ce_partitionkey", "cloudEvents:type", "x-tenant"];
+        assert_eq!(received, wrote, "no name added or renamed on receipt");
+        let letter = Message {
+            key: e.key.clone(),
+            headers: e.headers.clone(),
+            payload: e.payload.clone(),
+        };
+        let props = to_properties(&letter, AttributePrefix::CeUnderscore).expect("encodes");
+        let table = props.headers().clone().unwrap_or_default();
+        let mut sent: Vec<&str> = table.inner().keys().map(|k| k.as_str()).collect();
+        sent.sort_unstable();
+        assert_eq!(sent, wrote, "the copy goes out under the producer's names");
+        assert_eq!(
+            (
+                props.message_id().as_ref().map(|m| m.as_str()),
+                props.kind().as_ref().map(|k| k.as_str())
+            ),
+            (Some("e-7"), Some("OrderPlaced")),
+            "the properties read the attributes under any binding's name"
         );
     }
 

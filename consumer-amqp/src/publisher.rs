@@ -262,9 +262,47 @@ impl AmqpPublisher {
         message: &Message,
         expiration: Option<Duration>,
     ) -> Result<()> {
+        self.publish_named(
+            exchange,
+            routing_key,
+            message,
+            expiration,
+            self.inner.prefix,
+        )
+        .await
+    }
+
+    /// [`publish_to`](Self::publish_to) with every header under the name
+    /// it has in `message`: what a retry copy and a dead letter are sent
+    /// with, so that they keep the names their producer wrote.
+    pub(crate) async fn republish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: &Message,
+        expiration: Option<Duration>,
+    ) -> Result<()> {
+        self.publish_named(
+            exchange,
+            routing_key,
+            message,
+            expiration,
+            AttributePrefix::CeUnderscore,
+        )
+        .await
+    }
+
+    async fn publish_named(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: &Message,
+        expiration: Option<Duration>,
+        prefix: AttributePrefix,
+    ) -> Result<()> {
         self.check_size(message, routing_key)?;
         let channel = self.channel().await?;
-        let mut props = headers::to_properties(message, self.inner.prefix)?;
+        let mut props = headers::to_properties(message, prefix)?;
         if let Some(ttl) = expiration {
             props = props.with_expiration(short(&ttl.as_millis().to_string())?);
         }

@@ -132,7 +132,7 @@ impl Acker for AmqpAcker {
         letter: &Message,
     ) -> Result<(), consumer_backend::Error> {
         self.publisher
-            .publish_to(
+            .republish_to(
                 self.topology.dead_letter_exchange(),
                 self.topology.queue(),
                 letter,
@@ -145,7 +145,7 @@ impl Acker for AmqpAcker {
     async fn publish_retry(&mut self, copy: &RetryCopy) -> Result<(), consumer_backend::Error> {
         let (exchange, routing_key) = self.topology.retry_route(copy.delay);
         self.publisher
-            .publish_to(&exchange, &routing_key, &copy.message, Some(copy.delay))
+            .republish_to(&exchange, &routing_key, &copy.message, Some(copy.delay))
             .await?;
         Ok(())
     }

@@ -151,15 +151,42 @@ fn message_id(
 }
 
 /// The last value of each attribute among `headers`, in one pass, each
-/// name matched by its length first.
+/// name matched by its length first. An attribute under the framework's
+/// name (`ce_type`) wins over the same attribute under another binding's
+/// name (`ce-type`, `cloudEvents:type`; see [`Attr::of_binding`]), which is
+/// read only when the framework's is absent.
 fn scan(headers: &Headers) -> [Option<&[u8]>; Attr::COUNT] {
     let mut found: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
+    let mut other: [Option<&[u8]>; Attr::COUNT] = [None; Attr::COUNT];
     for (name, value) in headers.iter_bytes() {
         if let Some(attr) = Attr::of(name) {
             found[attr as usize] = Some(value);
+        } else if let Some(attr) = Attr::of_binding(name) {
+            other[attr as usize] = Some(value);
+        }
+    }
+    for (f, o) in found.iter_mut().zip(other) {
+        if f.is_none() {
+            *f = o;
         }
     }
     found
+}
+
+/// The value of CloudEvents attribute `attribute` (`"id"`, `"type"`,
+/// `"partitionkey"`, `"datacontenttype"`, ...) among `headers`, as
+/// [`Envelope::from_parts`] reads it: under the framework's name
+/// (`ce_partitionkey`, `content-type`), else under another protocol
+/// binding's (`ce-partitionkey`, `cloudEvents:partitionkey`,
+/// `cloudEvents_partitionkey`). The headers themselves stay as they
+/// arrived: a dead letter or a retry copy carries the names its producer
+/// wrote.
+pub fn attribute<'h>(headers: &'h Headers, attribute: &str) -> Option<&'h [u8]> {
+    let attr = Attr::ALL.into_iter().find(|a| {
+        a.attribute()
+            .is_some_and(|n| n.eq_ignore_ascii_case(attribute))
+    })?;
+    scan(headers)[attr as usize]
 }
 
 /// The attributes [`Envelope::from_parts`] reads, in the order it reports
@@ -202,6 +229,30 @@ impl Attr {
             .find(|a| name.eq_ignore_ascii_case(a.name().as_bytes()))
     }
 
+    /// The attribute another CloudEvents binding's header name stands for:
+    /// `ce-<attribute>` (the HTTP binding, and RabbitMQ's as the CloudEvents
+    /// SDKs write it), `cloudEvents:<attribute>` and `cloudEvents_<attribute>`
+    /// (the AMQP 1.0 binding). `datacontenttype` is the content type.
+    fn of_binding(name: &[u8]) -> Option<Self> {
+        let rest = strip_prefix_ignore_case(name, b"ce-")
+            .or_else(|| strip_prefix_ignore_case(name, b"cloudEvents:"))
+            .or_else(|| strip_prefix_ignore_case(name, b"cloudEvents_"))?;
+        Self::ALL.into_iter().find(|a| {
+            a.attribute()
+                .is_some_and(|n| rest.eq_ignore_ascii_case(n.as_bytes()))
+        })
+    }
+
+    /// The CloudEvents attribute's own name (`type`), for those that are
+    /// CloudEvents attributes.
+    fn attribute(self) -> Option<&'static str> {
+        match self {
+            Self::ContentType => Some("datacontenttype"),
+            Self::Attempt | Self::FirstFailure => None,
+            other => other.name().strip_prefix("ce_"),
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Id => names::ID,
@@ -215,6 +266,11 @@ impl Attr {
             Self::ContentType => names::CONTENT_TYPE,
         }
     }
+}
+
+fn strip_prefix_ignore_case<'a>(name: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    (name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix))
+        .then(|| &name[prefix.len()..])
 }
 
 fn parse_time(
@@ -238,6 +294,38 @@ fn parse_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_bindings_names_are_read_when_the_frameworks_are_absent() {
+        let mut h = Headers::new();
+        h.append("CE-TYPE", "Dash");
+        h.append("cloudEvents:id", "colon-1");
+        h.append("cloudEvents_subject", "s-1");
+        h.append("ce-datacontenttype", "text/plain");
+        let e = Envelope::from_parts(Bytes::new(), h.clone(), None, Origin::default(), || {
+            "f".into()
+        });
+        assert_eq!(
+            (e.kind.as_deref(), e.id.as_str(), e.subject.as_deref()),
+            (Some("Dash"), "colon-1", Some("s-1"))
+        );
+        assert_eq!(attribute(&h, "datacontenttype"), Some(&b"text/plain"[..]));
+        h.append("ce_type", "Framework");
+        let e = Envelope::from_parts(Bytes::new(), h.clone(), None, Origin::default(), || {
+            "f".into()
+        });
+        assert_eq!(
+            e.kind.as_deref(),
+            Some("Framework"),
+            "ce_ wins, whatever the order"
+        );
+        assert_eq!(e.headers.len(), 5, "the headers stay as they came");
+        assert_eq!(
+            attribute(&h, "attempt"),
+            None,
+            "not a CloudEvents attribute"
+        );
+    }
 
     fn env(headers: Headers) -> Envelope {
         Envelope::from_parts(Bytes::new(), headers, None, Origin::default(), || {

@@ -11,7 +11,7 @@ mod headers;
 mod message;
 mod origin;
 
-pub use delivery::Envelope;
+pub use delivery::{Envelope, attribute};
 pub use headers::{HeaderError, Headers};
 pub use message::Message;
 pub use origin::{Channel, Origin, Placement, Position};

@@ -51,8 +51,16 @@ impl Extractor for HeaderExtractor<'_> {
 struct HeaderInjector<'a>(&'a mut Headers);
 
 impl Injector for HeaderInjector<'_> {
+    /// An empty `tracestate` is not sent (W3C Trace Context: vendors should
+    /// not send an empty one), and takes any earlier one away: a header of
+    /// no value reaches the wire as noise, and on SQS, where every header
+    /// is an attribute, one that cannot be an attribute of its own.
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key, value);
+        if value.is_empty() {
+            self.0.remove(key);
+        } else {
+            self.0.insert(key, value);
+        }
     }
 }
 
@@ -184,6 +192,29 @@ impl crate::envelope::Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_context_without_trace_state_sends_no_tracestate() {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        let span = SpanContext::new(
+            TraceId::from_bytes(7u128.to_be_bytes()),
+            SpanId::from_bytes(9u64.to_be_bytes()),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let cx = Context::new().with_remote_span_context(span);
+        let mut h = Headers::new();
+        h.insert(names::TRACESTATE, "stale=1");
+        inject(&cx, &mut h);
+        assert!(h.get_bytes(names::TRACEPARENT).is_some());
+        assert_eq!(
+            h.get_bytes(names::TRACESTATE),
+            None,
+            "{:?}",
+            h.iter().collect::<Vec<_>>()
+        );
+    }
 
     const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
