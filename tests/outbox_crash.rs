@@ -222,6 +222,28 @@ struct Written {
     too_late: Vec<String>,
 }
 
+/// Waits until event `id` has reached the sink (relays are killed and
+/// restarted meanwhile; at most a minute).
+async fn published(pool: &sqlx::PgPool, id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sink WHERE event_id = $1)")
+                .bind(id)
+                .fetch_one(pool)
+                .await
+                .expect("read the sink");
+        if seen {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event {id}, due at once, was not published within a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels() {
     use consumer::outbox::Due;
@@ -257,7 +279,15 @@ async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels
                     .expect("json");
                     let mut tx = pool.begin().await.expect("begin");
                     if i % 3 == 0 {
-                        let ms = rand::rng().random_range(0..3_000);
+                        // Of the events cancelled later, half are due in an
+                        // hour (the cancel must succeed) and half at once
+                        // (cancelled once published: it must come too
+                        // late); the others fall due within 3 s.
+                        let ms = match i % 24 {
+                            0 => 3_600_000,
+                            12 => 0,
+                            _ => rand::rng().random_range(0..3_000),
+                        };
                         let due =
                             time::OffsetDateTime::now_utc() + time::Duration::milliseconds(ms);
                         let token = outbox
@@ -275,9 +305,13 @@ async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels
                         tx.commit().await.expect("commit");
                     }
                 }
-                // Cancelled in later transactions: some have fallen due and
-                // been taken by a relay by now, some not.
+                // Cancelled in later transactions: those due at once after
+                // a relay has published them, the others long before they
+                // fall due.
                 for (token, due) in later {
+                    if due < time::OffsetDateTime::now_utc() + time::Duration::minutes(1) {
+                        published(&pool, &token.to_string()).await;
+                    }
                     let mut tx = pool.begin().await.expect("begin");
                     let was_pending = outbox.cancel(&mut tx, token).await.expect("cancel");
                     tx.commit().await.expect("commit");
