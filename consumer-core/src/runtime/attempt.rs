@@ -11,6 +11,7 @@ use opentelemetry::trace::TraceContextExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
+use super::observe::Happened;
 use super::settle::{Redelivered, Why};
 use super::worker::Worker;
 use super::{Ended, jitter};
@@ -23,7 +24,6 @@ use crate::metrics::attr::error_type;
 use crate::retry::{RetryMode, RetryPolicy};
 use crate::router::{Route, Routes};
 use crate::source::Acker;
-use crate::stats::Counter;
 use crate::store::{DedupStore, FailureRecord};
 use crate::trace;
 use consumer_backend::RetryCopy;
@@ -86,9 +86,7 @@ where
         match self.routes.route(&envelope) {
             Route::To(handler) => self.run(handler, envelope, acker).await,
             Route::Ignore => {
-                self.metrics.unknown_type(&envelope);
-                self.stats.incr(Counter::UnknownTypesIgnored);
-                tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
+                self.observer.emit(Happened::Ignored(&envelope));
                 self.settler.ack(&envelope, acker).await
             }
             Route::Unknown { router, error } => {
@@ -120,18 +118,20 @@ where
             };
             let failure = match outcome {
                 Outcome::Processed => {
-                    self.stats.incr(Counter::Processed);
+                    self.observer.emit(Happened::Processed);
                     if (failed_here || envelope.attempt > 1)
                         && let Err(e) = self.store.clear_failures(name, &envelope.id).await
                     {
-                        tracing::debug!(target: "consumer::runtime", error = %e, "could not clear failure records; purge will");
+                        self.observer
+                            .emit(Happened::FailuresNotCleared { error: &e });
                     }
                     return within!(cx, self.settler.ack(&envelope, acker));
                 }
                 Outcome::Duplicate => {
-                    self.metrics.duplicate(&envelope, name);
-                    self.stats.incr(Counter::Duplicates);
-                    tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, "duplicate delivery skipped");
+                    self.observer.emit(Happened::Duplicate {
+                        envelope: &envelope,
+                        handler: name,
+                    });
                     return within!(cx, self.settler.ack(&envelope, acker));
                 }
                 Outcome::Failed(f) => f,
@@ -192,16 +192,13 @@ where
             return Next::Ended(within!(cx, letter));
         }
         let delay = jitter(policy, record.attempts);
-        self.stats.incr(Counter::Retries);
-        tracing::warn!(
-            target: "consumer::runtime",
-            handler = name,
-            message_id = %envelope.id,
-            attempt = record.attempts,
-            ?delay,
-            error = %failure.error,
-            "transient failure; retrying"
-        );
+        self.observer.emit(Happened::Retrying {
+            envelope: &envelope,
+            handler: name,
+            attempt: record.attempts,
+            delay,
+            error: &failure.error,
+        });
         let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
         let mut acker = acker;
         if policy.mode() == RetryMode::Redeliver {
@@ -210,14 +207,22 @@ where
                 Redelivered::Refused(refused) => acker = refused,
                 Redelivered::Ended(ended) => {
                     if ended == Ended::Settled {
-                        self.metrics.retry(&envelope, name, "redeliver");
+                        self.observer.emit(Happened::Retried {
+                            envelope: &envelope,
+                            handler: name,
+                            mode: "redeliver",
+                        });
                     }
                     return Next::Ended(ended);
                 }
             }
         }
         // In place (the mode, or the fallback for a refused copy).
-        self.metrics.retry(&envelope, name, "in_place");
+        self.observer.emit(Happened::Retried {
+            envelope: &envelope,
+            handler: name,
+            mode: "in_place",
+        });
         if !self.stopping.sleep_unless_stopping(delay).await {
             return Next::Ended(within!(cx, self.settler.release(&envelope, acker)));
         }
@@ -292,8 +297,12 @@ where
                 Some(error_type::PANIC),
             ),
         };
-        self.metrics
-            .processed(envelope, handler.name(), started.elapsed(), error);
+        self.observer.emit(Happened::Attempted {
+            envelope,
+            handler: handler.name(),
+            took: started.elapsed(),
+            error,
+        });
         if let Some(e) = error {
             trace::record_error(&span, e);
         }
@@ -318,7 +327,8 @@ where
             Err(e) => {
                 // The count still travels with the message (in-memory attempt
                 // number, header on redelivery); only a crash now resets it.
-                tracing::warn!(target: "consumer::runtime", error = %e, "could not record the failed attempt");
+                self.observer
+                    .emit(Happened::FailureNotRecorded { error: &e });
                 FailureRecord {
                     attempts: envelope.attempt,
                     first_failure: envelope

@@ -17,6 +17,7 @@
 
 mod attempt;
 mod lanes;
+pub(crate) mod observe;
 mod settle;
 mod worker;
 
@@ -38,10 +39,11 @@ use crate::metrics::consumer::ConsumerMetrics;
 use crate::retry::RetryPolicy;
 use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
-use crate::stats::{Counter, Stats};
+use crate::stats::Stats;
 use crate::store::DedupStore;
 use crate::trace::SpanScope;
 use lanes::LaneTable;
+use observe::{Happened, Observer};
 use settle::Settler;
 use worker::Worker;
 
@@ -234,7 +236,7 @@ where
         let worker = Arc::new(worker);
         let permits = Arc::new(Semaphore::new(max_in_flight));
         let mut lanes: JoinSet<()> = JoinSet::new();
-        worker.stats.set_running();
+        worker.observer.emit(Happened::Running);
         let result = dispatch(
             &mut source,
             &worker,
@@ -248,15 +250,14 @@ where
         // The stop first: whoever sees the consumer draining must find its
         // lanes stopping (nothing queued starts after that).
         let _ = stop_tx.send(true);
-        worker.stats.set_draining();
+        worker.observer.emit(Happened::Draining);
         let all = u32::try_from(max_in_flight).unwrap_or(u32::MAX);
         let drained = tokio::time::timeout(shutdown_timeout, permits.acquire_many(all)).await;
         if drained.is_err() {
-            tracing::error!(
-                target: "consumer::runtime",
-                in_flight = worker.stats.snapshot().in_flight,
-                "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
-            );
+            let in_flight = worker.observer.stats().snapshot().in_flight;
+            worker
+                .observer
+                .emit(Happened::ShutdownTimedOut { in_flight });
             lanes.abort_all();
         }
         worker.lanes.close_idle_lanes();
@@ -283,10 +284,10 @@ where
             group: source.consumer_group().map(Box::from),
             server: source.server().map(|(a, p)| (Box::from(a), p)),
         };
+        let observer = Observer::new(metrics, self.stats);
         let settler = Settler {
             store: self.store.clone(),
-            stats: Arc::clone(&self.stats),
-            metrics: Arc::clone(&metrics),
+            observer: observer.clone(),
             spans: spans.clone(),
             timeout: self.settle_timeout,
             stopping: stopping.clone(),
@@ -296,8 +297,7 @@ where
             store: self.store,
             settler,
             lanes: LaneTable::default(),
-            metrics,
-            stats: self.stats,
+            observer,
             spans,
             max_payload_bytes: self.max_payload_bytes,
             stopping,
@@ -366,7 +366,9 @@ where
             Err(e) if e.is_retriable() => {
                 source_errors = source_errors.saturating_add(1);
                 let delay = jitter(&STEP_BACKOFF, source_errors);
-                tracing::warn!(target: "consumer::runtime", error = %e, ?delay, "source failed; trying again");
+                worker
+                    .observer
+                    .emit(Happened::SourceFailed { error: &e, delay });
                 tokio::select! {
                     () = &mut shutdown => return Ok(()),
                     () = tokio::time::sleep(delay) => {}
@@ -391,11 +393,7 @@ fn hand_over<S, R, A>(
     R: Routes<S>,
     A: crate::source::Acker,
 {
-    // Metrics first: a test that waits on the stats then reads the
-    // metrics sees them up to date.
-    worker.metrics.received(&envelope);
-    worker.stats.incr(Counter::Received);
-    worker.stats.enter();
+    worker.observer.emit(Happened::Received(&envelope));
     let job = Job {
         envelope,
         acker,

@@ -35,21 +35,19 @@
 //! fallback completed.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
 use time::OffsetDateTime;
 
+use super::observe::{Happened, Observer, StepThen};
 use super::{Ended, STEP_BACKOFF, Stopping, jitter};
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 use crate::envelope::{Envelope, Message};
 use crate::error::Error;
-use crate::metrics::consumer::ConsumerMetrics;
-use crate::metrics::{attr::fallback, attr::operation};
+use crate::metrics::attr::operation;
 use crate::source::Acker;
-use crate::stats::{Counter, Stats};
 use crate::store::DedupStore;
 use crate::trace::{self, SpanScope};
 use consumer_backend::RetryCopy;
@@ -61,8 +59,8 @@ use consumer_backend::RetryCopy;
 pub(super) struct Settler<S> {
     /// Where dead letters are marked, and kept when the broker refuses them.
     pub(super) store: S,
-    pub(super) stats: Arc<Stats>,
-    pub(super) metrics: Arc<ConsumerMetrics>,
+    /// Where what happens to deliveries is told.
+    pub(super) observer: Observer,
     /// What every settle span carries.
     pub(super) spans: SpanScope,
     /// How long a step may keep failing with what can heal.
@@ -150,9 +148,14 @@ impl<S: DedupStore> Settler<S> {
 
     /// Decides, after `step` failed with `error`, whether to try again.
     async fn after_failure(&self, budget: &mut StepBudget, step: &str, error: &Error) -> Next {
-        self.stats.incr(Counter::SettleErrors);
+        let told = chain(error);
+        let failed = |then| Happened::SettleStepFailed {
+            step,
+            error: &told,
+            then,
+        };
         if !error.is_retriable() {
-            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), "settle step refused for good; taking its fallback");
+            self.observer.emit(failed(StepThen::RefusedForGood));
             return Next::GiveUp;
         }
         budget.failures = budget.failures.saturating_add(1);
@@ -161,10 +164,12 @@ impl<S: DedupStore> Settler<S> {
             .deadline
             .is_some_and(|deadline| Instant::now() + delay > deadline)
         {
-            tracing::warn!(target: "consumer::runtime", step, error = %chain(error), failures = budget.failures, "settle step still failing at the settle timeout; taking its fallback");
+            self.observer.emit(failed(StepThen::OutOfTime {
+                failures: budget.failures,
+            }));
             return Next::GiveUp;
         }
-        tracing::warn!(target: "consumer::runtime", step, error = %chain(error), ?delay, "settle step failed; trying again");
+        self.observer.emit(failed(StepThen::TryAgain { delay }));
         if self.stopping.sleep_unless_stopping(delay).await {
             Next::TryAgain
         } else {
@@ -194,8 +199,12 @@ impl<S: DedupStore> Settler<S> {
         if let Some(e) = error {
             trace::record_error(&span, e);
         }
-        self.metrics
-            .settle_operation(envelope, op, started.elapsed(), error);
+        self.observer.emit(Happened::SettleOperation {
+            envelope,
+            op,
+            took: started.elapsed(),
+            error,
+        });
         r
     }
 
@@ -204,21 +213,19 @@ impl<S: DedupStore> Settler<S> {
     pub(super) async fn ack<A: Acker>(&self, envelope: &Envelope, acker: A) -> Ended {
         let r = self.settle_op(envelope, operation::ACK, acker.ack()).await;
         if let Err(e) = r {
-            self.stats.incr(Counter::SettleErrors);
-            tracing::warn!(target: "consumer::runtime", error = %e, "ack failed; the broker will redeliver and dedup will skip it");
+            self.observer.emit(Happened::AckFailed { error: &e });
         }
         Ended::Settled
     }
 
     /// Gives the delivery back unsettled.
     pub(super) async fn release<A: Acker>(&self, envelope: &Envelope, acker: A) -> Ended {
-        self.metrics.released(envelope);
-        self.stats.incr(Counter::Released);
+        self.observer.emit(Happened::Released(envelope));
         let r = self
             .settle_op(envelope, operation::RELEASE, acker.release())
             .await;
         if let Err(e) = r {
-            tracing::warn!(target: "consumer::runtime", error = %e, "release failed; the broker redelivers unsettled deliveries");
+            self.observer.emit(Happened::ReleaseFailed { error: &e });
         }
         Ended::Released
     }
@@ -251,16 +258,12 @@ impl<S: DedupStore> Settler<S> {
                     return Redelivered::Ended(self.release(envelope, acker).await);
                 }
                 Next::GiveUp => {
-                    self.metrics.fallback(envelope, fallback::RETRY_IN_PLACE);
-                    self.stats.incr(Counter::RetryFallbacks);
-                    tracing::warn!(
-                        target: "consumer::runtime",
+                    self.observer.emit(Happened::RetryCopyRefused {
+                        envelope,
                         handler,
-                        message_id = %envelope.id,
-                        attempt = copy.attempt,
-                        error = %chain(&e),
-                        "the broker did not take the retry copy; retrying in place"
-                    );
+                        attempt: copy.attempt,
+                        error: &chain(&e),
+                    });
                     return Redelivered::Refused(acker);
                 }
             }
@@ -279,20 +282,19 @@ impl<S: DedupStore> Settler<S> {
             first_failure,
         } = why;
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
-        tracing::error!(
-            target: "consumer::runtime",
-            handler = name,
-            message_id = %envelope.id,
-            origin = %envelope.origin,
-            kind = %kind,
+        self.observer.emit(Happened::DeadLettering {
+            envelope,
+            handler: name,
+            kind,
             attempts,
-            error = %dl.error,
-            "dead-lettering message"
-        );
+            error: &dl.error,
+        });
 
         match self.was_dead_lettered(&dl).await {
             Some(true) => {
-                tracing::info!(target: "consumer::runtime", message_id = %dl.message_id, "already dead-lettered; acking the redelivery");
+                self.observer.emit(Happened::AlreadyDeadLettered {
+                    message_id: &dl.message_id,
+                });
                 return self.ack(envelope, acker).await;
             }
             Some(false) => {}
@@ -311,9 +313,14 @@ impl<S: DedupStore> Settler<S> {
                 {
                     // The letter is on the broker; only a redelivery of the
                     // original (a lost ack) would send it again.
-                    tracing::warn!(target: "consumer::runtime", error = %chain(&e), "could not mark the message dead-lettered after its letter was confirmed");
+                    self.observer
+                        .emit(Happened::MarkFailed { error: &chain(&e) });
                 }
-                self.count_dead_letter(envelope, name, kind);
+                self.observer.emit(Happened::DeadLettered {
+                    envelope,
+                    handler: name,
+                    kind,
+                });
                 return self.ack(envelope, acker).await;
             }
             Published::Stopping => return self.release(envelope, acker).await,
@@ -326,19 +333,20 @@ impl<S: DedupStore> Settler<S> {
         // The broker will not take it: the store's dead-letter table.
         match self.store_letter(&dl, &refusal).await {
             Stored::Yes { first } => {
+                self.observer.emit(Happened::LetterStored {
+                    envelope,
+                    handler: name,
+                    message_id: &dl.message_id,
+                    refusal: &refusal,
+                    first,
+                });
                 if first {
-                    self.metrics
-                        .fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
-                    self.stats.incr(Counter::StoredDeadLetters);
-                    self.count_dead_letter(envelope, name, kind);
+                    self.observer.emit(Happened::DeadLettered {
+                        envelope,
+                        handler: name,
+                        kind,
+                    });
                 }
-                tracing::error!(
-                    target: "consumer::runtime",
-                    handler = name,
-                    message_id = %dl.message_id,
-                    refusal = %refusal,
-                    "the broker refused the dead letter; it is in the store's dead-letter table"
-                );
                 self.ack(envelope, acker).await
             }
             Stored::No(e) => self.settle_failed(envelope, acker, &dl, &e).await,
@@ -397,30 +405,28 @@ impl<S: DedupStore> Settler<S> {
                 .await
             {
                 Published::Yes => {}
-                Published::No(e) => tracing::warn!(
-                    target: "consumer::runtime",
-                    message_id = %dl.message_id,
-                    error = %chain(&e),
-                    "the letter without its payload was refused too; the whole letter is in the store's dead-letter table"
-                ),
+                Published::No(e) => self.observer.emit(Happened::LetterWithoutPayloadRefused {
+                    message_id: &dl.message_id,
+                    error: &chain(&e),
+                }),
                 // Stored and marked: settled whatever happens now.
                 Published::Stopping => {}
             }
-            self.metrics
-                .fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
-            self.metrics
-                .fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
-            self.stats.incr(Counter::StoredDeadLetters);
-            self.stats.incr(Counter::PayloadOmitted);
-            self.count_dead_letter(envelope, name, dl.kind);
         }
-        tracing::warn!(
-            target: "consumer::runtime",
-            message_id = %dl.message_id,
-            size = dl.payload.len(),
-            error = %chain(refused),
-            "the dead-letter destination refused the letter for its size; it is in the store's dead-letter table"
-        );
+        self.observer.emit(Happened::LetterTooLarge {
+            envelope,
+            message_id: &dl.message_id,
+            size: dl.payload.len(),
+            error: &chain(refused),
+            first,
+        });
+        if first {
+            self.observer.emit(Happened::DeadLettered {
+                envelope,
+                handler: name,
+                kind: dl.kind,
+            });
+        }
         self.ack(envelope, acker).await
     }
 
@@ -472,15 +478,6 @@ impl<S: DedupStore> Settler<S> {
         }
     }
 
-    fn count_dead_letter(&self, envelope: &Envelope, handler: &str, kind: DeadLetterKind) {
-        self.metrics.dead_letter(envelope, handler, kind.as_str());
-        self.stats.incr(match kind {
-            DeadLetterKind::Poison => Counter::DeadPoison,
-            DeadLetterKind::Terminal => Counter::DeadTerminal,
-            DeadLetterKind::Exhausted => Counter::DeadExhausted,
-        });
-    }
-
     /// The last resort: nothing took the letter, so the original goes back
     /// to the broker and comes again.
     async fn settle_failed<A: Acker>(
@@ -490,16 +487,13 @@ impl<S: DedupStore> Settler<S> {
         dl: &DeadLetter,
         error: &Error,
     ) -> Ended {
-        self.metrics.fallback(envelope, fallback::RELEASE);
-        self.stats.incr(Counter::SettleFailures);
-        tracing::error!(
-            target: "consumer::runtime",
-            handler = %dl.handler,
-            message_id = %dl.message_id,
-            kind = %dl.kind,
-            error = %chain(error),
-            "could not dead-letter the message on the broker nor in the store; releasing it for redelivery"
-        );
+        self.observer.emit(Happened::SettleFailed {
+            envelope,
+            handler: &dl.handler,
+            message_id: &dl.message_id,
+            kind: dl.kind,
+            error: &chain(error),
+        });
         self.release(envelope, acker).await
     }
 }

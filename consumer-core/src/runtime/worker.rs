@@ -8,12 +8,11 @@ use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::TraceContextExt as _;
 
 use super::lanes::LaneTable;
+use super::observe::{Happened, Observer};
 use super::settle::Settler;
 use super::{Ended, Job, Stopping};
-use crate::metrics::consumer::ConsumerMetrics;
 use crate::router::Routes;
 use crate::source::Acker;
-use crate::stats::Stats;
 use crate::store::DedupStore;
 use crate::trace::SpanScope;
 
@@ -23,8 +22,8 @@ pub(super) struct Worker<S, R, A> {
     pub(super) store: S,
     pub(super) settler: Settler<S>,
     pub(super) lanes: LaneTable<A>,
-    pub(super) metrics: Arc<ConsumerMetrics>,
-    pub(super) stats: Arc<Stats>,
+    /// Where what happens to deliveries is told.
+    pub(super) observer: Observer,
     /// What every span of this consumer carries.
     pub(super) spans: SpanScope,
     pub(super) max_payload_bytes: usize,
@@ -67,8 +66,10 @@ where
                 } else {
                     self.settler.release(&job.envelope, job.acker).await;
                 }
-                self.metrics.left(&job.envelope, None);
-                self.stats.leave(None);
+                self.observer.emit(Happened::Left {
+                    envelope: &job.envelope,
+                    took: None,
+                });
             } else {
                 let received = job.received;
                 let envelope = Arc::clone(&job.envelope);
@@ -79,8 +80,10 @@ where
                     self.process(job.envelope, job.acker).await
                 };
                 let took = (ended == Ended::Settled).then(|| received.elapsed());
-                self.metrics.left(&envelope, took);
-                self.stats.leave(took);
+                self.observer.emit(Happened::Left {
+                    envelope: &envelope,
+                    took,
+                });
             }
             match self.lanes.next_in_lane(lane) {
                 Some(j) => job = j,

@@ -1,0 +1,51 @@
+//! The [`Stats`] counters as a listener: which event counts what.
+
+use super::Happened;
+use crate::dead_letter::DeadLetterKind;
+use crate::stats::{Counter, Stats};
+
+pub(super) fn on(s: &Stats, what: &Happened<'_>) {
+    match *what {
+        Happened::Running => s.set_running(),
+        Happened::Draining => s.set_draining(),
+        Happened::Received(_) => {
+            s.incr(Counter::Received);
+            s.enter();
+        }
+        Happened::Left { took, .. } => s.leave(took),
+        Happened::Ignored(_) => s.incr(Counter::UnknownTypesIgnored),
+        Happened::Processed => s.incr(Counter::Processed),
+        Happened::Duplicate { .. } => s.incr(Counter::Duplicates),
+        Happened::Retrying { .. } => s.incr(Counter::Retries),
+        Happened::RetryCopyRefused { .. } => s.incr(Counter::RetryFallbacks),
+        Happened::DeadLettered { kind, .. } => s.incr(match kind {
+            DeadLetterKind::Poison => Counter::DeadPoison,
+            DeadLetterKind::Terminal => Counter::DeadTerminal,
+            DeadLetterKind::Exhausted => Counter::DeadExhausted,
+        }),
+        Happened::LetterStored { first: true, .. } => s.incr(Counter::StoredDeadLetters),
+        Happened::LetterTooLarge { first: true, .. } => {
+            s.incr(Counter::StoredDeadLetters);
+            s.incr(Counter::PayloadOmitted);
+        }
+        Happened::SettleFailed { .. } => s.incr(Counter::SettleFailures),
+        Happened::Released(_) => s.incr(Counter::Released),
+        Happened::AckFailed { .. } | Happened::SettleStepFailed { .. } => {
+            s.incr(Counter::SettleErrors);
+        }
+        Happened::ShutdownTimedOut { .. }
+        | Happened::SourceFailed { .. }
+        | Happened::FailureNotRecorded { .. }
+        | Happened::FailuresNotCleared { .. }
+        | Happened::Attempted { .. }
+        | Happened::Retried { .. }
+        | Happened::DeadLettering { .. }
+        | Happened::AlreadyDeadLettered { .. }
+        | Happened::MarkFailed { .. }
+        | Happened::LetterStored { first: false, .. }
+        | Happened::LetterTooLarge { first: false, .. }
+        | Happened::LetterWithoutPayloadRefused { .. }
+        | Happened::ReleaseFailed { .. }
+        | Happened::SettleOperation { .. } => {}
+    }
+}

@@ -1,0 +1,71 @@
+//! The OpenTelemetry instruments as a listener: which event records what.
+
+use super::Happened;
+use crate::metrics::attr::fallback;
+use crate::metrics::consumer::ConsumerMetrics;
+
+pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
+    match *what {
+        Happened::Received(envelope) => m.received(envelope),
+        Happened::Left { envelope, took } => m.left(envelope, took),
+        Happened::Ignored(envelope) => m.unknown_type(envelope),
+        Happened::Attempted {
+            envelope,
+            handler,
+            took,
+            error,
+        } => m.processed(envelope, handler, took, error),
+        Happened::Duplicate { envelope, handler } => m.duplicate(envelope, handler),
+        Happened::Retried {
+            envelope,
+            handler,
+            mode,
+        } => m.retry(envelope, handler, mode),
+        Happened::RetryCopyRefused { envelope, .. } => {
+            m.fallback(envelope, fallback::RETRY_IN_PLACE);
+        }
+        Happened::DeadLettered {
+            envelope,
+            handler,
+            kind,
+        } => m.dead_letter(envelope, handler, kind.as_str()),
+        Happened::LetterStored {
+            envelope,
+            first: true,
+            ..
+        } => m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE),
+        Happened::LetterTooLarge {
+            envelope,
+            first: true,
+            ..
+        } => {
+            m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
+            m.fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
+        }
+        Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::RELEASE),
+        Happened::Released(envelope) => m.released(envelope),
+        Happened::SettleOperation {
+            envelope,
+            op,
+            took,
+            error,
+        } => m.settle_operation(envelope, op, took, error),
+        Happened::Running
+        | Happened::Draining
+        | Happened::ShutdownTimedOut { .. }
+        | Happened::SourceFailed { .. }
+        | Happened::FailureNotRecorded { .. }
+        | Happened::FailuresNotCleared { .. }
+        | Happened::Processed
+        | Happened::Retrying { .. }
+        | Happened::DeadLettering { .. }
+        | Happened::AlreadyDeadLettered { .. }
+        | Happened::MarkFailed { .. }
+        | Happened::LetterStored { first: false, .. }
+        | Happened::LetterTooLarge { first: false, .. }
+        | Happened::LetterWithoutPayloadRefused { .. }
+        | Happened::ReleaseFailed { .. }
+        | Happened::AckFailed { .. }
+        | Happened::SettleStepFailed { .. } => {}
+    }
+}

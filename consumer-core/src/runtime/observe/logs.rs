@@ -1,0 +1,151 @@
+//! The log lines as a listener: which event is logged, at which level,
+//! with which fields (target `consumer::runtime`; the fields are the
+//! documented ones).
+
+use super::{Happened, StepThen};
+
+pub(super) fn on(what: &Happened<'_>) {
+    match *what {
+        Happened::ShutdownTimedOut { in_flight } => tracing::error!(
+            target: "consumer::runtime",
+            in_flight,
+            "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
+        ),
+        Happened::SourceFailed { error, delay } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, ?delay, "source failed; trying again");
+        }
+        Happened::FailureNotRecorded { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "could not record the failed attempt");
+        }
+        Happened::FailuresNotCleared { error } => {
+            tracing::debug!(target: "consumer::runtime", error = %error, "could not clear failure records; purge will");
+        }
+        Happened::Ignored(envelope) => {
+            tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
+        }
+        Happened::Duplicate { envelope, .. } => {
+            tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, "duplicate delivery skipped");
+        }
+        Happened::Retrying {
+            envelope,
+            handler,
+            attempt,
+            delay,
+            error,
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %envelope.id,
+            attempt,
+            ?delay,
+            error = %error,
+            "transient failure; retrying"
+        ),
+        Happened::RetryCopyRefused {
+            envelope,
+            handler,
+            attempt,
+            error,
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %envelope.id,
+            attempt,
+            error = %error,
+            "the broker did not take the retry copy; retrying in place"
+        ),
+        Happened::DeadLettering {
+            envelope,
+            handler,
+            kind,
+            attempts,
+            error,
+        } => tracing::error!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %envelope.id,
+            origin = %envelope.origin,
+            kind = %kind,
+            attempts,
+            error = %error,
+            "dead-lettering message"
+        ),
+        Happened::AlreadyDeadLettered { message_id } => {
+            tracing::info!(target: "consumer::runtime", message_id = %message_id, "already dead-lettered; acking the redelivery");
+        }
+        Happened::MarkFailed { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "could not mark the message dead-lettered after its letter was confirmed");
+        }
+        Happened::LetterStored {
+            handler,
+            message_id,
+            refusal,
+            ..
+        } => tracing::error!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %message_id,
+            refusal = %refusal,
+            "the broker refused the dead letter; it is in the store's dead-letter table"
+        ),
+        Happened::LetterTooLarge {
+            message_id,
+            size,
+            error,
+            ..
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            message_id = %message_id,
+            size,
+            error = %error,
+            "the dead-letter destination refused the letter for its size; it is in the store's dead-letter table"
+        ),
+        Happened::LetterWithoutPayloadRefused { message_id, error } => tracing::warn!(
+            target: "consumer::runtime",
+            message_id = %message_id,
+            error = %error,
+            "the letter without its payload was refused too; the whole letter is in the store's dead-letter table"
+        ),
+        Happened::SettleFailed {
+            handler,
+            message_id,
+            kind,
+            error,
+            ..
+        } => tracing::error!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %message_id,
+            kind = %kind,
+            error = %error,
+            "could not dead-letter the message on the broker nor in the store; releasing it for redelivery"
+        ),
+        Happened::ReleaseFailed { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "release failed; the broker redelivers unsettled deliveries");
+        }
+        Happened::AckFailed { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "ack failed; the broker will redeliver and dedup will skip it");
+        }
+        Happened::SettleStepFailed { step, error, then } => match then {
+            StepThen::RefusedForGood => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, "settle step refused for good; taking its fallback");
+            }
+            StepThen::OutOfTime { failures } => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, failures, "settle step still failing at the settle timeout; taking its fallback");
+            }
+            StepThen::TryAgain { delay } => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, ?delay, "settle step failed; trying again");
+            }
+        },
+        Happened::Running
+        | Happened::Draining
+        | Happened::Received(_)
+        | Happened::Left { .. }
+        | Happened::Attempted { .. }
+        | Happened::Processed
+        | Happened::Retried { .. }
+        | Happened::DeadLettered { .. }
+        | Happened::Released(_)
+        | Happened::SettleOperation { .. } => {}
+    }
+}
