@@ -36,13 +36,12 @@ mod event;
 #[cfg(feature = "postgres")]
 mod listen;
 mod message;
+mod observe;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_schedule;
 mod relay;
-mod relay_metrics;
-mod relay_stats;
 mod schedule;
 mod schedule_seen;
 #[cfg(feature = "sqlite")]
@@ -55,8 +54,8 @@ pub use database::{Backlog, InTransaction, OutboxDatabase, Row, RowOutcome};
 pub use event::NewEvent;
 #[cfg(feature = "postgres")]
 pub use listen::listen;
+pub use observe::{RelayStats, RelayStatsSnapshot};
 pub use relay::{OutboxRelay, WakeUp};
-pub use relay_stats::{RelayStats, RelayStatsSnapshot};
 pub use schedule::{Due, Released, ScheduleToken, ScheduledEvent};
 
 /// The default table name (the standard's `outbox_events`).

@@ -4,15 +4,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 use tokio::sync::Notify;
 
-use super::relay_metrics::{RelayMetrics, Waited};
-use super::relay_stats::RelayStats;
+use super::observe::{self, Happened, RelayMetrics, RelayStats, RoundThen, Waited};
 use super::schedule_seen::{RELEASE_LOOK_EVERY, ScheduleSeen};
 use super::waves::Waves;
 use super::{Backlog, Outbox, OutboxDatabase, Row, RowOutcome, message};
@@ -182,7 +180,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// ([`run_until`](Self::run_until) does this every backlog interval).
     pub async fn read_backlog(&self) -> Result<Backlog, Error> {
         let backlog = DB::backlog(&self.outbox, &self.pool).await?;
-        self.metrics().set_backlog(backlog);
+        self.emit(&Happened::BacklogRead(backlog));
         Ok(backlog)
     }
 
@@ -198,25 +196,21 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             Ok(round) => self.finish(round).await,
             Err(e) => Err(e),
         };
-        self.count(&result);
+        self.ended(&result, RoundThen::Told);
         result
     }
 
-    /// Counts a round that ended, well or not.
-    fn count(&self, result: &Result<usize, Error>) {
-        match result {
-            Ok(n) => {
-                self.stats.rounds.fetch_add(1, Relaxed);
-                self.stats.claimed.fetch_add(*n as u64, Relaxed);
-            }
-            Err(_) => self.count_failed(),
-        }
+    /// Tells every listener `what` (see [`observe`]).
+    fn emit(&self, what: &Happened<'_>) {
+        observe::emit(self.metrics(), &self.stats, what);
     }
 
-    fn count_failed(&self) {
-        self.stats.rounds.fetch_add(1, Relaxed);
-        self.metrics().round_failed();
-        self.stats.errors.fetch_add(1, Relaxed);
+    /// Emits how a round ended, well or not.
+    fn ended(&self, result: &Result<usize, Error>, then: RoundThen) {
+        match result {
+            Ok(n) => self.emit(&Happened::RoundEnded { claimed: *n }),
+            Err(error) => self.emit(&Happened::RoundFailed { error, then }),
+        }
     }
 
     /// Releases the scheduled events that fell due, then claims and
@@ -324,7 +318,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             }
             if backlog_read.is_none_or(|at| at.elapsed() >= self.backlog_every) {
                 if let Err(e) = self.alongside(&mut finishing, self.read_backlog()).await {
-                    tracing::debug!(target: "consumer::outbox", error = %e, "could not count the outbox backlog");
+                    self.emit(&Happened::BacklogNotRead { error: &e });
                 }
                 backlog_read = Some(Instant::now());
             }
@@ -345,7 +339,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 Ok(0) => wait = wait.saturating_mul(2).min(max),
                 Ok(_) => wait = min,
                 Err(e) => {
-                    tracing::warn!(target: "consumer::outbox", error = %e, "relay round failed; trying again");
+                    self.emit(&Happened::ClaimingAgain { error: &e });
                     wait = max.max(Duration::from_millis(100));
                 }
             }
@@ -388,12 +382,15 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     Ok(claimed)
                 } else {
                     let result = self.finish(round).await;
-                    self.count(&result);
+                    self.ended(&result, RoundThen::Told);
                     result
                 }
             }
             Err(e) => {
-                self.count_failed();
+                self.emit(&Happened::RoundFailed {
+                    error: &e,
+                    then: RoundThen::Told,
+                });
                 Err(e)
             }
         }
@@ -434,10 +431,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 
     fn finished(&self, result: &Result<usize, Error>) {
-        self.count(result);
-        if let Err(e) = result {
-            tracing::warn!(target: "consumer::outbox", error = %e, "relay round failed; its events will be published again");
-        }
+        self.ended(result, RoundThen::PublishAgain);
     }
 
     /// Publishes claimed rows in waves (see [`Waves`]): an aggregate never
@@ -496,13 +490,14 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 .as_ref()
                 .err()
                 .map(consumer_backend::Error::error_type);
-            self.metrics()
-                .sent(&row.destination, took, waited(&row, now_ms), error);
+            self.emit(&Happened::Sent {
+                destination: &row.destination,
+                took,
+                waited: waited(&row, now_ms),
+                error,
+            });
             let outcome = match result {
-                Ok(()) => {
-                    self.stats.published.fetch_add(1, Relaxed);
-                    RowOutcome::Published
-                }
+                Ok(()) => RowOutcome::Published,
                 Err(e) => {
                     let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
                     self.refused(&row, &e.to_string(), !self.retry.should_retry(attempt))
@@ -520,27 +515,18 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
         let retry_after = self.retry.delay(attempt, &mut rand::rng());
         if give_up {
-            self.metrics().failed(&row.destination);
-            self.stats.failed.fetch_add(1, Relaxed);
-            tracing::error!(
-                target: "consumer::outbox",
-                event_id = %row.id,
-                aggregate_type = %row.aggregate_type,
-                aggregate_id = %row.aggregate_id,
-                attempts = attempt,
-                error = %error,
-                "outbox event failed for good; its aggregate is blocked until Outbox::retry_failed"
-            );
+            self.emit(&Happened::GaveUp {
+                row,
+                attempt,
+                error,
+            });
         } else {
-            self.stats.retried.fetch_add(1, Relaxed);
-            tracing::warn!(
-                target: "consumer::outbox",
-                event_id = %row.id,
-                attempts = attempt,
-                ?retry_after,
-                error = %error,
-                "broker refused an outbox event; retrying later"
-            );
+            self.emit(&Happened::Retrying {
+                row,
+                attempt,
+                retry_after,
+                error,
+            });
         }
         RowOutcome::Failed {
             error: error.to_owned(),

@@ -1,16 +1,45 @@
-//! [`RelayStats`]: the live counters of a relay.
+//! [`RelayStats`], the live counters of a relay, as a listener: which
+//! event counts what.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::Happened;
 
 /// Live counters of a relay.
 #[derive(Debug, Default)]
 pub struct RelayStats {
-    pub(super) rounds: AtomicU64,
-    pub(super) claimed: AtomicU64,
-    pub(super) published: AtomicU64,
-    pub(super) retried: AtomicU64,
-    pub(super) failed: AtomicU64,
-    pub(super) errors: AtomicU64,
+    rounds: AtomicU64,
+    claimed: AtomicU64,
+    published: AtomicU64,
+    retried: AtomicU64,
+    failed: AtomicU64,
+    errors: AtomicU64,
+}
+
+pub(super) fn on(s: &RelayStats, what: &Happened<'_>) {
+    match *what {
+        Happened::RoundEnded { claimed } => {
+            s.rounds.fetch_add(1, Relaxed);
+            s.claimed.fetch_add(claimed as u64, Relaxed);
+        }
+        Happened::RoundFailed { .. } => {
+            s.rounds.fetch_add(1, Relaxed);
+            s.errors.fetch_add(1, Relaxed);
+        }
+        Happened::Sent { error: None, .. } => {
+            s.published.fetch_add(1, Relaxed);
+        }
+        Happened::Retrying { .. } => {
+            s.retried.fetch_add(1, Relaxed);
+        }
+        Happened::GaveUp { .. } => {
+            s.failed.fetch_add(1, Relaxed);
+        }
+        Happened::BacklogRead(_)
+        | Happened::BacklogNotRead { .. }
+        | Happened::ClaimingAgain { .. }
+        | Happened::Sent { .. } => {}
+    }
 }
 
 /// A copy of [`RelayStats`].

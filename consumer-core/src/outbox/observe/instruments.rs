@@ -1,5 +1,5 @@
-//! The instruments of one relay: what it sent, how long events waited,
-//! and what waits in its table.
+//! The instruments of one relay as a listener: what it sent, how long
+//! events waited, and what waits in its table.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -7,13 +7,31 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Counter, Histogram, Meter};
 
-use super::Backlog;
+use super::{Backlog, Happened};
 use crate::metrics::attr::{self, operation};
 use crate::metrics::catalogue::{self, MetricSpec};
 
+pub(super) fn on(m: &RelayMetrics, what: &Happened<'_>) {
+    match *what {
+        Happened::BacklogRead(backlog) => m.set_backlog(backlog),
+        Happened::RoundFailed { .. } => m.round_failed(),
+        Happened::Sent {
+            destination,
+            took,
+            waited,
+            error,
+        } => m.sent(destination, took, waited, error),
+        Happened::GaveUp { row, .. } => m.failed(&row.destination),
+        Happened::BacklogNotRead { .. }
+        | Happened::RoundEnded { .. }
+        | Happened::ClaimingAgain { .. }
+        | Happened::Retrying { .. } => {}
+    }
+}
+
 /// How long a published event waited for the broker's confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Waited {
+pub(in crate::outbox) enum Waited {
     /// Since its transaction committed (an event enqueued to go at once).
     SinceCommit(Duration),
     /// Since it fell due (a scheduled event).
@@ -21,7 +39,7 @@ pub(super) enum Waited {
 }
 
 /// Recorded by the relay as it publishes.
-pub(super) struct RelayMetrics {
+pub(in crate::outbox) struct RelayMetrics {
     /// `db.system.name`, `consumer.outbox.table`.
     table: [KeyValue; 2],
     system: &'static str,
@@ -36,7 +54,12 @@ pub(super) struct RelayMetrics {
 }
 
 impl RelayMetrics {
-    pub(super) fn new(meter: &Meter, db: &'static str, table: &str, system: &'static str) -> Self {
+    pub(in crate::outbox) fn new(
+        meter: &Meter,
+        db: &'static str,
+        table: &str,
+        system: &'static str,
+    ) -> Self {
         let table = [
             KeyValue::new(attr::DB_SYSTEM, db),
             KeyValue::new(attr::OUTBOX_TABLE, table.to_owned()),
@@ -86,7 +109,7 @@ impl RelayMetrics {
     }
 
     /// The last reading of the table, for the gauges.
-    pub(super) fn set_backlog(&self, backlog: Backlog) {
+    fn set_backlog(&self, backlog: Backlog) {
         *self.backlog.lock().unwrap_or_else(PoisonError::into_inner) = Some(backlog);
     }
 
@@ -106,13 +129,7 @@ impl RelayMetrics {
     /// waiting `took` for the broker; `waited` is how long it had been
     /// waiting to go out: the publish latency of an enqueued event, the
     /// lateness of a scheduled one.
-    pub(super) fn sent(
-        &self,
-        destination: &str,
-        took: Duration,
-        waited: Waited,
-        error: Option<&'static str>,
-    ) {
+    fn sent(&self, destination: &str, took: Duration, waited: Waited, error: Option<&'static str>) {
         let mut a = self.send_attrs(destination, error);
         self.sent.add(1, &a);
         a.push(KeyValue::new(attr::OPERATION_TYPE, "send"));
@@ -132,7 +149,7 @@ impl RelayMetrics {
     }
 
     /// An event was marked failed: its aggregate is blocked.
-    pub(super) fn failed(&self, destination: &str) {
+    fn failed(&self, destination: &str) {
         let mut l = self.table.to_vec();
         l.push(KeyValue::new(attr::MESSAGING_SYSTEM, self.system));
         l.push(KeyValue::new(
@@ -143,7 +160,7 @@ impl RelayMetrics {
     }
 
     /// A round failed before publishing.
-    pub(super) fn round_failed(&self) {
+    fn round_failed(&self) {
         self.round_failures.add(1, &self.table);
     }
 }
