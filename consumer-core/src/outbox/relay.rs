@@ -333,7 +333,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 // Nothing claimable while our previous round still held its
                 // aggregates: claim again once it has committed.
                 Ok(0) if overlapped => {
-                    self.settle(&mut finishing).await;
+                    self.await_finishing(&mut finishing).await;
                     continue;
                 }
                 Ok(0) => wait = wait.saturating_mul(2).min(max),
@@ -363,7 +363,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 Woke::Timeout => {}
             }
         }
-        self.settle(&mut finishing).await;
+        self.await_finishing(&mut finishing).await;
         Ok(())
     }
 
@@ -376,7 +376,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                 let claimed = round.claimed;
                 // One round finishing at a time; its commit has usually
                 // ended while this one claimed and published.
-                self.settle(finishing).await;
+                self.await_finishing(finishing).await;
                 if DB::OVERLAPPING_ROUNDS && claimed > 0 {
                     *finishing = Some(Box::pin(self.finish(round)));
                     Ok(claimed)
@@ -423,7 +423,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 
     /// Waits for the unfinished round (if any) to commit.
-    async fn settle(&self, finishing: &mut Option<Finishing<'_>>) {
+    async fn await_finishing(&self, finishing: &mut Option<Finishing<'_>>) {
         if let Some(round) = finishing.take() {
             let result = round.await;
             self.finished(&result);
