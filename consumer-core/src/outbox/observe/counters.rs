@@ -54,7 +54,7 @@ pub struct RelayStatsSnapshot {
     /// Publishes refused or lost, to be retried.
     pub retried: u64,
     /// Events marked failed (their aggregate is blocked until
-    /// [`Outbox::retry_failed`](super::Outbox::retry_failed)).
+    /// [`Outbox::retry_failed`](crate::outbox::Outbox::retry_failed)).
     pub failed: u64,
     /// Rounds that failed (database down, ...).
     pub errors: u64,
