@@ -207,22 +207,14 @@ where
                 Redelivered::Refused(refused) => acker = refused,
                 Redelivered::Ended(ended) => {
                     if ended == Ended::Settled {
-                        self.observer.emit(Happened::Retried {
-                            envelope: &envelope,
-                            handler: name,
-                            mode: "redeliver",
-                        });
+                        self.retried(&envelope, name, "redeliver");
                     }
                     return Next::Ended(ended);
                 }
             }
         }
         // In place (the mode, or the fallback for a refused copy).
-        self.observer.emit(Happened::Retried {
-            envelope: &envelope,
-            handler: name,
-            mode: "in_place",
-        });
+        self.retried(&envelope, name, "in_place");
         if !self.stopping.sleep_unless_stopping(delay).await {
             return Next::Ended(within!(cx, self.settler.release(&envelope, acker)));
         }
@@ -230,6 +222,14 @@ where
         next.attempt = copy.attempt;
         next.first_failure = Some(copy.first_failure);
         Next::Again(Arc::new(next), acker)
+    }
+
+    fn retried(&self, envelope: &Envelope, handler: &'static str, mode: &'static str) {
+        self.observer.emit(Happened::Retried {
+            envelope,
+            handler,
+            mode,
+        });
     }
 
     fn precheck(&self, envelope: &Envelope) -> Result<(), InputError> {

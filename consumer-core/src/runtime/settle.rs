@@ -316,11 +316,7 @@ impl<S: DedupStore> Settler<S> {
                     self.observer
                         .emit(Happened::MarkFailed { error: &chain(&e) });
                 }
-                self.observer.emit(Happened::DeadLettered {
-                    envelope,
-                    handler: name,
-                    kind,
-                });
+                self.dead_lettered(envelope, name, kind);
                 return self.ack(envelope, acker).await;
             }
             Published::Stopping => return self.release(envelope, acker).await,
@@ -341,11 +337,7 @@ impl<S: DedupStore> Settler<S> {
                     first,
                 });
                 if first {
-                    self.observer.emit(Happened::DeadLettered {
-                        envelope,
-                        handler: name,
-                        kind,
-                    });
+                    self.dead_lettered(envelope, name, kind);
                 }
                 self.ack(envelope, acker).await
             }
@@ -421,11 +413,7 @@ impl<S: DedupStore> Settler<S> {
             first,
         });
         if first {
-            self.observer.emit(Happened::DeadLettered {
-                envelope,
-                handler: name,
-                kind: dl.kind,
-            });
+            self.dead_lettered(envelope, name, dl.kind);
         }
         self.ack(envelope, acker).await
     }
@@ -476,6 +464,14 @@ impl<S: DedupStore> Settler<S> {
                 Next::Stopping => return Published::Stopping,
             }
         }
+    }
+
+    fn dead_lettered(&self, envelope: &Envelope, handler: &str, kind: DeadLetterKind) {
+        self.observer.emit(Happened::DeadLettered {
+            envelope,
+            handler,
+            kind,
+        });
     }
 
     /// The last resort: nothing took the letter, so the original goes back

@@ -6,20 +6,10 @@ use super::{Happened, StepThen};
 
 pub(super) fn on(what: &Happened<'_>) {
     match *what {
-        Happened::ShutdownTimedOut { in_flight } => tracing::error!(
-            target: "consumer::runtime",
-            in_flight,
-            "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
-        ),
-        Happened::SourceFailed { error, delay } => {
-            tracing::warn!(target: "consumer::runtime", error = %error, ?delay, "source failed; trying again");
-        }
-        Happened::FailureNotRecorded { error } => {
-            tracing::warn!(target: "consumer::runtime", error = %error, "could not record the failed attempt");
-        }
-        Happened::FailuresNotCleared { error } => {
-            tracing::debug!(target: "consumer::runtime", error = %error, "could not clear failure records; purge will");
-        }
+        Happened::ShutdownTimedOut { .. }
+        | Happened::SourceFailed { .. }
+        | Happened::FailureNotRecorded { .. }
+        | Happened::FailuresNotCleared { .. } => on_consumer(what),
         Happened::Ignored(envelope) => {
             tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
         }
@@ -54,6 +44,46 @@ pub(super) fn on(what: &Happened<'_>) {
             error = %error,
             "the broker did not take the retry copy; retrying in place"
         ),
+        Happened::DeadLettering { .. }
+        | Happened::AlreadyDeadLettered { .. }
+        | Happened::MarkFailed { .. }
+        | Happened::LetterStored { .. }
+        | Happened::LetterTooLarge { .. }
+        | Happened::LetterWithoutPayloadRefused { .. }
+        | Happened::SettleFailed { .. } => on_letter(what),
+        Happened::ReleaseFailed { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "release failed; the broker redelivers unsettled deliveries");
+        }
+        Happened::AckFailed { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "ack failed; the broker will redeliver and dedup will skip it");
+        }
+        Happened::SettleStepFailed { step, error, then } => match then {
+            StepThen::RefusedForGood => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, "settle step refused for good; taking its fallback");
+            }
+            StepThen::OutOfTime { failures } => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, failures, "settle step still failing at the settle timeout; taking its fallback");
+            }
+            StepThen::TryAgain { delay } => {
+                tracing::warn!(target: "consumer::runtime", step, error = %error, ?delay, "settle step failed; trying again");
+            }
+        },
+        Happened::Running
+        | Happened::Draining
+        | Happened::Received(_)
+        | Happened::Left { .. }
+        | Happened::Attempted { .. }
+        | Happened::Processed
+        | Happened::Retried { .. }
+        | Happened::DeadLettered { .. }
+        | Happened::Released(_)
+        | Happened::SettleOperation { .. } => {}
+    }
+}
+
+/// The log lines of a dead letter's way: where it went, or why it did not.
+fn on_letter(what: &Happened<'_>) {
+    match *what {
         Happened::DeadLettering {
             envelope,
             handler,
@@ -120,32 +150,27 @@ pub(super) fn on(what: &Happened<'_>) {
             error = %error,
             "could not dead-letter the message on the broker nor in the store; releasing it for redelivery"
         ),
-        Happened::ReleaseFailed { error } => {
-            tracing::warn!(target: "consumer::runtime", error = %error, "release failed; the broker redelivers unsettled deliveries");
+        _ => {}
+    }
+}
+
+/// The log lines of the consumer itself and of its store and source.
+fn on_consumer(what: &Happened<'_>) {
+    match *what {
+        Happened::ShutdownTimedOut { in_flight } => tracing::error!(
+            target: "consumer::runtime",
+            in_flight,
+            "shutdown timeout: abandoning running attempts unsettled; the broker will redeliver them"
+        ),
+        Happened::SourceFailed { error, delay } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, ?delay, "source failed; trying again");
         }
-        Happened::AckFailed { error } => {
-            tracing::warn!(target: "consumer::runtime", error = %error, "ack failed; the broker will redeliver and dedup will skip it");
+        Happened::FailureNotRecorded { error } => {
+            tracing::warn!(target: "consumer::runtime", error = %error, "could not record the failed attempt");
         }
-        Happened::SettleStepFailed { step, error, then } => match then {
-            StepThen::RefusedForGood => {
-                tracing::warn!(target: "consumer::runtime", step, error = %error, "settle step refused for good; taking its fallback");
-            }
-            StepThen::OutOfTime { failures } => {
-                tracing::warn!(target: "consumer::runtime", step, error = %error, failures, "settle step still failing at the settle timeout; taking its fallback");
-            }
-            StepThen::TryAgain { delay } => {
-                tracing::warn!(target: "consumer::runtime", step, error = %error, ?delay, "settle step failed; trying again");
-            }
-        },
-        Happened::Running
-        | Happened::Draining
-        | Happened::Received(_)
-        | Happened::Left { .. }
-        | Happened::Attempted { .. }
-        | Happened::Processed
-        | Happened::Retried { .. }
-        | Happened::DeadLettered { .. }
-        | Happened::Released(_)
-        | Happened::SettleOperation { .. } => {}
+        Happened::FailuresNotCleared { error } => {
+            tracing::debug!(target: "consumer::runtime", error = %error, "could not clear failure records; purge will");
+        }
+        _ => {}
     }
 }
