@@ -273,9 +273,11 @@ impl AmqpPublisher {
     }
 
     /// [`publish_to`](Self::publish_to) with every header under the name
-    /// it has in `message`: what a retry copy and a dead letter are sent
-    /// with, so that they keep the names their producer wrote.
-    pub(crate) async fn republish_to(
+    /// it has in `message`, whatever this publisher's
+    /// [prefix](AmqpPublisherBuilder::with_attribute_prefix): what a retry
+    /// copy, a dead letter and a replayed letter are sent with, so that
+    /// they keep the names their producer wrote.
+    pub async fn republish_to(
         &self,
         exchange: &str,
         routing_key: &str,

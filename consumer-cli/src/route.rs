@@ -188,7 +188,7 @@ impl Route {
             ))
         })?;
         self.publisher
-            .publish_to("", queue, &replay_message(letter), None)
+            .republish_to("", queue, &replay_message(letter), None)
             .await
             .map_err(|e| match e {
                 consumer_amqp::Error::Amqp {

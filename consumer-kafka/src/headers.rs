@@ -19,7 +19,8 @@
 //! * a header name with a NUL byte, which librdkafka hands out cut at the
 //!   NUL, is read with that NUL (`ce_id\0` for `ce_id\0junk`), so it
 //!   stands for no other header; when what comes before the NUL is a
-//!   framework header (`ce_*`, `content-type`, `traceparent`,
+//!   framework header (`ce_*`, or another binding's `ce-*`,
+//!   `cloudEvents:*`, `cloudEvents_*`; `content-type`, `traceparent`,
 //!   `tracestate`, `x-consumer-*`, `x-dlq-*`), the record is malformed and
 //!   goes to the dead letters as a poison pill naming the header;
 //! * the message id is `ce_id`, else `<topic>/<partition>/<offset>`, which
@@ -178,14 +179,26 @@ fn refuse_nul_in_framework_names(envelope: &mut Envelope) {
     }
 }
 
-/// Names the framework reads or writes: the CloudEvents attributes, the
-/// trace context, the retry and dead-letter headers.
+/// Names the framework reads or writes: the CloudEvents attributes (under
+/// any binding's prefix the envelope reads, in any case), the trace
+/// context, the retry and dead-letter headers.
 fn is_framework_header(name: &str) -> bool {
     use consumer_backend::names;
+    let starts = |prefix: &str| {
+        name.len() >= prefix.len()
+            && name.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+    };
     [names::CONTENT_TYPE, names::TRACEPARENT, names::TRACESTATE].contains(&name)
-        || ["ce_", "x-consumer-", "x-dlq-"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
+        || [
+            "ce_",
+            "ce-",
+            "cloudevents:",
+            "cloudevents_",
+            "x-consumer-",
+            "x-dlq-",
+        ]
+        .into_iter()
+        .any(starts)
 }
 
 /// A header as read: its name lossily as text.
@@ -286,6 +299,7 @@ mod tests {
             &[
                 (b"ce_id", b"e-1"),
                 (b"ce_id\0junk", b"e-forged"),
+                (b"cloudEvents:type\0x", b"Forged"),
                 (b"x-tenant\0x", b"other"),
                 (b"x-tenant", b"acme"),
             ],
@@ -314,6 +328,7 @@ mod tests {
             vec![
                 ("ce_id", &b"e-1"[..]),
                 ("ce_id\0", &b"e-forged"[..]),
+                ("cloudEvents:type\0", &b"Forged"[..]),
                 ("x-tenant\0", &b"other"[..]),
                 ("x-tenant", &b"acme"[..]),
             ],
@@ -321,7 +336,11 @@ mod tests {
         );
         assert_eq!(envelope.headers.get("x-tenant"), Ok(Some("acme")));
         let defects: Vec<&str> = envelope.defects.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(defects, vec!["ce_id"], "a poison pill naming the header");
+        assert_eq!(
+            defects,
+            vec!["ce_id", "cloudEvents:type"],
+            "a poison pill naming the headers, under any binding's name"
+        );
     }
 
     #[test]

@@ -165,6 +165,7 @@ fn attribute_headers(
         let n = name.as_bytes();
         n.len() > 3 && n[..3].eq_ignore_ascii_case(b"ce_")
             || name.eq_ignore_ascii_case(names::CONTENT_TYPE)
+            || super::delivery::is_binding_attribute(name)
     };
     for (name, value) in headers.iter().filter(|(n, _)| !replaced(n)) {
         out.append(name, value);

@@ -173,6 +173,13 @@ fn scan(headers: &Headers) -> [Option<&[u8]>; Attr::COUNT] {
     found
 }
 
+/// Whether `name` is a CloudEvents attribute under another binding's name
+/// (`ce-type`, `cloudEvents:type`): a structured-mode event's own
+/// attributes replace these as they replace the `ce_` ones.
+pub(super) fn is_binding_attribute(name: &str) -> bool {
+    Attr::of_binding(name.as_bytes()).is_some()
+}
+
 /// The value of CloudEvents attribute `attribute` (`"id"`, `"type"`,
 /// `"partitionkey"`, `"datacontenttype"`, ...) among `headers`, as
 /// [`Envelope::from_parts`] reads it: under the framework's name
@@ -432,6 +439,30 @@ mod tests {
         );
         assert_eq!(e.headers.get("x-tenant"), Ok(Some("acme")));
         assert!(e.headers.get_bytes(names::TRACEPARENT).is_some());
+    }
+
+    #[test]
+    fn a_structured_event_replaces_every_bindings_attribute_headers() {
+        let h: Headers = [
+            (names::CONTENT_TYPE, "application/cloudevents+json"),
+            ("ce-time", "not a time"),
+            ("cloudEvents:subject", "stale"),
+            ("x-tenant", "acme"),
+        ]
+        .into_iter()
+        .collect();
+        let body = r#"{"specversion":"1.0","id":"e-2","source":"/s","type":"T","data":1}"#;
+        let e = Envelope::from_parts(Bytes::from(body), h, None, Origin::default(), || {
+            "fallback".into()
+        });
+        assert!(
+            e.defects.is_empty(),
+            "a leftover header is no defect: {:?}",
+            e.defects
+        );
+        assert_eq!((e.id.as_str(), e.subject, e.time), ("e-2", None, None));
+        assert_eq!(e.headers.get_bytes("ce-time"), None);
+        assert_eq!(e.headers.get("x-tenant"), Ok(Some("acme")));
     }
 
     #[test]

@@ -152,7 +152,7 @@ impl DeadLetterQueue {
     pub async fn append(&mut self, letter: &Letter) -> Result<()> {
         let publisher = self.publisher();
         publisher
-            .publish_to("", &self.queue, &letter.letter.to_message(), None)
+            .republish_to("", &self.queue, &letter.letter.to_message(), None)
             .await
             .map_err(|e| Error::Broker(format!("publishing to {}: {e}", self.queue)))
     }
