@@ -153,7 +153,7 @@ impl OmittedPayload {
         use sha2::Digest;
         Self {
             size: payload.len(),
-            sha256: hex::encode(&sha2::Sha256::digest(payload)),
+            sha256: hex::encode(sha2::Sha256::digest(payload)),
         }
     }
 }

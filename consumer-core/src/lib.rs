@@ -30,6 +30,7 @@ pub mod outbox;
 pub mod router;
 pub mod runtime;
 pub mod service;
+pub mod sql;
 pub mod stats;
 pub mod store;
 #[cfg(feature = "testing")]

@@ -4,6 +4,7 @@
 //! version (a conflict runs the transition again, at once, on the new
 //! version), write what the transition asked for into the outbox, commit.
 
+use crate::statements;
 use std::sync::{Arc, OnceLock};
 
 use tracing::Instrument;
@@ -247,7 +248,7 @@ impl<S: Saga> SagaHandler<S> {
         saga_id: &str,
     ) -> Result<Decision, Failed<S::Error>> {
         let name = self.saga.name();
-        let loaded = DB::load(tx, name, saga_id).await?;
+        let loaded = statements::load::<DB>(tx, name, saga_id).await?;
         let (mut state, mut meta, version) = match &loaded {
             Some(row) => (row.state::<S::State>()?, row.meta()?, row.version),
             None => match route.kind() {
@@ -281,9 +282,9 @@ impl<S: Saga> SagaHandler<S> {
         )?;
         let write = SagaWrite::of(name, saga_id, next, state, &meta)?;
         let saved = if started {
-            DB::insert(tx, &write).await?
+            statements::insert::<DB>(tx, &write).await?
         } else {
-            DB::update(tx, &write, version).await?
+            statements::update::<DB>(tx, &write, version).await?
         };
         if !saved {
             return Ok(Decision::Conflict);

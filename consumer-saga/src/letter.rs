@@ -10,7 +10,7 @@ use super::compensation;
 use super::record::Meta;
 use consumer_core::dead_letter::{DeadLetter, DeadLetterKind};
 use consumer_core::envelope::Envelope;
-use consumer_core::store::{LetterRow, StoreDatabase, Tx};
+use consumer_core::store::{LetterRow, Tx, insert_dead_letter};
 
 /// Header names the letter adds to the triggering message's headers.
 pub mod headers {
@@ -70,6 +70,6 @@ pub(super) async fn store<DB: SagaDatabase>(
         payload: bytes::Bytes::from(context.to_string()),
         payload_omitted: None,
     };
-    <DB as StoreDatabase>::insert_dead_letter(tx, &LetterRow::of(&letter, REFUSAL)).await?;
+    insert_dead_letter::<DB>(tx, &LetterRow::of(&letter, REFUSAL)).await?;
     Ok(())
 }

@@ -85,12 +85,9 @@ mod letter;
 pub mod metrics;
 mod monitor;
 mod not_found;
-#[cfg(feature = "postgres")]
-mod postgres;
 mod record;
 mod route;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod statements;
 mod status;
 mod step;
 mod store;

@@ -13,6 +13,7 @@ use opentelemetry::metrics::{AsyncInstrument, Meter};
 
 use super::SagaDatabase;
 use super::database::OpenSagas;
+use super::statements;
 use consumer_core::error::Error;
 use consumer_core::metrics::attr::DB_SYSTEM;
 use consumer_core::metrics::catalogue::MetricSpec;
@@ -70,7 +71,7 @@ impl<DB: SagaDatabase> SagaMonitor<DB> {
     /// Reads once; a saga type seen before and without open sagas now reads
     /// zero.
     async fn read(&self, readings: &Readings) -> Result<(), Error> {
-        let open = DB::open(&self.pool).await?;
+        let open = statements::open(&self.pool).await?;
         let mut held = readings.lock().unwrap_or_else(PoisonError::into_inner);
         for r in held.values_mut() {
             r.active = 0;

@@ -4,6 +4,7 @@
 //! its own (the version goes up), so a delivery racing it conflicts and
 //! applies on top.
 
+use crate::statements;
 use sqlx::Pool;
 
 use super::compensation;
@@ -59,7 +60,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
         saga_id: &str,
     ) -> Result<Option<SagaRecord>, OperatorError> {
         let mut conn = self.pool.acquire().await?;
-        match DB::load(&mut conn, saga_type, saga_id).await? {
+        match statements::load::<DB>(&mut conn, saga_type, saga_id).await? {
             Some(row) => Ok(Some(row.record()?)),
             None => Ok(None),
         }
@@ -67,7 +68,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
 
     /// The sagas `filter` selects, oldest first.
     pub async fn list(&self, filter: &SagaFilter) -> Result<Vec<SagaRecord>, OperatorError> {
-        let rows = DB::list(&self.pool, filter).await?;
+        let rows = statements::list(&self.pool, filter).await?;
         Ok(rows.iter().map(SagaRow::record).collect::<Result<_, _>>()?)
     }
 
@@ -167,7 +168,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
     {
         for _ in 0..MAX_CONFLICTS {
             let mut tx = self.pool.begin().await?;
-            let Some(row) = DB::load(&mut tx, saga_type, saga_id).await? else {
+            let Some(row) = statements::load::<DB>(&mut tx, saga_type, saga_id).await? else {
                 return Err(OperatorError::NoSuchSaga {
                     saga_type: saga_type.to_owned(),
                     saga_id: saga_id.to_owned(),
@@ -196,7 +197,7 @@ impl<DB: SagaDatabase> SagaStore<DB> {
                 row.state.clone(),
                 &meta,
             )?;
-            if !DB::update(&mut tx, &write, row.version).await? {
+            if !statements::update::<DB>(&mut tx, &write, row.version).await? {
                 tx.rollback().await?;
                 continue;
             }

@@ -6,6 +6,7 @@ use consumer_core::store::{ExtensionFuture, StoreExtension};
 use sqlx::Pool;
 
 use super::SagaDatabase;
+use super::statements;
 
 #[cfg(doc)]
 use consumer_core::Store;
@@ -30,7 +31,7 @@ impl<DB: SagaDatabase> StoreExtension<DB> for SagaTables {
         &'a self,
         pool: &'a Pool<DB>,
     ) -> ExtensionFuture<'a, Result<(), consumer_core::Error>> {
-        Box::pin(DB::migrate_sagas(pool))
+        Box::pin(statements::migrate(pool))
     }
 
     fn purge_batch<'a>(
@@ -39,6 +40,6 @@ impl<DB: SagaDatabase> StoreExtension<DB> for SagaTables {
         older_than_ms: i64,
         batch: i64,
     ) -> ExtensionFuture<'a, Result<u64, sqlx::Error>> {
-        Box::pin(DB::purge_tombstones(pool, older_than_ms, batch))
+        Box::pin(statements::purge_tombstones(pool, older_than_ms, batch))
     }
 }

@@ -339,7 +339,7 @@ impl<const FIFO: bool> SqsBroker<FIFO> {
     /// The topology of `topic`: a redrive policy counting up to SQS's most
     /// receives, so that no handler of the suite is refused.
     pub fn topology(&self, topic: &str) -> Topology {
-        Topology::new(&self.queue(topic))
+        Topology::new(self.queue(topic))
             .expect("a valid test queue name")
             .with_max_receive_count(1000)
     }

@@ -1,8 +1,8 @@
 //! The store's dead-letter table, `consumer_dead_letters`: letters the
 //! broker refused for good, whole (payload included).
 
-use consumer_core::store::{LetterRow, headers_from_json};
-use consumer_core::{DeadLetter, DeadLetterKind, envelope::Origin, store::StoreDatabase};
+use consumer_core::store::{LetterRow, headers_from_json, insert_dead_letter};
+use consumer_core::{DeadLetter, DeadLetterKind, envelope::Origin};
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
@@ -82,12 +82,9 @@ impl DeadLetterTable {
     pub async fn append(&self, letter: &Letter) -> Result<()> {
         let refusal = letter.refusal.as_deref().unwrap_or("imported");
         let mut conn = self.pool.acquire().await?;
-        <Postgres as StoreDatabase>::insert_dead_letter(
-            &mut conn,
-            &LetterRow::of(&letter.letter, refusal),
-        )
-        .await
-        .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
+        insert_dead_letter::<Postgres>(&mut conn, &LetterRow::of(&letter.letter, refusal))
+            .await
+            .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
         Ok(())
     }
 }

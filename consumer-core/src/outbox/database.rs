@@ -5,24 +5,35 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::schedule::{Due, Released, ScheduledEvent};
+use super::schedule::{Due, Released};
 use super::{NewEvent, Outbox};
 use crate::error::Error;
+use crate::sql::Dialect;
 
-/// A row claimed by a relay.
-#[doc(hidden)]
+/// A row claimed by a relay, as [`OutboxDatabase::claim`] reads it.
 #[derive(Debug, Clone)]
 pub struct Row {
+    /// The event's id (a UUID).
     pub id: String,
+    /// Its aggregate's type.
     pub aggregate_type: String,
+    /// Its aggregate's id: the partition key.
     pub aggregate_id: String,
+    /// Its version within the aggregate, from 1, in commit order.
     pub version: i64,
+    /// The event type (`type` on the wire).
     pub event_type: String,
+    /// Where it goes.
     pub destination: String,
+    /// The payload, JSON.
     pub payload: String,
+    /// Extra headers, a JSON object.
     pub headers: Option<String>,
+    /// The trace context of the transaction that wrote it.
     pub trace_metadata: Option<String>,
+    /// When it was committed (Unix ms).
     pub created_at_ms: i64,
+    /// Publish attempts so far.
     pub attempts: i32,
     /// When it fell due, for an event that was scheduled (Unix ms).
     pub due_at_ms: Option<i64>,
@@ -44,10 +55,6 @@ pub struct Backlog {
     pub blocked: i64,
     /// Scheduled events not yet due.
     pub scheduled: i64,
-}
-
-pub(super) mod sealed {
-    pub trait Sealed {}
 }
 
 /// An open transaction the outbox can write into: a sqlx
@@ -73,10 +80,13 @@ impl<DB: OutboxDatabase> InTransaction for crate::store::Tx<DB> {
     }
 }
 
-/// A database the outbox supports; sealed, like
-/// [`StoreDatabase`](crate::store::StoreDatabase).
-pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
-    #[doc(hidden)]
+/// A database the outbox supports: a [`Dialect`] (sealed) and the
+/// statements it writes its own way: the enqueue, the scheduling of an
+/// event and the release of due ones, the tables, and the relay's claim
+/// and finish. The rest is written once, in `statements.rs`.
+pub trait OutboxDatabase: Dialect {
+    /// Writes an event in the caller's transaction, with its aggregate's
+    /// next version.
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         outbox: &Outbox,
@@ -89,7 +99,6 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Writes a scheduled event in the caller's transaction.
-    #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     fn schedule(
         outbox: &Outbox,
@@ -102,85 +111,25 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
         due: Due,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Deletes a scheduled event not yet released; whether there was one.
-    #[doc(hidden)]
-    fn cancel(
-        outbox: &Outbox,
-        conn: &mut Self::Connection,
-        id: uuid::Uuid,
-    ) -> impl Future<Output = Result<bool, Error>> + Send;
-
-    /// One aggregate's scheduled events, in due order.
-    #[doc(hidden)]
-    fn scheduled_for(
-        outbox: &Outbox,
-        conn: &mut Self::Connection,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> impl Future<Output = Result<Vec<ScheduledEvent>, Error>> + Send;
-
-    /// The `limit` scheduled events due first.
-    #[doc(hidden)]
-    fn scheduled(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        limit: i64,
-    ) -> impl Future<Output = Result<Vec<ScheduledEvent>, Error>> + Send;
-
     /// Moves up to `batch` scheduled events that have fallen due into the
     /// outbox table, each with its aggregate's next version, in due order.
-    #[doc(hidden)]
     fn release_due(
         outbox: &Outbox,
         pool: &sqlx::Pool<Self>,
         batch: i64,
     ) -> impl Future<Output = Result<Released, Error>> + Send;
 
-    #[doc(hidden)]
+    /// The DDL of the tables of an outbox on `table`.
     fn ddl(table: &str) -> String;
 
-    #[doc(hidden)]
+    /// Creates the tables when missing (idempotent).
     fn create_tables(
         outbox: &Outbox,
         pool: &sqlx::Pool<Self>,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    #[doc(hidden)]
-    fn retry_failed(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> impl Future<Output = Result<u64, Error>> + Send;
-
-    #[doc(hidden)]
-    fn purge_batch(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-        cutoff_ms: i64,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64, Error>> + Send;
-
-    #[doc(hidden)]
-    fn pending(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-    ) -> impl Future<Output = Result<i64, Error>> + Send;
-
-    /// `db.system.name` for metrics: `postgresql`, `sqlite`.
-    #[doc(hidden)]
-    const SYSTEM: &'static str;
-
-    /// What waits in the table, for the relay's gauges.
-    #[doc(hidden)]
-    fn backlog(
-        outbox: &Outbox,
-        pool: &sqlx::Pool<Self>,
-    ) -> impl Future<Output = Result<Backlog, Error>> + Send;
-
     /// What a relay holds between claim and finish (PostgreSQL: the open
     /// transaction with its aggregate locks).
-    #[doc(hidden)]
     type ClaimGuard: Send;
 
     /// Whether a relay may claim its next batch while the previous one is
@@ -189,11 +138,9 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     /// (PostgreSQL: row locks and advisory locks until commit); SQLite's
     /// claim reads outside a transaction, so a second claim would take the
     /// same rows again.
-    #[doc(hidden)]
     const OVERLAPPING_ROUNDS: bool;
 
     /// Claims up to `batch` rows, ordered by aggregate then version.
-    #[doc(hidden)]
     fn claim(
         outbox: &Outbox,
         pool: &sqlx::Pool<Self>,
@@ -202,7 +149,6 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(Self::ClaimGuard, Vec<Row>), Error>> + Send;
 
     /// Records what happened to the claimed rows and releases the claim.
-    #[doc(hidden)]
     fn finish(
         outbox: &Outbox,
         pool: &sqlx::Pool<Self>,
@@ -211,16 +157,18 @@ pub trait OutboxDatabase: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-/// What happened to one claimed row.
-#[doc(hidden)]
+/// What happened to one claimed row, for [`OutboxDatabase::finish`].
 #[derive(Debug, Clone)]
 pub enum RowOutcome {
     /// Confirmed by the broker.
     Published,
     /// Refused or not sent; retry after the delay, or mark failed.
     Failed {
+        /// Why.
         error: String,
+        /// When to try again.
         retry_after: Duration,
+        /// Whether it is failed for good (its aggregate stops).
         give_up: bool,
     },
     /// Not attempted (an earlier event of its aggregate did not go out).

@@ -44,10 +44,13 @@ mod postgres_schedule;
 mod relay;
 mod schedule;
 mod schedule_seen;
+// Used by the relay's finish, which each database writes.
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_schedule;
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+mod statements;
 mod waves;
 
 pub use database::{Backlog, InTransaction, OutboxDatabase, Row, RowOutcome};
@@ -280,7 +283,7 @@ impl Outbox {
     where
         C: InTransaction + ?Sized,
     {
-        C::Database::cancel(self, tx.connection(), token.into().id()).await
+        statements::cancel::<C::Database>(self, tx.connection(), token.into().id()).await
     }
 
     /// One aggregate's scheduled events that have not been taken by a relay
@@ -295,7 +298,13 @@ impl Outbox {
     where
         C: InTransaction + ?Sized,
     {
-        C::Database::scheduled_for(self, tx.connection(), aggregate_type, aggregate_id).await
+        statements::scheduled_for::<C::Database>(
+            self,
+            tx.connection(),
+            aggregate_type,
+            aggregate_id,
+        )
+        .await
     }
 
     /// The `limit` scheduled events that fall due first, across aggregates
@@ -305,7 +314,7 @@ impl Outbox {
         pool: &sqlx::Pool<DB>,
         limit: u32,
     ) -> Result<Vec<ScheduledEvent>, Error> {
-        DB::scheduled(self, pool, i64::from(limit)).await
+        statements::scheduled(self, pool, i64::from(limit)).await
     }
 
     /// Moves up to `batch` scheduled events that have fallen due into the
@@ -347,7 +356,7 @@ impl Outbox {
         aggregate_type: &str,
         aggregate_id: &str,
     ) -> Result<u64, Error> {
-        DB::retry_failed(self, pool, aggregate_type, aggregate_id).await
+        statements::retry_failed(self, pool, aggregate_type, aggregate_id).await
     }
 
     /// Deletes published events older than `age`, `batch` rows per
@@ -362,7 +371,7 @@ impl Outbox {
         let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut total = 0;
         loop {
-            let n = DB::purge_batch(self, pool, cutoff_ms, i64::from(batch.max(1))).await?;
+            let n = statements::purge_batch(self, pool, cutoff_ms, i64::from(batch.max(1))).await?;
             total += n;
             if n < u64::from(batch.max(1)) {
                 return Ok(total);
@@ -374,7 +383,7 @@ impl Outbox {
     /// Unpublished events in the table (ready, waiting for a retry, failed),
     /// and scheduled ones that have fallen due and wait for a relay.
     pub async fn pending<DB: OutboxDatabase>(&self, pool: &sqlx::Pool<DB>) -> Result<i64, Error> {
-        DB::pending(self, pool).await
+        statements::pending(self, pool).await
     }
 }
 

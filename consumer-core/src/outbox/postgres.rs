@@ -1,12 +1,9 @@
 use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
 
-use super::database::sealed;
 use super::postgres_schedule as schedule;
-use super::schedule::{Due, Released, ScheduledEvent};
-use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
+use super::schedule::{Due, Released};
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, statements};
 use crate::error::Error;
-
-impl sealed::Sealed for Postgres {}
 
 /// Advisory-lock class of relay aggregate locks (first key of the pair).
 const LOCK_CLASS: i32 = 0x6f75_7462; // "outb"
@@ -95,13 +92,6 @@ const MARK_PUBLISHED: &str = "UPDATE {t} SET published_at = now(), attempts = at
      last_error = NULL, next_attempt_at = NULL \
      WHERE id = ANY(ARRAY(SELECT unnest($1::text[])::uuid))";
 
-const MARK_FAILED: &str = "UPDATE {t} SET attempts = attempts + 1, last_error = $2, \
-     next_attempt_at = now() + ($3::bigint * interval '1 millisecond'), \
-     failed_at = CASE WHEN $4 THEN now() ELSE NULL END WHERE id = $1::uuid";
-
-const BLOCK: &str = "UPDATE {t}_aggregates SET blocked_at = now() \
-     WHERE aggregate_type = $1 AND aggregate_id = $2";
-
 impl OutboxDatabase for Postgres {
     async fn enqueue(
         outbox: &Outbox,
@@ -155,31 +145,6 @@ impl OutboxDatabase for Postgres {
         .await
     }
 
-    async fn cancel(
-        outbox: &Outbox,
-        conn: &mut PgConnection,
-        id: uuid::Uuid,
-    ) -> Result<bool, Error> {
-        schedule::cancel(outbox, conn, id).await
-    }
-
-    async fn scheduled_for(
-        outbox: &Outbox,
-        conn: &mut PgConnection,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> Result<Vec<ScheduledEvent>, Error> {
-        schedule::scheduled_for(outbox, conn, aggregate_type, aggregate_id).await
-    }
-
-    async fn scheduled(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        limit: i64,
-    ) -> Result<Vec<ScheduledEvent>, Error> {
-        schedule::scheduled(outbox, pool, limit).await
-    }
-
     async fn release_due(
         outbox: &Outbox,
         pool: &Pool<Self>,
@@ -208,97 +173,6 @@ impl OutboxDatabase for Postgres {
             .await?;
         result?;
         Ok(())
-    }
-
-    async fn retry_failed(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> Result<u64, Error> {
-        let mut tx = pool.begin().await?;
-        let n = sqlx::query(sql(
-            "UPDATE {t} SET failed_at = NULL, next_attempt_at = NULL, attempts = 0 \
-             WHERE aggregate_type = $1 AND aggregate_id = $2 AND failed_at IS NOT NULL AND published_at IS NULL",
-            outbox.table(),
-        ))
-        .bind(aggregate_type)
-        .bind(aggregate_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        sqlx::query(sql(
-            "UPDATE {t}_aggregates SET blocked_at = NULL WHERE aggregate_type = $1 AND aggregate_id = $2",
-            outbox.table(),
-        ))
-        .bind(aggregate_type)
-        .bind(aggregate_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(n)
-    }
-
-    async fn purge_batch(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        cutoff_ms: i64,
-        batch: i64,
-    ) -> Result<u64, Error> {
-        Ok(sqlx::query(sql(
-            "DELETE FROM {t} WHERE ctid IN (SELECT ctid FROM {t} WHERE published_at IS NOT NULL \
-             AND published_at < to_timestamp($1::double precision / 1000) LIMIT $2)",
-            outbox.table(),
-        ))
-        .bind(cutoff_ms)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected())
-    }
-
-    async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
-        Ok(sqlx::query_scalar(sql(
-            "SELECT (SELECT count(*) FROM {t} WHERE published_at IS NULL) \
-                  + (SELECT count(*) FROM {t}_scheduled WHERE due_at <= now())",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?)
-    }
-
-    const SYSTEM: &'static str = "postgresql";
-
-    async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
-        // A released event waits from when it fell due, not from when its
-        // transaction wrote it.
-        let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*), (extract(epoch FROM min(coalesce(due_at, created_at))) * 1000)::bigint \
-             FROM {t} WHERE published_at IS NULL",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?;
-        let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*) FILTER (WHERE due_at > now()), count(*) FILTER (WHERE due_at <= now()), \
-                    (extract(epoch FROM min(due_at) FILTER (WHERE due_at <= now())) * 1000)::bigint \
-             FROM {t}_scheduled",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?;
-        let blocked: i64 = sqlx::query_scalar(sql(
-            "SELECT count(*) FROM {t}_aggregates WHERE blocked_at IS NOT NULL",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?;
-        Ok(Backlog {
-            pending: pending + due,
-            oldest_ms: oldest_ms.into_iter().chain(oldest_due_ms).min(),
-            blocked,
-            scheduled,
-        })
     }
 
     type ClaimGuard = sqlx::Transaction<'static, Postgres>;
@@ -372,19 +246,17 @@ impl OutboxDatabase for Postgres {
                 give_up,
             } = outcome
             {
-                sqlx::query(sql(MARK_FAILED, table))
-                    .bind(&row.id)
-                    .bind(error)
-                    .bind(i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX))
-                    .bind(*give_up)
-                    .execute(&mut *tx)
+                let retry_ms = statements::retry_millis(*retry_after);
+                statements::mark_failed::<Self>(&mut tx, table, &row.id, error, retry_ms, *give_up)
                     .await?;
                 if *give_up {
-                    sqlx::query(sql(BLOCK, table))
-                        .bind(&row.aggregate_type)
-                        .bind(&row.aggregate_id)
-                        .execute(&mut *tx)
-                        .await?;
+                    statements::block::<Self>(
+                        &mut tx,
+                        table,
+                        &row.aggregate_type,
+                        &row.aggregate_id,
+                    )
+                    .await?;
                 }
             }
         }

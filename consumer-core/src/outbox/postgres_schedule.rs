@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use sqlx::{AssertSqlSafe, PgConnection, Pool, Postgres, Row as _};
 
-use super::schedule::{DueMillis, Released, ScheduledEvent, due_in};
+use super::schedule::{DueMillis, Released, due_in};
 use super::{NewEvent, Outbox};
 use crate::error::Error;
 
@@ -33,9 +33,6 @@ const SCHEDULE: &str = "WITH a AS ( \
      VALUES ($1::uuid, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8::jsonb, \
        CASE WHEN $9 THEN clock_timestamp() ELSE timestamptz 'epoch' END \
          + $10::bigint * interval '1 millisecond')";
-
-const COLUMNS: &str = "id::text, aggregate_type, aggregate_id, event_type, destination, \
-     (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM due_at) * 1000)::bigint";
 
 /// Milliseconds until the earliest scheduled event falls due (negative
 /// when overdue, NULL when nothing is scheduled), rounded up so a timer
@@ -116,73 +113,6 @@ pub(super) async fn schedule(
             .await?;
     }
     Ok(())
-}
-
-/// Deletes the row. A release holding it (it is being moved) makes this
-/// wait for that release to commit, and then find nothing: once a release
-/// has it, it is too late.
-pub(super) async fn cancel(
-    outbox: &Outbox,
-    conn: &mut PgConnection,
-    id: uuid::Uuid,
-) -> Result<bool, Error> {
-    let n = sqlx::query(sql(
-        "DELETE FROM {t}_scheduled WHERE id = $1::uuid",
-        outbox.table(),
-    ))
-    .bind(id.to_string())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
-}
-
-fn listed(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ScheduledEvent>, Error> {
-    rows.iter()
-        .map(|r| {
-            ScheduledEvent::from_columns(
-                r.try_get::<&str, _>(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-                r.try_get(6)?,
-            )
-        })
-        .collect()
-}
-
-pub(super) async fn scheduled_for(
-    outbox: &Outbox,
-    conn: &mut PgConnection,
-    aggregate_type: &str,
-    aggregate_id: &str,
-) -> Result<Vec<ScheduledEvent>, Error> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM {}_scheduled WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY due_at, seq",
-        outbox.table()
-    )))
-    .bind(aggregate_type)
-    .bind(aggregate_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    listed(&rows)
-}
-
-pub(super) async fn scheduled(
-    outbox: &Outbox,
-    pool: &Pool<Postgres>,
-    limit: i64,
-) -> Result<Vec<ScheduledEvent>, Error> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM {}_scheduled ORDER BY due_at, seq LIMIT $1",
-        outbox.table()
-    )))
-    .bind(limit.max(0))
-    .fetch_all(pool)
-    .await?;
-    listed(&rows)
 }
 
 /// An aggregate: its type and id.

@@ -179,7 +179,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// Counts what waits in the table now and hands it to the gauges
     /// ([`run_until`](Self::run_until) does this every backlog interval).
     pub async fn read_backlog(&self) -> Result<Backlog, Error> {
-        let backlog = DB::backlog(&self.outbox, &self.pool).await?;
+        let backlog = super::statements::backlog(&self.outbox, &self.pool).await?;
         self.emit(&Happened::BacklogRead(backlog));
         Ok(backlog)
     }

@@ -163,7 +163,6 @@ pub struct ScheduledEvent {
 
 impl ScheduledEvent {
     /// From the columns both databases return (times in Unix ms).
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(super) fn from_columns(
         id: &str,
         aggregate_type: String,

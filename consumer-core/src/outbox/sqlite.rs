@@ -1,12 +1,9 @@
 use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
 
-use super::database::sealed;
-use super::schedule::{Due, Released, ScheduledEvent};
+use super::schedule::{Due, Released};
 use super::sqlite_schedule as schedule;
-use super::{Backlog, NewEvent, Outbox, OutboxDatabase, Row, RowOutcome};
+use super::{NewEvent, Outbox, OutboxDatabase, Row, RowOutcome, statements};
 use crate::error::Error;
-
-impl sealed::Sealed for Sqlite {}
 
 /// How long a relay's lease lasts without renewal.
 const LEASE_MS: i64 = 15_000;
@@ -95,31 +92,6 @@ impl OutboxDatabase for Sqlite {
         .await
     }
 
-    async fn cancel(
-        outbox: &Outbox,
-        conn: &mut SqliteConnection,
-        id: uuid::Uuid,
-    ) -> Result<bool, Error> {
-        schedule::cancel(outbox, conn, id).await
-    }
-
-    async fn scheduled_for(
-        outbox: &Outbox,
-        conn: &mut SqliteConnection,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> Result<Vec<ScheduledEvent>, Error> {
-        schedule::scheduled_for(outbox, conn, aggregate_type, aggregate_id).await
-    }
-
-    async fn scheduled(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        limit: i64,
-    ) -> Result<Vec<ScheduledEvent>, Error> {
-        schedule::scheduled(outbox, pool, limit).await
-    }
-
     async fn release_due(
         outbox: &Outbox,
         pool: &Pool<Self>,
@@ -162,97 +134,6 @@ impl OutboxDatabase for Sqlite {
             .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn retry_failed(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        aggregate_type: &str,
-        aggregate_id: &str,
-    ) -> Result<u64, Error> {
-        let mut tx = pool.begin().await?;
-        let n = sqlx::query(sql(
-            "UPDATE {t} SET failed_at = NULL, next_attempt_at = NULL, attempts = 0 \
-             WHERE aggregate_type = ?1 AND aggregate_id = ?2 AND failed_at IS NOT NULL AND published_at IS NULL",
-            outbox.table(),
-        ))
-        .bind(aggregate_type)
-        .bind(aggregate_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        sqlx::query(sql(
-            "UPDATE {t}_aggregates SET blocked_at = NULL WHERE aggregate_type = ?1 AND aggregate_id = ?2",
-            outbox.table(),
-        ))
-        .bind(aggregate_type)
-        .bind(aggregate_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(n)
-    }
-
-    async fn purge_batch(
-        outbox: &Outbox,
-        pool: &Pool<Self>,
-        cutoff_ms: i64,
-        batch: i64,
-    ) -> Result<u64, Error> {
-        Ok(sqlx::query(sql(
-            "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE published_at IS NOT NULL \
-             AND published_at < ?1 LIMIT ?2)",
-            outbox.table(),
-        ))
-        .bind(cutoff_ms)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected())
-    }
-
-    async fn pending(outbox: &Outbox, pool: &Pool<Self>) -> Result<i64, Error> {
-        Ok(sqlx::query_scalar(sql(
-            "SELECT (SELECT count(*) FROM {t} WHERE published_at IS NULL) \
-                  + (SELECT count(*) FROM {t}_scheduled WHERE due_at <= ?1)",
-            outbox.table(),
-        ))
-        .bind(now_ms())
-        .fetch_one(pool)
-        .await?)
-    }
-
-    const SYSTEM: &'static str = "sqlite";
-
-    async fn backlog(outbox: &Outbox, pool: &Pool<Self>) -> Result<Backlog, Error> {
-        // A released event waits from when it fell due, not from when its
-        // transaction wrote it.
-        let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*), min(coalesce(due_at, created_at)) FROM {t} WHERE published_at IS NULL",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?;
-        let (scheduled, due, oldest_due_ms): (i64, i64, Option<i64>) = sqlx::query_as(sql(
-            "SELECT count(*) FILTER (WHERE due_at > ?1), count(*) FILTER (WHERE due_at <= ?1), \
-                    min(due_at) FILTER (WHERE due_at <= ?1) FROM {t}_scheduled",
-            outbox.table(),
-        ))
-        .bind(now_ms())
-        .fetch_one(pool)
-        .await?;
-        let blocked: i64 = sqlx::query_scalar(sql(
-            "SELECT count(*) FROM {t}_aggregates WHERE blocked_at IS NOT NULL",
-            outbox.table(),
-        ))
-        .fetch_one(pool)
-        .await?;
-        Ok(Backlog {
-            pending: pending + due,
-            oldest_ms: oldest_ms.into_iter().chain(oldest_due_ms).min(),
-            blocked,
-            scheduled,
-        })
     }
 
     type ClaimGuard = ();
@@ -336,28 +217,18 @@ impl OutboxDatabase for Sqlite {
                     retry_after,
                     give_up,
                 } => {
-                    let retry_ms = i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX / 2);
-                    sqlx::query(sql(
-                        "UPDATE {t} SET attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3, \
-                         failed_at = CASE WHEN ?4 THEN ?5 ELSE NULL END WHERE id = ?1",
-                        table,
-                    ))
-                    .bind(&row.id)
-                    .bind(error)
-                    .bind(done.saturating_add(retry_ms))
-                    .bind(*give_up)
-                    .bind(done)
-                    .execute(&mut *tx)
+                    let retry_ms = statements::retry_millis(*retry_after);
+                    statements::mark_failed::<Self>(
+                        &mut tx, table, &row.id, error, retry_ms, *give_up,
+                    )
                     .await?;
                     if *give_up {
-                        sqlx::query(sql(
-                            "UPDATE {t}_aggregates SET blocked_at = ?3 WHERE aggregate_type = ?1 AND aggregate_id = ?2",
+                        statements::block::<Self>(
+                            &mut tx,
                             table,
-                        ))
-                        .bind(&row.aggregate_type)
-                        .bind(&row.aggregate_id)
-                        .bind(done)
-                        .execute(&mut *tx)
+                            &row.aggregate_type,
+                            &row.aggregate_id,
+                        )
                         .await?;
                     }
                 }

@@ -7,7 +7,7 @@
 
 use sqlx::{AssertSqlSafe, Pool, Row as _, Sqlite, SqliteConnection};
 
-use super::schedule::{DueMillis, Released, ScheduledEvent, due_in};
+use super::schedule::{DueMillis, Released, due_in};
 use super::{NewEvent, Outbox};
 use crate::error::Error;
 
@@ -18,9 +18,6 @@ fn sql(template: &str, table: &str) -> AssertSqlSafe<String> {
 
 const SCHEDULE: &str = "INSERT INTO {t}_scheduled (id, aggregate_type, aggregate_id, event_type, destination, \
      payload, headers, trace_metadata, created_at, due_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-
-const COLUMNS: &str =
-    "id, aggregate_type, aggregate_id, event_type, destination, created_at, due_at";
 
 /// The due rows, taken in the write lock by the statement that deletes
 /// them (a read first would have to upgrade its snapshot to write, which
@@ -68,70 +65,6 @@ pub(super) async fn schedule(
         .execute(&mut *conn)
         .await?;
     Ok(())
-}
-
-pub(super) async fn cancel(
-    outbox: &Outbox,
-    conn: &mut SqliteConnection,
-    id: uuid::Uuid,
-) -> Result<bool, Error> {
-    let n = sqlx::query(sql(
-        "DELETE FROM {t}_scheduled WHERE id = ?1",
-        outbox.table(),
-    ))
-    .bind(id.to_string())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
-}
-
-fn listed(rows: &[sqlx::sqlite::SqliteRow]) -> Result<Vec<ScheduledEvent>, Error> {
-    rows.iter()
-        .map(|r| {
-            ScheduledEvent::from_columns(
-                r.try_get::<&str, _>(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-                r.try_get(6)?,
-            )
-        })
-        .collect()
-}
-
-pub(super) async fn scheduled_for(
-    outbox: &Outbox,
-    conn: &mut SqliteConnection,
-    aggregate_type: &str,
-    aggregate_id: &str,
-) -> Result<Vec<ScheduledEvent>, Error> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM {}_scheduled WHERE aggregate_type = ?1 AND aggregate_id = ?2 ORDER BY due_at, seq",
-        outbox.table()
-    )))
-    .bind(aggregate_type)
-    .bind(aggregate_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    listed(&rows)
-}
-
-pub(super) async fn scheduled(
-    outbox: &Outbox,
-    pool: &Pool<Sqlite>,
-    limit: i64,
-) -> Result<Vec<ScheduledEvent>, Error> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM {}_scheduled ORDER BY due_at, seq LIMIT ?1",
-        outbox.table()
-    )))
-    .bind(limit.max(0))
-    .fetch_all(pool)
-    .await?;
-    listed(&rows)
 }
 
 /// One taken row, as `TAKE_DUE` returns it.

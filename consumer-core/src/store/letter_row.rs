@@ -3,9 +3,10 @@
 
 use std::borrow::Cow;
 
-use super::text::storable;
 use crate::dead_letter::DeadLetter;
 use crate::envelope::Headers;
+use crate::sql::Arg;
+use crate::sql::storable;
 
 /// The columns of one `consumer_dead_letters` row. Text is
 /// [`storable`]: a NUL that came with the message becomes U+FFFD (a header
@@ -64,35 +65,25 @@ impl<'a> LetterRow<'a> {
 }
 
 impl LetterRow<'_> {
-    /// Binds the columns, in table order (`handler` .. `refusal`), to
-    /// `query`: the same 14 parameters on either database.
-    pub fn bind<'q, DB>(
-        &self,
-        query: sqlx::query::Query<'q, DB, DB::Arguments>,
-    ) -> sqlx::query::Query<'q, DB, DB::Arguments>
-    where
-        DB: sqlx::Database,
-        for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-        for<'t> Option<&'t str>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-        for<'t> &'t [u8]: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-        for<'t> i32: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-        for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-    {
-        query
-            .bind(&*self.handler)
-            .bind(&*self.message_id)
-            .bind(self.kind)
-            .bind(&*self.error)
-            .bind(self.causes.as_str())
-            .bind(self.attempts)
-            .bind(self.first_failure_ms)
-            .bind(self.last_failure_ms)
-            .bind(&*self.destination)
-            .bind(&*self.position)
-            .bind(self.key.as_deref())
-            .bind(self.headers.as_str())
-            .bind(self.payload)
-            .bind(&*self.refusal)
+    /// The columns, in table order (`handler` .. `refusal`): the 14
+    /// arguments of the dead-letter insert on either database.
+    pub fn args(&self) -> [Arg<'_>; 14] {
+        [
+            Arg::Text(&self.handler),
+            Arg::Text(&self.message_id),
+            Arg::Text(self.kind),
+            Arg::Text(&self.error),
+            Arg::Text(&self.causes),
+            Arg::Int(i64::from(self.attempts)),
+            Arg::Int(self.first_failure_ms),
+            Arg::Int(self.last_failure_ms),
+            Arg::Text(&self.destination),
+            Arg::Text(&self.position),
+            Arg::MaybeText(self.key.as_deref()),
+            Arg::Text(&self.headers),
+            Arg::Bytes(self.payload),
+            Arg::Text(&self.refusal),
+        ]
     }
 }
 

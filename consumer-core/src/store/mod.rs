@@ -33,10 +33,11 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sql;
+mod statements;
+pub use statements::insert_dead_letter;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-mod text;
-pub use text::storable;
+pub use crate::sql::storable;
 mod tx;
 
 /// Name of the table that records which of this crate's migrations ran;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::Pool;
 use time::OffsetDateTime;
 
+use super::statements;
 use super::{Claim, DedupStore, FailureRecord, LetterRow, StoreDatabase, StoreExtension, Tx};
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
@@ -100,7 +101,7 @@ impl<DB: StoreDatabase> Store<DB> {
     /// tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE), then each
     /// [extension](Self::with_extension)'s.
     pub async fn migrate(&self) -> Result<(), Error> {
-        DB::migrate(&self.pool).await?;
+        statements::migrate(&self.pool).await?;
         for extension in &self.extensions {
             extension.migrate(&self.pool).await?;
         }
@@ -115,7 +116,7 @@ impl<DB: StoreDatabase> Store<DB> {
         message_id: &str,
     ) -> Result<Claim<Tx<DB>>, Error> {
         let mut tx = self.pool.begin().await?;
-        if DB::claim(&mut tx, handler, key, message_id).await? {
+        if statements::claim::<DB>(&mut tx, handler, key, message_id).await? {
             Ok(Claim::Fresh(Tx { inner: tx }))
         } else {
             tx.commit().await?;
@@ -150,18 +151,18 @@ impl<DB: StoreDatabase> Store<DB> {
         message_id: &str,
         error: &str,
     ) -> Result<FailureRecord, Error> {
-        Ok(DB::record_failure(&self.pool, handler, message_id, error).await?)
+        Ok(statements::record_failure(&self.pool, handler, message_id, error).await?)
     }
 
     /// Forgets the failures of a message that finally succeeded.
     pub async fn clear_failures(&self, handler: &str, message_id: &str) -> Result<(), Error> {
-        Ok(DB::clear_failures(&self.pool, handler, message_id).await?)
+        Ok(statements::clear_failures(&self.pool, handler, message_id).await?)
     }
 
     /// Whether the message was dead-lettered before; see
     /// [`DedupStore::was_dead_lettered`].
     pub async fn was_dead_lettered(&self, handler: &str, message_id: &str) -> Result<bool, Error> {
-        Ok(DB::dead_lettered(&self.pool, handler, message_id).await?)
+        Ok(statements::dead_lettered(&self.pool, handler, message_id).await?)
     }
 
     /// Marks the message as dead-lettered, committed at once.
@@ -172,7 +173,7 @@ impl<DB: StoreDatabase> Store<DB> {
         error: &str,
     ) -> Result<(), Error> {
         let mut conn = self.pool.acquire().await?;
-        DB::mark_dead_lettered(&mut conn, handler, message_id, error).await?;
+        statements::mark_dead_lettered::<DB>(&mut conn, handler, message_id, error).await?;
         Ok(())
     }
 
@@ -184,13 +185,18 @@ impl<DB: StoreDatabase> Store<DB> {
         refusal: &str,
     ) -> Result<bool, Error> {
         let mut tx = self.pool.begin().await?;
-        if !DB::mark_dead_lettered(&mut tx, &letter.handler, &letter.message_id, &letter.error)
-            .await?
+        if !statements::mark_dead_lettered::<DB>(
+            &mut tx,
+            &letter.handler,
+            &letter.message_id,
+            &letter.error,
+        )
+        .await?
         {
             tx.rollback().await?;
             return Ok(false);
         }
-        DB::insert_dead_letter(&mut tx, &LetterRow::of(letter, refusal)).await?;
+        statements::insert_dead_letter::<DB>(&mut tx, &LetterRow::of(letter, refusal)).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -212,7 +218,7 @@ impl<DB: StoreDatabase> Store<DB> {
         let mut total = 0;
         let batch = i64::from(self.purge_batch);
         loop {
-            let mut n = DB::purge_batch(&self.pool, cutoff_ms, batch).await?;
+            let mut n = statements::purge_batch(&self.pool, cutoff_ms, batch).await?;
             for extension in &self.extensions {
                 n = n.max(extension.purge_batch(&self.pool, cutoff_ms, batch).await?);
             }
