@@ -100,7 +100,9 @@ async fn read_dead_letters(
             break;
         }
         for m in got {
-            let (headers, payload) = consumer::sqs::attributes::unpack(&m.body, &m.attributes);
+            let consumer::sqs::attributes::Unpacked {
+                headers, payload, ..
+            } = consumer::sqs::attributes::unpack(&m.body, &m.attributes);
             let message = Message {
                 key: m.group_id().map(str::to_owned),
                 headers,

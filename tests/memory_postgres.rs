@@ -199,3 +199,53 @@ mod nul {
         assert_eq!(stored[0].payload, b"{not json");
     }
 }
+
+mod key_limit {
+    //! A dedup key PostgreSQL's index cannot hold (a btree row is at most
+    //! about 2.7 kB) is refused on every attempt: the message is poison,
+    //! dead-lettered at once with the reason, not retried through the
+    //! policy and dead-lettered as exhausted.
+
+    use consumer::{Consumer, MemoryBroker, Message, PgTx, handler};
+
+    use crate::conformance::support::{self, Harness, PgHarness};
+
+    #[derive(serde::Deserialize)]
+    struct Ping {
+        #[allow(dead_code)]
+        n: u32,
+    }
+
+    #[handler(retry = exponential(base = "10ms", max_delay = "20ms", attempts = 4))]
+    async fn ping(_ping: Ping, _tx: &mut PgTx) -> Result<(), std::convert::Infallible> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_too_long_for_the_index_is_poison_with_the_reason() {
+        let h = PgHarness::new().await;
+        let broker = MemoryBroker::new(1);
+        // Random, so that compression cannot bring it under the limit.
+        let id: String = (0..600)
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        let long = Message::raw(&br#"{"n":1}"#[..]).with_id(id.as_str());
+        broker.publish("t", long).await.expect("publish");
+        let fine = Message::raw(&br#"{"n":2}"#[..]).with_id("short");
+        broker.publish("t", fine).await.expect("publish");
+
+        let consumer = Consumer::new(broker.source("t"), h.store(), ping);
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        support::within(consumer.run_until(async move { drained.wait_drained("t").await }))
+            .await
+            .expect("consumer");
+
+        let s = stats.snapshot();
+        assert_eq!((s.processed, s.retries, s.dead_poison), (1, 0, 1), "{s:?}");
+        let letters = broker.dead_letter_records("t");
+        assert_eq!(letters.len(), 1);
+        let error = &letters[0].error;
+        assert!(error.contains("dedup key"), "{error}");
+    }
+}

@@ -480,6 +480,13 @@ macro_rules! outbox_suite {
                 );
                 assert_eq!(
                     outbox
+                        .purge_published(&pool, Duration::MAX, 10)
+                        .await
+                        .expect("an age past the calendar keeps every event"),
+                    0
+                );
+                assert_eq!(
+                    outbox
                         .purge_published(&pool, Duration::ZERO, 10)
                         .await
                         .expect("purge"),

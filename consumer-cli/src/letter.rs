@@ -110,13 +110,17 @@ impl Filter {
     }
 }
 
-/// RFC 3339, or a duration (`90m`, `2h`, `3days`) before `now`.
+/// RFC 3339, or a duration (`90m`, `2h`, `3days`) before `now`; a
+/// duration that reaches before the calendar's first day means that day.
 fn parse_time(text: &str, now: OffsetDateTime, flag: &str) -> Result<OffsetDateTime> {
     if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
         return Ok(t);
     }
     match humantime::parse_duration(text) {
-        Ok(ago) => Ok(now - ago),
+        Ok(ago) => Ok(time::Duration::try_from(ago)
+            .ok()
+            .and_then(|ago| now.checked_sub(ago))
+            .unwrap_or(time::PrimitiveDateTime::MIN.assume_utc())),
         Err(_) => Err(Error::Usage(format!(
             "{flag} {text:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration ago (2h)"
         ))),
@@ -137,5 +141,15 @@ mod tests {
             parse_time("yesterday", now, "--since"),
             Err(Error::Usage(_))
         ));
+        // Longer ago than the calendar reaches: its first day, no panic.
+        let first = time::PrimitiveDateTime::MIN.assume_utc();
+        assert_eq!(
+            parse_time("13000y", now, "--since").expect("far back"),
+            first
+        );
+        assert_eq!(
+            parse_time("18446744073709551615s", now, "--since").expect("u64 seconds"),
+            first
+        );
     }
 }

@@ -92,6 +92,20 @@ impl Error {
         }
     }
 
+    /// Whether the database refused a statement for the data it was given
+    /// (a value too long for its index, text it cannot store): the same
+    /// input is refused every time, whoever retries it. A refusal of the
+    /// statement itself (a missing table, no permission) is not the
+    /// input's doing.
+    pub fn is_refused_input(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(db)) => {
+                db.code().is_some_and(|code| sql_state_is_input(&code))
+            }
+            _ => false,
+        }
+    }
+
     /// The kind of broker failure, for a broker error.
     pub fn broker_kind(&self) -> Option<BrokerErrorKind> {
         match self {
@@ -154,6 +168,17 @@ fn sql_state_can_heal(code: &str) -> bool {
         code.get(..2),
         Some("0A" | "22" | "23" | "28" | "42" | "44" | "54")
     )
+}
+
+/// PostgreSQL's class 22 (data exception) and 54 (program limit: an index
+/// row too large), SQLite's TOOBIG.
+fn sql_state_is_input(code: &str) -> bool {
+    if code.len() < 5
+        && let Ok(sqlite) = code.parse::<u32>()
+    {
+        return sqlite & 0xff == 18;
+    }
+    matches!(code.get(..2), Some("22" | "54"))
 }
 
 #[cfg(test)]

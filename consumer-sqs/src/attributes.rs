@@ -39,6 +39,7 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use consumer_backend::Headers;
+use consumer_backend::envelope::HeaderError;
 use serde_json::{Map, Value};
 
 use crate::client::AttributeValue;
@@ -245,9 +246,32 @@ fn lossless_text(value: &[u8]) -> String {
     String::from_utf8_lossy(value).into_owned()
 }
 
+/// A received message's headers and payload, and what in them does not
+/// decode.
+#[derive(Debug)]
+pub struct Unpacked {
+    /// The headers, the framework's and the producer's.
+    pub headers: Headers,
+    /// The payload.
+    pub payload: Bytes,
+    /// A body marked base64 that is not, or a packed header whose base64
+    /// value is not: the message is poison, with this reason (it was not
+    /// written by a publisher of this framework, or was altered).
+    pub defects: Vec<HeaderError>,
+}
+
+fn not_base64(name: &str, what: &str, e: &base64::DecodeError) -> HeaderError {
+    HeaderError {
+        name: name.to_owned(),
+        reason: format!("{what} is marked base64 but does not decode: {e}"),
+    }
+}
+
 /// The headers and payload of a received message (see the module docs).
-/// Never fails: what cannot be unpacked stays as it came.
-pub fn unpack(body: &str, attributes: &[(String, AttributeValue)]) -> (Headers, Bytes) {
+/// What is not packed as this module packs stays as it came; base64 that
+/// does not decode is a defect (see [`Unpacked::defects`]).
+pub fn unpack(body: &str, attributes: &[(String, AttributeValue)]) -> Unpacked {
+    let mut defects = Vec::new();
     let mut headers = Headers::with_capacity(attributes.len(), 256);
     let mut packed: Option<&AttributeValue> = None;
     let mut context: Option<&AttributeValue> = None;
@@ -273,16 +297,13 @@ pub fn unpack(body: &str, attributes: &[(String, AttributeValue)]) -> (Headers, 
                 for (name, value) in pairs {
                     match value {
                         Value::String(text) => headers.append(&name, text),
-                        Value::Object(o) => {
-                            let decoded = o
-                                .get("base64")
-                                .and_then(Value::as_str)
-                                .and_then(|b| {
-                                    base64::engine::general_purpose::STANDARD.decode(b).ok()
-                                })
-                                .unwrap_or_default();
-                            headers.append(&name, decoded);
-                        }
+                        Value::Object(o) => match o.get("base64").and_then(Value::as_str) {
+                            Some(b) => match base64::engine::general_purpose::STANDARD.decode(b) {
+                                Ok(decoded) => headers.append(&name, decoded),
+                                Err(e) => defects.push(not_base64(&name, "the header", &e)),
+                            },
+                            None => headers.append(&name, Value::Object(o).to_string()),
+                        },
                         other => headers.append(&name, other.to_string()),
                     }
                 }
@@ -307,12 +328,19 @@ pub fn unpack(body: &str, attributes: &[(String, AttributeValue)]) -> (Headers, 
     let payload = if base64_body {
         match base64::engine::general_purpose::STANDARD.decode(body) {
             Ok(bytes) => Bytes::from(bytes),
-            Err(_) => Bytes::copy_from_slice(body.as_bytes()),
+            Err(e) => {
+                defects.push(not_base64(BODY_ENCODING, "the body", &e));
+                Bytes::copy_from_slice(body.as_bytes())
+            }
         }
     } else {
         Bytes::copy_from_slice(body.as_bytes())
     };
-    (headers, payload)
+    Unpacked {
+        headers,
+        payload,
+        defects,
+    }
 }
 
 #[cfg(test)]
@@ -333,7 +361,11 @@ mod tests {
         let p = pack(&h, b"{}");
         assert_eq!(p.attributes.len(), 3);
         assert!(p.attributes.iter().all(|(n, _)| n != HEADERS));
-        let (back, body) = unpack(&p.body, &p.attributes);
+        let Unpacked {
+            headers: back,
+            payload: body,
+            ..
+        } = unpack(&p.body, &p.attributes);
         assert_eq!(sorted(&back), sorted(&h));
         assert_eq!(&body[..], b"{}");
     }
@@ -358,7 +390,11 @@ mod tests {
         let names: Vec<&str> = p.attributes.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(&names[..2], ["traceparent", "ce_id"]);
         assert_eq!(names.last(), Some(&HEADERS));
-        let (back, _) = unpack(&p.body, &p.attributes);
+        let Unpacked {
+            headers: back,
+            payload: _,
+            ..
+        } = unpack(&p.body, &p.attributes);
         assert_eq!(sorted(&back), sorted(&h), "every header comes back");
         assert_eq!(back.get_bytes("x-bin"), Some(&[0u8, 0xff][..]));
     }
@@ -383,7 +419,11 @@ mod tests {
         let json: Value = serde_json::from_slice(context.1.bytes()).expect("JSON");
         assert_eq!(json["kind"], "poison");
         assert_eq!(p.attributes.len(), 2);
-        let (back, _) = unpack(&p.body, &p.attributes);
+        let Unpacked {
+            headers: back,
+            payload: _,
+            ..
+        } = unpack(&p.body, &p.attributes);
         assert_eq!(sorted(&back), sorted(&h));
     }
 
@@ -392,7 +432,11 @@ mod tests {
         for payload in [&[0xffu8, 0xfe][..], b"nul\0inside"] {
             let p = pack(&Headers::new(), payload);
             assert!(is_sqs_text(&p.body));
-            let (_, back) = unpack(&p.body, &p.attributes);
+            let Unpacked {
+                headers: _,
+                payload: back,
+                ..
+            } = unpack(&p.body, &p.attributes);
             assert_eq!(&back[..], payload);
         }
     }
@@ -416,10 +460,34 @@ mod tests {
             ),
             (HEADERS.to_owned(), AttributeValue::string("not json")),
         ];
-        let (h, body) = unpack("plain text", &attrs);
+        let Unpacked {
+            headers: h,
+            payload: body,
+            ..
+        } = unpack("plain text", &attrs);
         assert_eq!(h.get("amount"), Ok(Some("12.5")));
         assert_eq!(h.get_bytes("blob"), Some(&[1u8, 2][..]));
         assert_eq!(h.get(HEADERS), Ok(Some("not json")), "kept, not a crash");
         assert_eq!(&body[..], b"plain text");
+    }
+
+    #[test]
+    fn base64_that_does_not_decode_is_a_defect_not_a_raw_fallback() {
+        let attrs = vec![(BODY_ENCODING.to_owned(), AttributeValue::string("base64"))];
+        let u = unpack("not base64 at all!", &attrs);
+        assert_eq!(u.defects.len(), 1, "{:?}", u.defects);
+        assert_eq!(u.defects[0].name, BODY_ENCODING);
+        assert!(
+            u.defects[0].reason.contains("the body"),
+            "{}",
+            u.defects[0].reason
+        );
+
+        let packed = r#"[["x-bin", {"base64": "%%%"}], ["x-ok", {"base64": "AAE="}]]"#;
+        let attrs = vec![(HEADERS.to_owned(), AttributeValue::string(packed))];
+        let u = unpack("{}", &attrs);
+        assert_eq!(u.defects.len(), 1, "{:?}", u.defects);
+        assert_eq!(u.defects[0].name, "x-bin");
+        assert_eq!(u.headers.get_bytes("x-ok"), Some(&[0u8, 1][..]));
     }
 }

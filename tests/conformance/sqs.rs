@@ -481,7 +481,9 @@ impl<const FIFO: bool> BrokerHarness for SqsBroker<FIFO> {
             .await
             .into_iter()
             .map(|m| {
-                let (headers, payload) = consumer::sqs::attributes::unpack(&m.body, &m.attributes);
+                let consumer::sqs::attributes::Unpacked {
+                    headers, payload, ..
+                } = consumer::sqs::attributes::unpack(&m.body, &m.attributes);
                 Message {
                     key: m.group_id().map(str::to_owned),
                     headers,

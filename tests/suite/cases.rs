@@ -225,6 +225,32 @@ pub async fn exhaustion_dead_letters_after_exactly_max_attempts<B: BrokerHarness
     assert_eq!((s.retries, s.dead_exhausted), (3, 1));
 }
 
+pub async fn an_attempt_header_past_the_policy_does_not_skip_the_retries<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(1).await;
+    let job = Job {
+        fail_times: u32::MAX,
+        ..Job::new("forged", 1)
+    };
+    let forged = job.message().with_header("x-consumer-attempt", "1000");
+    BrokerHarness::publish(&broker, "t", forged)
+        .await
+        .expect("publish");
+    let s = run_until_drained(&h, &broker, "t", handlers::work).await;
+    assert_eq!(
+        support::calls(&job.id),
+        4,
+        "every attempt of the policy ran"
+    );
+    let dls = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(dls.len(), 1);
+    assert_eq!(
+        (dls[0].kind, dls[0].attempts),
+        (DeadLetterKind::Exhausted, 4)
+    );
+    assert_eq!((s.retries, s.dead_exhausted), (3, 1));
+}
+
 pub async fn terminal_errors_and_panics_are_dead_lettered_without_retry<B: BrokerHarness>() {
     let h = SuiteHarness::new().await;
     let broker = B::new(2).await;

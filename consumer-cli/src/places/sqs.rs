@@ -124,7 +124,9 @@ impl DeadLetterQueue {
             }
             for m in got {
                 read += 1;
-                let (headers, payload) = consumer_sqs::attributes::unpack(&m.body, &m.attributes);
+                let consumer_sqs::attributes::Unpacked {
+                    headers, payload, ..
+                } = consumer_sqs::attributes::unpack(&m.body, &m.attributes);
                 let message = Message {
                     key: m.group_id().map(str::to_owned),
                     headers,

@@ -9,11 +9,22 @@ use crate::envelope::Envelope;
 use crate::error::{BoxError, Error};
 use crate::store::{Claim, DedupStore};
 
-/// What a claim means for the attempt.
+/// The store refused to hold a message's dedup key (too long for its
+/// index, say): poison, since it will refuse it on every attempt.
+#[derive(Debug, thiserror::Error)]
+#[error("the store refuses this message's dedup key, and will on every attempt: {0}")]
+struct KeyRefused(#[source] Error);
+
+/// What a claim means for the attempt: a store that refuses the key
+/// itself makes the message poison; any other failure may heal.
 fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
     match claim {
         Ok(Claim::Fresh(tx)) => Ok(tx),
         Ok(Claim::Duplicate) => Err(Outcome::Duplicate),
+        Err(e) if e.is_refused_input() => Err(Outcome::Failed(Failure::new(
+            FailureKind::Poison,
+            KeyRefused(e),
+        ))),
         Err(e) => Err(Outcome::Failed(Failure::new(FailureKind::Transient, e))),
     }
 }

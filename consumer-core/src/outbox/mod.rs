@@ -367,7 +367,14 @@ impl Outbox {
         age: Duration,
         batch: u32,
     ) -> Result<u64, Error> {
-        let cutoff = OffsetDateTime::now_utc() - age;
+        // An age longer than the calendar reaches back (`Duration::MAX`:
+        // keep every event) leaves nothing old enough to go.
+        let Some(cutoff) = time::Duration::try_from(age)
+            .ok()
+            .and_then(|age| OffsetDateTime::now_utc().checked_sub(age))
+        else {
+            return Ok(0);
+        };
         let cutoff_ms = i64::try_from(cutoff.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut total = 0;
         loop {

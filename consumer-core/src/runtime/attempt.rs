@@ -66,6 +66,20 @@ macro_rules! within {
     };
 }
 
+/// The delivery with its attempt number bounded by the handler's policy:
+/// a number past the policy's last attempt was not written by a retry of
+/// this handler (a forged or foreign `x-consumer-attempt`), and taken as is
+/// it would skip every retry. It counts as a first attempt; the store's
+/// count of the message's failures still bounds its retries.
+fn bounded_attempt(envelope: Arc<Envelope>, policy: &RetryPolicy) -> Arc<Envelope> {
+    if envelope.attempt <= policy.max_attempts() {
+        return envelope;
+    }
+    let mut first = Envelope::clone(&envelope);
+    first.attempt = 1;
+    Arc::new(first)
+}
+
 fn join(errors: &[HeaderError]) -> String {
     errors
         .iter()
@@ -105,9 +119,10 @@ where
 
     /// Runs `handler`'s attempts until the delivery is settled or
     /// released (`false`).
-    async fn run(&self, handler: &R::Handler, mut envelope: Arc<Envelope>, mut acker: A) -> Ended {
+    async fn run(&self, handler: &R::Handler, envelope: Arc<Envelope>, mut acker: A) -> Ended {
         let name = handler.name();
         let policy = handler.retry_policy();
+        let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
             // Settle spans are children of the attempt's span (of the

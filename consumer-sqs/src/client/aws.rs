@@ -99,18 +99,39 @@ fn fatal(operation: &str, what: impl std::fmt::Display) -> ApiError {
     ApiError::new(BrokerErrorKind::Fatal, format!("{operation}: {what}"))
 }
 
-fn outcome(failed: &[BatchResultErrorEntry]) -> BatchOutcome {
-    BatchOutcome {
-        failed: failed
-            .iter()
-            .map(|f| EntryFailure {
-                id: f.id().to_owned(),
-                code: f.code().to_owned(),
-                message: f.message().unwrap_or_default().to_owned(),
-                sender_fault: f.sender_fault(),
-            })
-            .collect(),
+/// The code of an entry SQS listed neither as successful nor as failed.
+const UNLISTED: &str = "Unlisted";
+
+/// What a batch call did to the entries `sent`: those SQS lists as failed,
+/// and those it lists nowhere (which did not happen as far as anyone can
+/// tell: failed, and worth another try, rather than counted as done).
+fn outcome<'r>(
+    sent: &[String],
+    successful: impl IntoIterator<Item = &'r str>,
+    failed: &'r [BatchResultErrorEntry],
+) -> BatchOutcome {
+    let mut failures: Vec<EntryFailure> = failed
+        .iter()
+        .map(|f| EntryFailure {
+            id: f.id().to_owned(),
+            code: f.code().to_owned(),
+            message: f.message().unwrap_or_default().to_owned(),
+            sender_fault: f.sender_fault(),
+        })
+        .collect();
+    let listed: std::collections::HashSet<&str> = successful
+        .into_iter()
+        .chain(failed.iter().map(BatchResultErrorEntry::id))
+        .collect();
+    for id in sent.iter().filter(|id| !listed.contains(id.as_str())) {
+        failures.push(EntryFailure {
+            id: id.clone(),
+            code: UNLISTED.to_owned(),
+            message: "SQS listed the entry neither as successful nor as failed".to_owned(),
+            sender_fault: false,
+        });
     }
+    BatchOutcome { failed: failures }
 }
 
 fn to_sdk_attribute(value: &AttributeValue) -> Result<MessageAttributeValue, ApiError> {
@@ -206,6 +227,7 @@ impl SqsApi for AwsSqs {
         entries: Vec<ReceiptEntry>,
     ) -> ApiFuture<'a, BatchOutcome> {
         Box::pin(async move {
+            let sent: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
             let entries = entries
                 .into_iter()
                 .map(|e| {
@@ -224,7 +246,8 @@ impl SqsApi for AwsSqs {
                 .send()
                 .await
                 .map_err(|e| api_error("DeleteMessageBatch", e))?;
-            Ok(outcome(out.failed()))
+            let successful = out.successful().iter().map(|r| r.id());
+            Ok(outcome(&sent, successful, out.failed()))
         })
     }
 
@@ -234,6 +257,7 @@ impl SqsApi for AwsSqs {
         entries: Vec<VisibilityEntry>,
     ) -> ApiFuture<'a, BatchOutcome> {
         Box::pin(async move {
+            let sent: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
             let entries = entries
                 .into_iter()
                 .map(|e| {
@@ -253,7 +277,8 @@ impl SqsApi for AwsSqs {
                 .send()
                 .await
                 .map_err(|e| api_error("ChangeMessageVisibilityBatch", e))?;
-            Ok(outcome(out.failed()))
+            let successful = out.successful().iter().map(|r| r.id());
+            Ok(outcome(&sent, successful, out.failed()))
         })
     }
 
@@ -263,6 +288,7 @@ impl SqsApi for AwsSqs {
         entries: Vec<SendEntry>,
     ) -> ApiFuture<'a, BatchOutcome> {
         Box::pin(async move {
+            let sent: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
             let mut sdk = Vec::with_capacity(entries.len());
             for e in entries {
                 let mut b = SendMessageBatchRequestEntry::builder()
@@ -283,7 +309,8 @@ impl SqsApi for AwsSqs {
                 .send()
                 .await
                 .map_err(|e| api_error("SendMessageBatch", e))?;
-            Ok(outcome(out.failed()))
+            let successful = out.successful().iter().map(|r| r.id());
+            Ok(outcome(&sent, successful, out.failed()))
         })
     }
 
@@ -382,5 +409,26 @@ impl SqsApi for AwsSqs {
                 .map_err(|e| api_error("DeleteQueue", e))?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_listed_nowhere_is_a_failure_that_heals() {
+        let sent = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let failed = BatchResultErrorEntry::builder()
+            .id("b")
+            .code("InvalidParameterValue")
+            .sender_fault(true)
+            .build()
+            .expect("an error entry");
+        let out = outcome(&sent, ["a"], &[failed]);
+        let ids: Vec<&str> = out.failed.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, ["b", "c"]);
+        assert_eq!(out.failed[1].code, UNLISTED);
+        assert_eq!(out.failed[1].kind(), BrokerErrorKind::Unavailable);
     }
 }

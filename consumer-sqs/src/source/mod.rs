@@ -461,7 +461,11 @@ impl SqsSource {
             if rc > 1 {
                 StatsInner::add(&s.stats.redelivered, 1);
             }
-            let (headers, payload) = attributes::unpack(&m.body, &m.attributes);
+            let attributes::Unpacked {
+                headers,
+                payload,
+                defects,
+            } = attributes::unpack(&m.body, &m.attributes);
             let group_id = m.group_id().map(str::to_owned);
             let key = headers
                 .get(names::PARTITION_KEY)
@@ -477,6 +481,7 @@ impl SqsSource {
             let message_id = m.message_id.clone();
             let mut envelope =
                 Envelope::from_parts(payload, headers, key.clone(), origin, || message_id.clone());
+            envelope.defects.extend(defects);
             let earlier = rc
                 .saturating_sub(1)
                 .saturating_sub(l.releases_of(&m.message_id));
