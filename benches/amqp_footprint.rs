@@ -219,7 +219,8 @@ async fn main() {
         .unwrap_or_else(|e| panic!("RabbitMQ at {url} (AMQP_URL): {e}"));
     let channel = conn.create_channel().await.expect("a channel");
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let layouts: [(&'static str, fn(&str) -> Layout); 6] = [
+    type Named = (&'static str, fn(&str) -> Layout);
+    let layouts: [Named; 6] = [
         ("plain, before (1 h of delay queues)", |n| {
             Layout::Plain(plain(n).with_max_retry_delay(OLD_MAX_DELAY))
         }),

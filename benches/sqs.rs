@@ -254,7 +254,7 @@ async fn main() {
         .queue_url()
         .unwrap_or_default()
         .to_owned();
-    let topology = Topology::new(&format!("bench-fw-{suffix}.fifo")).expect("name");
+    let topology = Topology::new(format!("bench-fw-{suffix}.fifo")).expect("name");
     let (fw_url, fw_dlq) = topology.declare(&client).await.expect("declare");
     let msgs = messages(n);
 

@@ -100,6 +100,10 @@ pub trait Source: Send + 'static {
     /// retry copy and a dead letter all read the one envelope): a source
     /// wraps it once where it builds it, rather than hand over some
     /// hundreds of bytes by value through every future on the way.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the signature says what a source hands over; an alias would hide it"
+    )]
     fn recv(
         &mut self,
     ) -> impl Future<Output = Result<Option<(Arc<Envelope>, Self::Acker)>, Error>> + Send;

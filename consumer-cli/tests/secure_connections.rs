@@ -463,7 +463,8 @@ mod postgresql {
         .await;
 
         // The binary: each refusal is a sentence naming PostgreSQL, exit 3.
-        let cases: [(&str, &[(&str, PathBuf)], &str); 3] = [
+        type Case<'a> = (&'a str, &'a [(&'a str, PathBuf)], &'a str);
+        let cases: [Case<'_>; 3] = [
             (
                 "a client certificate PostgreSQL does not trust",
                 &[

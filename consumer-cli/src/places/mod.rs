@@ -82,7 +82,7 @@ pub enum Letters {
     Queue(Box<rabbitmq::DeadLetterQueue>),
     /// A Kafka dead-letter topic.
     #[cfg(feature = "kafka")]
-    Topic(kafka::DeadLetterTopic),
+    Topic(Box<kafka::DeadLetterTopic>),
     /// An SQS dead-letter queue.
     #[cfg(feature = "sqs")]
     Sqs(Box<sqs::DeadLetterQueue>),
@@ -103,9 +103,9 @@ impl Letters {
         }
         if let Some(topic) = &place.topic {
             #[cfg(feature = "kafka")]
-            return Ok(Self::Topic(
+            return Ok(Self::Topic(Box::new(
                 kafka::DeadLetterTopic::open(services, topic).await?,
-            ));
+            )));
             #[cfg(not(feature = "kafka"))]
             return Err(Error::Usage(format!(
                 "--topic {topic} needs the `kafka` feature: build consumer-cli with it"

@@ -77,7 +77,9 @@ impl Ledger {
         token
     }
 
-    /// The first waiting message whose group has none out.
+    /// The first waiting message whose group has none out: its token,
+    /// envelope, receipt handle, group and when it was received.
+    #[allow(clippy::type_complexity, reason = "one caller destructures it at once")]
     pub(super) fn take_ready(
         &mut self,
     ) -> Option<(u64, Arc<Envelope>, String, Option<String>, Instant)> {
