@@ -31,10 +31,18 @@ const MAX_REQUEST: usize = 8 * 1024;
 /// How long a connection may take to send its request head.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a connection may take to read its answer (a scraper that
+/// stops reading a large `/metrics` page would hold its slot for ever).
+const WRITE_TIMEOUT: Duration = if cfg!(test) {
+    Duration::from_millis(300)
+} else {
+    Duration::from_secs(10)
+};
+
 /// Connections served at once; more are closed unanswered, so a flood
 /// holds at most this many of the descriptors the broker and database
 /// connections need too.
-const MAX_CONNECTIONS: usize = 64;
+const MAX_CONNECTIONS: usize = if cfg!(test) { 8 } else { 64 };
 
 /// The wait after a failed accept: its causes (no descriptor left, no
 /// buffer) outlast an immediate retry, which would spin a core.
@@ -190,8 +198,17 @@ async fn answer(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    let write = async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client read no answer within {WRITE_TIMEOUT:?}"),
+        )),
+    }
 }
 
 fn probe(ok: bool, what: &str, health: &Health) -> Response {
@@ -280,6 +297,56 @@ mod tests {
         // endpoint frees finished slots before it accepts.
         let again = get(addr, "/livez").await;
         assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn clients_that_never_read_their_answer_give_their_slots_back() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let health = Health {
+            parts: Arc::default(),
+            stopping: Arc::default(),
+        };
+        // Larger than what the sockets' buffers take: writing it waits for
+        // a reader.
+        let big = Arc::new("x".repeat(32 * 1024 * 1024));
+        let served = Served {
+            health,
+            metrics: None,
+            documents: vec![("/big", big)],
+        };
+        let server = serve(listener, served).expect("serve");
+        let mut stalled = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            s.write_all(b"GET /big HTTP/1.1\r\n\r\n")
+                .await
+                .expect("write");
+            stalled.push(s);
+        }
+        // Without a write timeout every slot stays taken and this is never
+        // answered; the deadline only keeps a broken build from hanging.
+        let answered = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                // Closed unanswered (or reset) while every slot is taken.
+                let Ok(mut probe) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                let _ = probe.write_all(b"GET /livez HTTP/1.1\r\n\r\n").await;
+                let mut answer = Vec::new();
+                let _ = probe.read_to_end(&mut answer).await;
+                if answer.starts_with(b"HTTP/1.1 200") {
+                    return answer;
+                }
+            }
+        })
+        .await;
+        assert!(
+            answered.is_ok(),
+            "the stalled readers still hold every slot"
+        );
+        drop(stalled);
         server.abort();
     }
 }
