@@ -49,6 +49,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::content_id::content_id;
 use crate::error::{Error, Result};
+use crate::header_values;
 
 /// How the CloudEvents attributes are named in the headers a publisher
 /// writes; every one of them is read on receipt.
@@ -160,15 +161,18 @@ pub struct Received<'a> {
 
 /// [`to_envelope`] from a delivery's parts. Never fails (this is what the
 /// fuzz target drives with arbitrary header tables): values that are not
-/// strings are read as text, tables and arrays are left out, malformed
-/// framework headers become the envelope's defects.
+/// strings are read as text, tables, arrays, decimals and void as JSON
+/// (see `header_values`); malformed framework headers, and framework
+/// headers that are not text, become the envelope's defects.
 pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Envelope {
     let props = delivery.properties;
     let mut headers = Headers::new();
+    let mut refused = Vec::new();
     if let Some(table) = props.headers() {
         for (name, value) in table {
-            if let Some(bytes) = value_bytes(value) {
-                headers.append(name.as_str(), bytes);
+            match header_values::read(name.as_str(), value) {
+                header_values::Read::Bytes(bytes) => headers.append(name.as_str(), bytes),
+                header_values::Read::Refused(defect) => refused.push(defect),
             }
         }
     }
@@ -216,30 +220,9 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         Some(id) if !id.is_empty() => id,
         _ => content_id(delivery, &body),
     };
-    Envelope::from_parts(payload, headers, key, origin, fallback)
-}
-
-fn value_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
-    Some(match value {
-        AMQPValue::LongString(s) => s.as_bytes().to_vec(),
-        AMQPValue::ShortString(s) => s.as_str().as_bytes().to_vec(),
-        AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
-        AMQPValue::Boolean(b) => b.to_string().into_bytes(),
-        AMQPValue::ShortShortInt(n) => n.to_string().into_bytes(),
-        AMQPValue::ShortShortUInt(n) => n.to_string().into_bytes(),
-        AMQPValue::ShortInt(n) => n.to_string().into_bytes(),
-        AMQPValue::ShortUInt(n) => n.to_string().into_bytes(),
-        AMQPValue::LongInt(n) => n.to_string().into_bytes(),
-        AMQPValue::LongUInt(n) => n.to_string().into_bytes(),
-        AMQPValue::LongLongInt(n) => n.to_string().into_bytes(),
-        AMQPValue::Timestamp(n) => n.to_string().into_bytes(),
-        AMQPValue::Float(n) => n.to_string().into_bytes(),
-        AMQPValue::Double(n) => n.to_string().into_bytes(),
-        AMQPValue::DecimalValue(_)
-        | AMQPValue::FieldArray(_)
-        | AMQPValue::FieldTable(_)
-        | AMQPValue::Void => return None,
-    })
+    let mut envelope = Envelope::from_parts(payload, headers, key, origin, fallback);
+    envelope.defects.extend(refused);
+    envelope
 }
 
 #[cfg(test)]

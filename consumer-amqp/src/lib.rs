@@ -40,6 +40,7 @@ mod asyncapi;
 mod connection;
 mod content_id;
 pub mod error;
+mod header_values;
 pub mod headers;
 mod names;
 mod partition_route;
