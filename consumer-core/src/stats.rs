@@ -32,6 +32,8 @@ pub struct Stats {
     retry_fallbacks: AtomicU64,
     settle_failures: AtomicU64,
     unknown_types_ignored: AtomicU64,
+    circuits_opened: AtomicU64,
+    circuits_open: AtomicU64,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -78,6 +80,12 @@ pub struct StatsSnapshot {
     /// Deliveries a [`Router`](crate::Router) told to ignore unknown types
     /// acked because no handler takes their type.
     pub unknown_types_ignored: u64,
+    /// Times a handler's circuit opened (again after a failed probe
+    /// included): see [`CircuitPolicy`](crate::runtime::CircuitPolicy).
+    pub circuits_opened: u64,
+    /// Handlers whose circuit is open or half-open now: the consumer takes
+    /// no new deliveries while one is open.
+    pub circuits_open: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
     /// The consumer passed its start-time checks and takes deliveries.
@@ -115,6 +123,7 @@ pub(crate) enum Counter {
     RetryFallbacks,
     SettleFailures,
     UnknownTypesIgnored,
+    CircuitsOpened,
 }
 
 impl Default for Stats {
@@ -134,6 +143,8 @@ impl Default for Stats {
             retry_fallbacks: AtomicU64::new(0),
             settle_failures: AtomicU64::new(0),
             unknown_types_ignored: AtomicU64::new(0),
+            circuits_opened: AtomicU64::new(0),
+            circuits_open: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -161,6 +172,7 @@ impl Stats {
             Counter::RetryFallbacks => &self.retry_fallbacks,
             Counter::SettleFailures => &self.settle_failures,
             Counter::UnknownTypesIgnored => &self.unknown_types_ignored,
+            Counter::CircuitsOpened => &self.circuits_opened,
         };
         a.fetch_add(1, Relaxed);
         self.changed();
@@ -171,6 +183,16 @@ impl Stats {
         if self.waiters.load(Relaxed) > 0 {
             self.notify.notify_waiters();
         }
+    }
+
+    /// One more circuit open (`true`) or one fewer.
+    pub(crate) fn circuit_open(&self, open: bool) {
+        if open {
+            self.circuits_open.fetch_add(1, Relaxed);
+        } else {
+            self.circuits_open.fetch_sub(1, Relaxed);
+        }
+        self.changed();
     }
 
     pub(crate) fn set_running(&self) {
@@ -262,6 +284,8 @@ impl Stats {
             retry_fallbacks: self.retry_fallbacks.load(Relaxed),
             settle_failures: self.settle_failures.load(Relaxed),
             unknown_types_ignored: self.unknown_types_ignored.load(Relaxed),
+            circuits_opened: self.circuits_opened.load(Relaxed),
+            circuits_open: self.circuits_open.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Acquire),
             running: self.running.load(Relaxed),

@@ -64,6 +64,9 @@ pub struct Job {
     pub gate: Option<u64>,
     #[serde(default)]
     pub probe: Option<u64>,
+    /// An [`Outage`] that fails the call transiently while it lasts.
+    #[serde(default)]
+    pub outage: Option<u64>,
 }
 
 impl Job {
@@ -78,6 +81,7 @@ impl Job {
             jitter: false,
             gate: None,
             probe: None,
+            outage: None,
         }
     }
 
@@ -154,6 +158,9 @@ pub async fn behave(job: &Job, ctx: &MessageContext) -> Result<(), JobError> {
     }
     if job.terminal {
         return Err(JobError::Terminal("card declined".into()));
+    }
+    if job.outage.is_some_and(Outage::is_down) {
+        return Err(JobError::Transient(ctx.attempt()));
     }
     if ctx.attempt() <= job.fail_times {
         return Err(JobError::Transient(ctx.attempt()));
@@ -579,5 +586,43 @@ impl Harness for PgHarness {
         .execute(&self.pool)
         .await
         .expect("old rows");
+    }
+}
+
+/// What is behind a handler going down for a while: every call of a job
+/// that names it fails transiently until [`Outage::end`].
+pub struct Outage {
+    id: u64,
+}
+
+fn outages() -> &'static Mutex<HashMap<u64, bool>> {
+    static O: OnceLock<Mutex<HashMap<u64, bool>>> = OnceLock::new();
+    O.get_or_init(Mutex::default)
+}
+
+impl Outage {
+    /// An outage that has begun.
+    pub fn begin() -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        outages().lock().expect("outages").insert(id, true);
+        Self { id }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The downstream is back.
+    pub fn end(&self) {
+        outages().lock().expect("outages").insert(self.id, false);
+    }
+
+    fn is_down(id: u64) -> bool {
+        outages()
+            .lock()
+            .expect("outages")
+            .get(&id)
+            .copied()
+            .unwrap_or(false)
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use consumer::{
     Consumer, DeadLetterKind, Handler, Message, Service, Store,
     router::{OneHandler, Routes},
+    runtime::CircuitPolicy,
     stats::StatsSnapshot,
 };
 
@@ -249,6 +250,71 @@ pub async fn an_attempt_header_past_the_policy_does_not_skip_the_retries<B: Brok
         (DeadLetterKind::Exhausted, 4)
     );
     assert_eq!((s.retries, s.dead_exhausted), (3, 1));
+}
+
+pub async fn a_downstream_outage_opens_the_circuit_and_dead_letters_nothing<B: BrokerHarness>() {
+    let h = SuiteHarness::new().await;
+    let broker = B::new(4).await;
+    let outage = support::Outage::begin();
+    let (keys, per_key) = (6u64, 8i64);
+    let jobs: Vec<Job> = (0..per_key)
+        .flat_map(|seq| (0..keys).map(move |k| (k, seq)))
+        .map(|(k, seq)| Job {
+            outage: Some(outage.id()),
+            ..Job::new(&format!("key-{k}"), seq)
+        })
+        .collect();
+    for j in &jobs {
+        BrokerHarness::publish(&broker, "t", j.message())
+            .await
+            .expect("publish");
+    }
+    // `work` gives a message 4 attempts within about half a second; the
+    // outage lasts several times that.
+    let circuit = CircuitPolicy::new(3, Duration::from_millis(300), Duration::from_secs(1));
+    let consumer = Consumer::new(
+        BrokerHarness::source(&broker, "t").await,
+        h.store(),
+        handlers::work,
+    )
+    .with_max_in_flight(64)
+    .with_circuit(circuit);
+    let stats = consumer.stats();
+    let drained = broker.clone();
+    let run = tokio::spawn(consumer.run_until(async move {
+        BrokerHarness::wait_drained(&drained, "t").await;
+    }));
+    // Opened, then two probes failed: about 2 s of outage.
+    let during = support::within(stats.wait_for(|s| s.circuits_opened >= 3)).await;
+    assert_eq!(during.processed, 0);
+    assert_eq!(during.circuits_open, 1);
+    outage.end();
+    support::within(run).await.expect("join").expect("consumer");
+    let s = stats.snapshot();
+    assert_eq!(
+        s.dead_letters(),
+        0,
+        "an outage is not the messages' fault: {s:?}"
+    );
+    assert_eq!(s.circuits_open, 0, "closed once a probe worked");
+    let effects = h.effects_in_commit_order("work").await;
+    assert_eq!(effects.len(), jobs.len());
+    for k in 0..keys {
+        let key = format!("key-{k}");
+        let seqs: Vec<i64> = effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+        assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "order of {key}");
+    }
+    // While open, attempts were not spent: what failed is what ran
+    // before it opened (the first messages of each key's lane, short of
+    // their last attempt, or they would be dead letters) and the probes
+    // (one per opening); without the circuit every message would have
+    // failed 4 times.
+    let calls: usize = jobs.iter().map(|j| support::calls(&j.id)).sum();
+    let failed = (calls - jobs.len()) as u64;
+    assert!(
+        failed <= keys * 3 + s.circuits_opened,
+        "{failed} failed calls: {s:?}"
+    );
 }
 
 pub async fn terminal_errors_and_panics_are_dead_lettered_without_retry<B: BrokerHarness>() {

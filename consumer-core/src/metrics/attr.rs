@@ -32,6 +32,9 @@ pub const DB_SYSTEM: &str = "db.system.name";
 pub const HANDLER: &str = "consumer.handler";
 /// `consumer.dead_letter.reason`: `poison`, `terminal`, `exhausted`.
 pub const DEAD_LETTER_REASON: &str = "consumer.dead_letter.reason";
+/// `consumer.circuit.state`: what a handler's circuit went to, `open` or
+/// `closed`.
+pub const CIRCUIT_STATE: &str = "consumer.circuit.state";
 /// `consumer.retry.mode`: `in_place`, `redeliver`.
 pub const RETRY_MODE: &str = "consumer.retry.mode";
 /// `consumer.settle.fallback`: see [`fallback`].

@@ -522,6 +522,8 @@ pub const CATALOGUE: &[MetricSpec] = &[
     OUTBOX_SCHEDULED_LATENESS,
     OUTBOX_FAILED,
     OUTBOX_ROUND_FAILURES,
+    super::circuit::CIRCUIT_OPEN,
+    super::circuit::CIRCUIT_TRANSITIONS,
 ];
 
 /// The spec named `name`.

@@ -9,8 +9,10 @@ use smallvec::SmallVec;
 
 use super::attr::{self, operation};
 use super::catalogue;
+use super::circuit::CircuitInstruments;
 use super::source::{SourceInstruments, SourceSeries};
 use crate::envelope::Envelope;
+use crate::runtime::circuit::Transition;
 
 type Attrs = SmallVec<[KeyValue; 8]>;
 
@@ -37,6 +39,7 @@ pub(crate) struct ConsumerMetrics {
     fallbacks: Counter<u64>,
     unknown_types: Counter<u64>,
     critical_time: Histogram<f64>,
+    circuits: CircuitInstruments,
     _source: Option<SourceInstruments>,
 }
 
@@ -93,6 +96,7 @@ impl ConsumerMetrics {
             fallbacks: catalogue::SETTLE_FALLBACKS.counter(meter),
             unknown_types: catalogue::UNKNOWN_TYPES.counter(meter),
             critical_time: catalogue::CRITICAL_TIME.histogram(meter),
+            circuits: CircuitInstruments::new(meter, &series),
             _source: source,
             series,
         }
@@ -316,5 +320,9 @@ impl ConsumerMetrics {
 
     pub(crate) fn unknown_type(&self, envelope: &Envelope) {
         self.unknown_types.add(1, &self.base(envelope));
+    }
+
+    pub(crate) fn circuit(&self, handler: &'static str, transition: Transition) {
+        self.circuits.record(handler, transition);
     }
 }

@@ -46,6 +46,7 @@
 
 pub mod attr;
 pub mod catalogue;
+pub mod circuit;
 pub(crate) mod consumer;
 pub mod source;
 

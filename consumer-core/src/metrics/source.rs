@@ -21,7 +21,7 @@ pub(crate) struct SourceSeries {
 }
 
 impl SourceSeries {
-    fn base(&self) -> Vec<KeyValue> {
+    pub(crate) fn base(&self) -> Vec<KeyValue> {
         let mut attrs = vec![KeyValue::new(attr::MESSAGING_SYSTEM, self.system)];
         if let Some(g) = &self.group {
             attrs.push(KeyValue::new(attr::CONSUMER_GROUP, Arc::clone(g)));

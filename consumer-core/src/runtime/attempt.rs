@@ -11,6 +11,7 @@ use opentelemetry::trace::TraceContextExt as _;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
+use super::circuit::{Admission, Circuit, Verdict};
 use super::observe::Happened;
 use super::settle::{Redelivered, Why};
 use super::worker::Worker;
@@ -122,15 +123,21 @@ where
     async fn run(&self, handler: &R::Handler, envelope: Arc<Envelope>, mut acker: A) -> Ended {
         let name = handler.name();
         let policy = handler.retry_policy();
+        let circuit = self.circuits.of(name);
         let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
+            let admission = tokio::select! {
+                admitted = circuit.admit(&envelope.id) => admitted,
+                () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
+            };
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
             let (outcome, cx) = match self.precheck(&envelope) {
                 Err(e) => (Outcome::Failed(Failure::new(FailureKind::Poison, e)), None),
                 Ok(()) => self.attempt(handler, &envelope).await,
             };
+            self.record_circuit(&circuit, name, &envelope.id, admission, &outcome);
             let failure = match outcome {
                 Outcome::Processed => {
                     self.observer.emit(Happened::Processed);
@@ -152,6 +159,15 @@ where
                 Outcome::Failed(f) => f,
             };
             failed_here |= failure.kind == FailureKind::Transient;
+            // The circuit opened (this failure may have opened it): the
+            // cause is behind the handler, so the delivery waits for the
+            // probe with its attempt unspent. A probe's own failure counts.
+            if failure.kind == FailureKind::Transient
+                && admission == Admission::Closed
+                && !circuit.is_closed()
+            {
+                continue;
+            }
             match self
                 .after_failure(name, &policy, envelope, acker, failure, cx)
                 .await
@@ -159,6 +175,31 @@ where
                 Next::Ended(ended) => return ended,
                 Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
+        }
+    }
+
+    /// Tells `circuit` what an attempt said about what is behind its
+    /// handler, and the observer when that opened or closed it.
+    fn record_circuit(
+        &self,
+        circuit: &Circuit,
+        handler: &'static str,
+        id: &str,
+        admission: Admission,
+        outcome: &Outcome,
+    ) {
+        let verdict = match outcome {
+            Outcome::Processed | Outcome::Duplicate => Verdict::Worked,
+            Outcome::Failed(f) if f.kind == FailureKind::Transient => Verdict::FailedTransiently,
+            Outcome::Failed(_) => Verdict::Neither,
+        };
+        if let Some(transition) = circuit.record(id, admission, verdict) {
+            self.circuits.changed();
+            self.observer.emit(Happened::Circuit {
+                handler,
+                transition,
+                opens_after: self.circuits.policy().opens_after(),
+            });
         }
     }
 

@@ -10,12 +10,16 @@
 //!   keys run in parallel.
 //! * Each delivery runs attempts until it is settled (`attempt`); the
 //!   settle steps and their fallbacks are in `settle`.
+//! * Each handler has a circuit (`circuit`): when different messages in a
+//!   row fail transiently, it opens, the loop stops taking deliveries, and
+//!   held ones wait without spending attempts until a probe succeeds.
 //! * Shutdown stops taking deliveries, lets running attempts finish (up to
 //!   the shutdown timeout), and releases everything else unsettled: queued
 //!   deliveries and in-place retries that are waiting. Released deliveries
 //!   are redelivered by the broker; nothing is lost.
 
 mod attempt;
+pub(crate) mod circuit;
 mod lanes;
 pub(crate) mod observe;
 mod settle;
@@ -31,6 +35,7 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
+pub use circuit::CircuitPolicy;
 
 use crate::envelope::Envelope;
 use crate::error::Error;
@@ -75,6 +80,7 @@ pub struct Consumer<Src, S, R> {
     max_payload_bytes: usize,
     shutdown_timeout: Duration,
     settle_timeout: Duration,
+    circuit: CircuitPolicy,
     stats: Arc<Stats>,
     meter: Option<Meter>,
 }
@@ -133,6 +139,7 @@ where
             max_payload_bytes: 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
+            circuit: CircuitPolicy::off(),
             stats: Arc::default(),
             meter: None,
         }
@@ -163,6 +170,16 @@ where
     /// fallback; failures that cannot heal take it at once. Default 30 s.
     pub fn with_settle_timeout(mut self, t: Duration) -> Self {
         self.settle_timeout = t;
+        self
+    }
+
+    /// When a handler's circuit opens and for how long: see
+    /// [`CircuitPolicy`], whose `default()` opens after 5 different
+    /// messages in a row failed transiently. Off unless set here, in this
+    /// release: every failure then goes through the retry policy alone, as
+    /// before circuits existed.
+    pub fn with_circuit(mut self, policy: CircuitPolicy) -> Self {
+        self.circuit = policy;
         self
     }
 
@@ -300,6 +317,7 @@ where
             observer,
             spans,
             max_payload_bytes: self.max_payload_bytes,
+            circuits: circuit::Circuits::new(self.circuit),
             stopping,
         };
         (source, worker)
@@ -329,6 +347,12 @@ where
     // dropped on return, as the drain waits for every permit.
     let mut reserve: Option<OwnedSemaphorePermit> = None;
     loop {
+        // An open circuit: take nothing until its probe is due.
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            () = worker.circuits.wait_until_none_open() => {}
+        }
         let permit = tokio::select! {
             biased;
             () = &mut shutdown => return Ok(()),
@@ -496,6 +520,12 @@ struct Stopping(watch::Receiver<bool>);
 impl Stopping {
     fn has_begun(&self) -> bool {
         *self.0.borrow()
+    }
+
+    /// Completes when shutdown begins.
+    async fn begun(&self) {
+        let mut stop = self.0.clone();
+        let _ = stop.wait_for(|s| *s).await;
     }
 
     /// Sleeps; `false` when shutdown began first.

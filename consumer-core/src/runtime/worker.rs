@@ -27,6 +27,8 @@ pub(super) struct Worker<S, R, A> {
     /// What every span of this consumer carries.
     pub(super) spans: SpanScope,
     pub(super) max_payload_bytes: usize,
+    /// Each handler's circuit.
+    pub(super) circuits: super::circuit::Circuits,
     pub(super) stopping: Stopping,
 }
 

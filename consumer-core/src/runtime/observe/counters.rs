@@ -2,6 +2,7 @@
 
 use super::Happened;
 use crate::dead_letter::DeadLetterKind;
+use crate::runtime::circuit::Transition;
 use crate::stats::{Counter, Stats};
 
 pub(super) fn on(s: &Stats, what: &Happened<'_>) {
@@ -14,6 +15,15 @@ pub(super) fn on(s: &Stats, what: &Happened<'_>) {
         }
         Happened::Left { took, .. } => s.leave(took),
         Happened::Ignored(_) => s.incr(Counter::UnknownTypesIgnored),
+        Happened::Circuit { transition, .. } => match transition {
+            Transition::Opened { reopened, .. } => {
+                s.incr(Counter::CircuitsOpened);
+                if !reopened {
+                    s.circuit_open(true);
+                }
+            }
+            Transition::Closed { .. } => s.circuit_open(false),
+        },
         Happened::Processed => s.incr(Counter::Processed),
         Happened::Duplicate { .. } => s.incr(Counter::Duplicates),
         Happened::Retrying { .. } => s.incr(Counter::Retries),

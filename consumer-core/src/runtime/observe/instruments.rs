@@ -50,6 +50,11 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             took,
             error,
         } => m.settle_operation(envelope, op, took, error),
+        Happened::Circuit {
+            handler,
+            transition,
+            ..
+        } => m.circuit(handler, transition),
         Happened::Running
         | Happened::Draining
         | Happened::ShutdownTimedOut { .. }

@@ -3,6 +3,7 @@
 //! documented ones).
 
 use super::{Happened, StepThen};
+use crate::runtime::circuit::Transition;
 
 pub(super) fn on(what: &Happened<'_>) {
     match *what {
@@ -10,6 +11,7 @@ pub(super) fn on(what: &Happened<'_>) {
         | Happened::SourceFailed { .. }
         | Happened::FailureNotRecorded { .. }
         | Happened::FailuresNotCleared { .. } => on_consumer(what),
+        Happened::Circuit { .. } => on_circuit(what),
         Happened::Ignored(envelope) => {
             tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
         }
@@ -172,5 +174,44 @@ fn on_consumer(what: &Happened<'_>) {
             tracing::debug!(target: "consumer::runtime", error = %error, "could not clear failure records; purge will");
         }
         _ => {}
+    }
+}
+
+/// A handler's circuit opened, failed a probe, or closed.
+fn on_circuit(what: &Happened<'_>) {
+    let Happened::Circuit {
+        handler,
+        transition,
+        opens_after,
+    } = *what
+    else {
+        return;
+    };
+    match transition {
+        Transition::Opened {
+            open_for,
+            reopened: false,
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            handler,
+            opens_after,
+            ?open_for,
+            "circuit opened: different messages in a row failed transiently; taking no deliveries and spending no attempts until a probe succeeds"
+        ),
+        Transition::Opened {
+            open_for,
+            reopened: true,
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            handler,
+            ?open_for,
+            "circuit probe failed; open again"
+        ),
+        Transition::Closed { was_open } => tracing::info!(
+            target: "consumer::runtime",
+            handler,
+            ?was_open,
+            "circuit closed: the probe worked; taking deliveries again"
+        ),
     }
 }

@@ -21,6 +21,7 @@ mod logs;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::circuit::Transition;
 use crate::dead_letter::DeadLetterKind;
 use crate::envelope::Envelope;
 use crate::metrics::consumer::{ConsumerMetrics, ErrorType};
@@ -51,6 +52,13 @@ pub(crate) enum Happened<'a> {
     /// (the purge will).
     FailuresNotCleared {
         error: &'a (dyn std::fmt::Display + Sync),
+    },
+    /// A handler's circuit opened or closed.
+    Circuit {
+        handler: &'static str,
+        transition: Transition,
+        /// Different messages in a row that failed (for an opening).
+        opens_after: u32,
     },
     /// Taken from the source and handed to its lane.
     Received(&'a Envelope),

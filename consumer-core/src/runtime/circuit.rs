@@ -1,0 +1,456 @@
+//! A circuit per handler: when the thing behind a handler is down, stop
+//! spending attempts on it.
+//!
+//! Retries are for one message's bad luck. When several different messages
+//! in a row fail transiently, the cause is more likely behind the handler
+//! (a database, a payment gateway) than in the messages, and retrying each
+//! through its policy would turn the whole stream into dead letters. So the
+//! circuit opens:
+//!
+//! * **Closed** (normal): a success clears the streak; a transient failure
+//!   adds its message to it; [`CircuitPolicy::opens_after`] distinct
+//!   messages in the streak open the circuit. One message failing again
+//!   and again counts once: alone it cannot open the circuit, and it is
+//!   retried and dead-lettered by its policy as before.
+//! * **Open**: the consumer takes no new deliveries, and those it holds
+//!   wait before their next attempt. A transient failure of an attempt that
+//!   was already running spends no attempt: the delivery waits too.
+//! * **Half-open**, after the open time: one delivery runs as the probe,
+//!   the one that has waited longest (a failed probe waits again behind
+//!   the others, so probes go round the waiting deliveries). Success
+//!   closes the circuit; a transient failure opens it again for twice as
+//!   long (at most [`CircuitPolicy::max_open_for`]) and counts as a failed
+//!   attempt of the probe's message (so a message that only fails as the
+//!   probe is dead-lettered in the end, as its policy says: nothing is
+//!   retried for ever).
+//!
+//! Poison and terminal failures say nothing about what is behind the
+//! handler and leave the circuit as it is.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// When a handler's circuit opens and how long it stays open; see the
+/// [module](self). Set with
+/// [`Consumer::with_circuit`](super::Consumer::with_circuit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitPolicy {
+    opens_after: u32,
+    open_for: Duration,
+    max_open_for: Duration,
+}
+
+impl Default for CircuitPolicy {
+    /// The recommended policy: opens after 5 different messages in a row
+    /// failed transiently; open for 5 s, doubling after each failed probe
+    /// up to 60 s. (A consumer's circuits are [off](Self::off) unless set
+    /// with [`Consumer::with_circuit`](super::Consumer::with_circuit).)
+    fn default() -> Self {
+        Self::new(5, Duration::from_secs(5), Duration::from_secs(60))
+    }
+}
+
+impl CircuitPolicy {
+    /// Opens after `opens_after` different messages in a row failed
+    /// transiently (0: never); open for `open_for` (at least 10 ms), twice
+    /// as long after each failed probe, up to `max_open_for`.
+    pub const fn new(opens_after: u32, open_for: Duration, max_open_for: Duration) -> Self {
+        let open_for = if open_for.as_millis() < 10 {
+            Duration::from_millis(10)
+        } else {
+            open_for
+        };
+        let max_open_for = if max_open_for.as_nanos() < open_for.as_nanos() {
+            open_for
+        } else {
+            max_open_for
+        };
+        Self {
+            opens_after,
+            open_for,
+            max_open_for,
+        }
+    }
+
+    /// A circuit that never opens: every failure goes through the retry
+    /// policy, as before circuits existed.
+    pub const fn off() -> Self {
+        Self::new(0, Duration::from_secs(5), Duration::from_secs(60))
+    }
+
+    /// How many different messages in a row fail before it opens.
+    pub const fn opens_after(&self) -> u32 {
+        self.opens_after
+    }
+
+    /// How long it stays open the first time.
+    pub const fn open_for(&self) -> Duration {
+        self.open_for
+    }
+
+    /// The longest it stays open before a probe.
+    pub const fn max_open_for(&self) -> Duration {
+        self.max_open_for
+    }
+
+    fn after(&self, open_for: Duration) -> Duration {
+        open_for.saturating_mul(2).min(self.max_open_for)
+    }
+}
+
+/// What an attempt said about what is behind its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// It worked (processed, or a duplicate).
+    Worked,
+    /// It failed transiently.
+    FailedTransiently,
+    /// Poison or terminal: nothing about what is behind the handler.
+    Neither,
+}
+
+/// How a delivery was let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// The circuit was closed.
+    Closed,
+    /// The circuit is half-open and this attempt is its probe.
+    Probe,
+}
+
+/// A change of a circuit's state, for the observer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transition {
+    /// Opened (again, after a failed probe: `reopened`) for `open_for`.
+    Opened { open_for: Duration, reopened: bool },
+    /// Closed after being open for `was_open`.
+    Closed { was_open: Duration },
+}
+
+#[derive(Debug)]
+enum State {
+    Closed {
+        streak: HashSet<String>,
+    },
+    Open {
+        until: Instant,
+        open_for: Duration,
+        since: Instant,
+    },
+    HalfOpen {
+        open_for: Duration,
+        since: Instant,
+    },
+    Probing {
+        open_for: Duration,
+        since: Instant,
+        probe: String,
+    },
+}
+
+/// One handler's circuit.
+#[derive(Debug)]
+pub(super) struct Circuit {
+    policy: CircuitPolicy,
+    /// The state, and the deliveries waiting to be let through, longest
+    /// waiting first.
+    state: Mutex<(State, VecDeque<String>)>,
+    changed: watch::Sender<()>,
+}
+
+/// One delivery in a circuit's queue of waiting ones while it lives.
+struct Waiting<'c>(&'c Circuit, String);
+
+impl<'c> Waiting<'c> {
+    fn new(circuit: &'c Circuit, id: &str) -> Self {
+        circuit.lock().1.push_back(id.to_owned());
+        Self(circuit, id.to_owned())
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut guard = self.0.lock();
+        if let Some(at) = guard.1.iter().position(|w| *w == self.1) {
+            guard.1.remove(at);
+        }
+        drop(guard);
+        // The next in line may be the probe now.
+        self.0.changed.send_replace(());
+    }
+}
+
+/// What a waiting delivery does next.
+enum Wait {
+    Until(Instant),
+    ForChange,
+}
+
+impl Circuit {
+    fn new(policy: CircuitPolicy) -> Self {
+        Self {
+            policy,
+            state: Mutex::new((
+                State::Closed {
+                    streak: HashSet::new(),
+                },
+                VecDeque::new(),
+            )),
+            changed: watch::channel(()).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (State, VecDeque<String>)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the circuit is open (no probe due yet).
+    #[cfg(test)]
+    fn is_open(&self) -> bool {
+        matches!(self.lock().0, State::Open { .. })
+    }
+
+    /// Whether the circuit lets every attempt through.
+    pub(super) fn is_closed(&self) -> bool {
+        matches!(self.lock().0, State::Closed { .. })
+    }
+
+    /// Waits until delivery `id` may run an attempt: at once while the
+    /// circuit is closed; while it is open, until it is half-open and this
+    /// delivery is the probe, or it closed.
+    ///
+    /// Cancel-safe: dropped while waiting, it has taken nothing.
+    pub(super) async fn admit(&self, id: &str) -> Admission {
+        if matches!(self.lock().0, State::Closed { .. }) {
+            return Admission::Closed;
+        }
+        let _waiting = Waiting::new(self, id);
+        loop {
+            let mut changed = self.changed.subscribe();
+            let wait = match self.try_admit(id) {
+                Ok(admission) => break admission,
+                Err(wait) => wait,
+            };
+            match wait {
+                Wait::Until(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        _ = changed.changed() => {}
+                    }
+                }
+                Wait::ForChange => {
+                    let _ = changed.changed().await;
+                }
+            }
+        }
+    }
+
+    fn try_admit(&self, id: &str) -> Result<Admission, Wait> {
+        let mut guard = self.lock();
+        let (state, waiting) = &mut *guard;
+        if let State::Open {
+            until,
+            open_for,
+            since,
+        } = state
+        {
+            if Instant::now() < *until {
+                return Err(Wait::Until(*until));
+            }
+            *state = State::HalfOpen {
+                open_for: *open_for,
+                since: *since,
+            };
+        }
+        match state {
+            State::Closed { .. } => Ok(Admission::Closed),
+            State::HalfOpen { open_for, since } => {
+                // The delivery that has waited longest probes.
+                if waiting.front().map(String::as_str) != Some(id) {
+                    return Err(Wait::ForChange);
+                }
+                *state = State::Probing {
+                    open_for: *open_for,
+                    since: *since,
+                    probe: id.to_owned(),
+                };
+                Ok(Admission::Probe)
+            }
+            State::Open { .. } | State::Probing { .. } => Err(Wait::ForChange),
+        }
+    }
+
+    /// Records what an attempt of delivery `id`, let through as
+    /// `admission`, said; the change of state, if any.
+    pub(super) fn record(
+        &self,
+        id: &str,
+        admission: Admission,
+        verdict: Verdict,
+    ) -> Option<Transition> {
+        let mut guard = self.lock();
+        let state = &mut guard.0;
+        let now = Instant::now();
+        let transition = match (verdict, &mut *state) {
+            (Verdict::Neither, State::Probing { probe, .. })
+                if admission == Admission::Probe && probe == id =>
+            {
+                rearm(state);
+                None
+            }
+            (Verdict::Neither, _) => None,
+            (Verdict::Worked, State::Closed { streak }) => {
+                streak.clear();
+                None
+            }
+            (Verdict::Worked, State::Open { since, .. })
+            | (Verdict::Worked, State::HalfOpen { since, .. })
+            | (Verdict::Worked, State::Probing { since, .. }) => {
+                let was_open = now.duration_since(*since);
+                *state = State::Closed {
+                    streak: HashSet::new(),
+                };
+                Some(Transition::Closed { was_open })
+            }
+            (Verdict::FailedTransiently, State::Closed { streak }) => {
+                streak.insert(id.to_owned());
+                let opens_after = usize::try_from(self.policy.opens_after).unwrap_or(usize::MAX);
+                if opens_after > 0 && streak.len() >= opens_after {
+                    let open_for = self.policy.open_for;
+                    *state = State::Open {
+                        until: now + open_for,
+                        open_for,
+                        since: now,
+                    };
+                    Some(Transition::Opened {
+                        open_for,
+                        reopened: false,
+                    })
+                } else {
+                    None
+                }
+            }
+            (
+                Verdict::FailedTransiently,
+                State::Probing {
+                    open_for,
+                    since,
+                    probe,
+                },
+            ) if admission == Admission::Probe && probe == id => {
+                let open_for = self.policy.after(*open_for);
+                *state = State::Open {
+                    until: now + open_for,
+                    open_for,
+                    since: *since,
+                };
+                Some(Transition::Opened {
+                    open_for,
+                    reopened: true,
+                })
+            }
+            (Verdict::FailedTransiently, _) => None,
+        };
+        drop(guard);
+        if transition.is_some() || admission == Admission::Probe {
+            self.changed.send_replace(());
+        }
+        transition
+    }
+}
+
+/// A probing circuit half-open again: the next waiting delivery probes.
+fn rearm(state: &mut State) {
+    if let State::Probing {
+        open_for, since, ..
+    } = state
+    {
+        *state = State::HalfOpen {
+            open_for: *open_for,
+            since: *since,
+        };
+    }
+}
+
+/// The circuits of a consumer's handlers, by handler name.
+#[derive(Debug)]
+pub(super) struct Circuits {
+    policy: CircuitPolicy,
+    by_handler: Mutex<HashMap<&'static str, Arc<Circuit>>>,
+    /// Told whenever a circuit opens or closes: the take loop waits on it.
+    any: watch::Sender<()>,
+}
+
+impl Circuits {
+    pub(super) fn new(policy: CircuitPolicy) -> Self {
+        Self {
+            policy,
+            by_handler: Mutex::default(),
+            any: watch::channel(()).0,
+        }
+    }
+
+    /// The policy every handler's circuit follows.
+    pub(super) fn policy(&self) -> CircuitPolicy {
+        self.policy
+    }
+
+    /// Handler `name`'s circuit.
+    pub(super) fn of(&self, name: &'static str) -> Arc<Circuit> {
+        let mut all = self
+            .by_handler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(
+            all.entry(name)
+                .or_insert_with(|| Arc::new(Circuit::new(self.policy))),
+        )
+    }
+
+    /// Says that a circuit changed state (the take loop looks again).
+    pub(super) fn changed(&self) {
+        self.any.send_replace(());
+    }
+
+    /// The earliest time an open circuit is due for a probe, if one is
+    /// open: the take loop takes nothing before then.
+    fn open_until(&self) -> Option<Instant> {
+        let all = self
+            .by_handler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.values()
+            .filter_map(|c| match c.lock().0 {
+                // Past its time it is half-open, whether or not a waiting
+                // delivery has looked yet.
+                State::Open { until, .. } if until > Instant::now() => Some(until),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Waits while some handler's circuit is open: a consumer takes no new
+    /// deliveries then (a router's other routes wait too: what was taken
+    /// could be for the open one). Half-open, it takes again: the probe
+    /// may need a delivery, and what comes waits behind it, bounded by
+    /// the consumer's in-flight window.
+    pub(super) async fn wait_until_none_open(&self) {
+        loop {
+            let mut changed = self.any.subscribe();
+            let Some(until) = self.open_until() else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                _ = changed.changed() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
