@@ -58,6 +58,12 @@ ensure_registry() {
     die "no schema registry answers at $registry_url (REGISTRY_URL): start that registry, or unset REGISTRY_URL to have Apicurio Registry started on 127.0.0.1:$registry_port."
   fi
   if registry_up; then say "Apicurio Registry is up at $registry_url"; return; fi
+  if use_docker; then
+    compose_up registry
+    wait_until 90 registry_up || die "the docker compose registry does not answer at $registry_url within 90 s."
+    say "Apicurio Registry is up at $registry_url (docker compose)"
+    return
+  fi
   java_ok || die "Apicurio Registry needs Java 17 or newer and this machine has $(java -version 2>&1 | head -n 1 || echo none): install openjdk-17-jre-headless, or point REGISTRY_URL at a running registry."
   ensure_registry_installed
   local dir="$services_dir/registry" t0 pid jar
