@@ -37,20 +37,27 @@ struct OrderV2 {
 }
 
 fn registry_url() -> String {
-    std::env::var("REGISTRY_URL").unwrap_or_else(|_| "http://127.0.0.1:8081/apis/ccompat/v7".to_owned())
+    std::env::var("REGISTRY_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:8081/apis/ccompat/v7".to_owned())
 }
 
 /// A client of the test registry, which must answer: a missing registry
 /// fails the test with what to do.
 async fn registry() -> RegistryClient {
     let url = registry_url();
-    let client = RegistryClient::new(RegistryConfig::new(&url)).expect("the registry URL is an http:// URL");
-    match client.subject_version(&unique("probe"), Version::Latest).await {
+    let client =
+        RegistryClient::new(RegistryConfig::new(&url)).expect("the registry URL is an http:// URL");
+    match client
+        .subject_version(&unique("probe"), Version::Latest)
+        .await
+    {
         Err(Error::NotFound { .. }) => client,
         Err(e) if e.is_transient() => panic!(
             "Apicurio Registry is not reachable at {url} ({e}): run `scripts/services registry` or set REGISTRY_URL"
         ),
-        other => panic!("the registry at {url} answered a probe for a subject that cannot exist with {other:?}"),
+        other => panic!(
+            "the registry at {url} answered a probe for a subject that cannot exist with {other:?}"
+        ),
     }
 }
 
@@ -59,7 +66,10 @@ fn unique(what: &str) -> String {
 }
 
 fn order() -> OrderV1 {
-    OrderV1 { id: "o-1".to_owned(), amount: 4200 }
+    OrderV1 {
+        id: "o-1".to_owned(),
+        amount: 4200,
+    }
 }
 
 #[tokio::test]
@@ -77,12 +87,24 @@ async fn a_record_encoded_under_its_topic_subject_decodes_into_the_type() {
     .with_auto_register(true);
     assert_eq!(encoder.subject(), format!("{topic}-value"));
 
-    let bytes = encoder.encode(&order()).await.expect("the registry registers v1 and the order fits it");
-    let schema_id = encoder.schema_id().await.expect("the id is known once encoded");
-    assert_eq!(decode_frame(&bytes).expect("a framed payload").schema_id, schema_id);
+    let bytes = encoder
+        .encode(&order())
+        .await
+        .expect("the registry registers v1 and the order fits it");
+    let schema_id = encoder
+        .schema_id()
+        .await
+        .expect("the id is known once encoded");
+    assert_eq!(
+        decode_frame(&bytes).expect("a framed payload").schema_id,
+        schema_id
+    );
 
     let decoder = AvroDecoder::new(registry.clone(), ORDER_V1).expect("the v1 schema parses");
-    let decoded: OrderV1 = decoder.decode(&bytes).await.expect("the payload decodes with its own schema");
+    let decoded: OrderV1 = decoder
+        .decode(&bytes)
+        .await
+        .expect("the payload decodes with its own schema");
     assert_eq!(decoded, order());
 
     let latest = registry
@@ -96,22 +118,38 @@ async fn a_record_encoded_under_its_topic_subject_decodes_into_the_type() {
 async fn without_auto_registration_only_a_registered_schema_is_produced() {
     let registry = registry().await;
     let subject = unique("orders-value");
-    let encoder = AvroEncoder::new(registry.clone(), &subject, ORDER_V1).expect("the v1 schema parses");
-    let error = encoder.encode(&order()).await.expect_err("nothing is registered under the subject");
+    let encoder =
+        AvroEncoder::new(registry.clone(), &subject, ORDER_V1).expect("the v1 schema parses");
+    let error = encoder
+        .encode(&order())
+        .await
+        .expect_err("nothing is registered under the subject");
     assert!(matches!(error, Error::NotFound { .. }), "{error}");
     assert!(!error.is_poison() && !error.is_transient(), "{error}");
 
-    let id = registry.register(&subject, &Schema::avro(ORDER_V1)).await.expect("v1 registers");
+    let id = registry
+        .register(&subject, &Schema::avro(ORDER_V1))
+        .await
+        .expect("v1 registers");
     let encoder = AvroEncoder::new(registry, &subject, ORDER_V1).expect("the v1 schema parses");
-    let bytes = encoder.encode(&order()).await.expect("the schema is found by lookup");
-    assert_eq!(decode_frame(&bytes).expect("a framed payload").schema_id, id);
+    let bytes = encoder
+        .encode(&order())
+        .await
+        .expect("the schema is found by lookup");
+    assert_eq!(
+        decode_frame(&bytes).expect("a framed payload").schema_id,
+        id
+    );
 }
 
 #[tokio::test]
 async fn a_v1_reader_reads_v2_records_under_backward_and_an_incompatible_v3_is_refused() {
     let registry = registry().await;
     let subject = unique("orders-value");
-    let v1 = registry.register(&subject, &Schema::avro(ORDER_V1)).await.expect("v1 registers");
+    let v1 = registry
+        .register(&subject, &Schema::avro(ORDER_V1))
+        .await
+        .expect("v1 registers");
     registry
         .set_compatibility(&subject, Compatibility::Backward)
         .await
@@ -121,18 +159,37 @@ async fn a_v1_reader_reads_v2_records_under_backward_and_an_incompatible_v3_is_r
         .check_compatibility(&subject, &Schema::avro(ORDER_V2))
         .await
         .expect("the registry checks v2");
-    assert!(check.is_compatible, "v2 adds a field with a default: {check:?}");
+    assert!(
+        check.is_compatible,
+        "v2 adds a field with a default: {check:?}"
+    );
     let v2_encoder = AvroEncoder::new(registry.clone(), &subject, ORDER_V2)
         .expect("the v2 schema parses")
         .with_auto_register(true);
-    let v2_order = OrderV2 { id: "o-2".to_owned(), amount: 99, currency: "CHF".to_owned() };
-    let bytes = v2_encoder.encode(&v2_order).await.expect("v2 registers under BACKWARD");
+    let v2_order = OrderV2 {
+        id: "o-2".to_owned(),
+        amount: 99,
+        currency: "CHF".to_owned(),
+    };
+    let bytes = v2_encoder
+        .encode(&v2_order)
+        .await
+        .expect("v2 registers under BACKWARD");
     let v2 = v2_encoder.schema_id().await.expect("v2 has an id");
     assert_ne!(v1, v2);
 
     let v1_reader = AvroDecoder::new(registry.clone(), ORDER_V1).expect("the v1 schema parses");
-    let read: OrderV1 = v1_reader.decode(&bytes).await.expect("a v1 reader reads a v2 record");
-    assert_eq!(read, OrderV1 { id: "o-2".to_owned(), amount: 99 });
+    let read: OrderV1 = v1_reader
+        .decode(&bytes)
+        .await
+        .expect("a v1 reader reads a v2 record");
+    assert_eq!(
+        read,
+        OrderV1 {
+            id: "o-2".to_owned(),
+            amount: 99
+        }
+    );
 
     let v1_bytes = AvroEncoder::new(registry.clone(), &subject, ORDER_V1)
         .expect("the v1 schema parses")
@@ -140,19 +197,31 @@ async fn a_v1_reader_reads_v2_records_under_backward_and_an_incompatible_v3_is_r
         .await
         .expect("v1 is still registered");
     let v2_reader = AvroDecoder::new(registry.clone(), ORDER_V2).expect("the v2 schema parses");
-    let read: OrderV2 = v2_reader.decode(&v1_bytes).await.expect("a v2 reader reads a v1 record");
-    assert_eq!(read.currency, "EUR", "the reader's default fills the field v1 lacks");
+    let read: OrderV2 = v2_reader
+        .decode(&v1_bytes)
+        .await
+        .expect("a v2 reader reads a v1 record");
+    assert_eq!(
+        read.currency, "EUR",
+        "the reader's default fills the field v1 lacks"
+    );
 
     let check = registry
         .check_compatibility(&subject, &Schema::avro(ORDER_V3))
         .await
         .expect("the registry checks v3");
-    assert!(!check.is_compatible, "v3 adds a field without a default: {check:?}");
+    assert!(
+        !check.is_compatible,
+        "v3 adds a field without a default: {check:?}"
+    );
     let error = registry
         .register(&subject, &Schema::avro(ORDER_V3))
         .await
         .expect_err("the registry refuses v3 under BACKWARD");
-    assert!(matches!(&error, Error::Incompatible { subject: s, .. } if *s == subject), "{error}");
+    assert!(
+        matches!(&error, Error::Incompatible { subject: s, .. } if *s == subject),
+        "{error}"
+    );
     assert!(error.to_string().contains("incompatible"), "{error}");
 }
 
@@ -165,7 +234,10 @@ async fn an_unknown_schema_id_is_poison_with_the_id() {
         .decode::<OrderV1>(&encode_frame(unknown, b"\x06o-1\x02"))
         .await
         .expect_err("no registry holds two billion schemas");
-    assert!(matches!(error, Error::UnknownSchema { schema_id, .. } if schema_id == unknown), "{error}");
+    assert!(
+        matches!(error, Error::UnknownSchema { schema_id, .. } if schema_id == unknown),
+        "{error}"
+    );
     assert!(error.is_poison() && !error.is_transient(), "{error}");
     assert_eq!(error.schema_id(), Some(unknown));
 }
@@ -180,12 +252,24 @@ async fn a_bad_magic_byte_a_truncated_header_and_a_truncated_record_are_poison()
     let bytes = encoder.encode(&order()).await.expect("v1 registers");
     let decoder = AvroDecoder::new(registry, ORDER_V1).expect("the v1 schema parses");
 
-    let error = decoder.decode::<OrderV1>(br#"{"id":"o-1"}"#).await.expect_err("JSON is not framed");
-    assert!(matches!(error, Error::Wire(WireError::BadMagic { found: b'{' })), "{error}");
+    let error = decoder
+        .decode::<OrderV1>(br#"{"id":"o-1"}"#)
+        .await
+        .expect_err("JSON is not framed");
+    assert!(
+        matches!(error, Error::Wire(WireError::BadMagic { found: b'{' })),
+        "{error}"
+    );
     assert!(error.is_poison(), "{error}");
 
-    let error = decoder.decode::<OrderV1>(&bytes[..3]).await.expect_err("three bytes are no header");
-    assert!(matches!(error, Error::Wire(WireError::TruncatedHeader { len: 3 })), "{error}");
+    let error = decoder
+        .decode::<OrderV1>(&bytes[..3])
+        .await
+        .expect_err("three bytes are no header");
+    assert!(
+        matches!(error, Error::Wire(WireError::TruncatedHeader { len: 3 })),
+        "{error}"
+    );
     assert!(error.is_poison(), "{error}");
 
     let error = decoder
@@ -197,8 +281,14 @@ async fn a_bad_magic_byte_a_truncated_header_and_a_truncated_record_are_poison()
 
     let mut longer = bytes.clone();
     longer.push(0);
-    let error = decoder.decode::<OrderV1>(&longer).await.expect_err("a byte follows the record");
-    assert!(error.to_string().contains("left after the record"), "{error}");
+    let error = decoder
+        .decode::<OrderV1>(&longer)
+        .await
+        .expect_err("a byte follows the record");
+    assert!(
+        error.to_string().contains("left after the record"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -214,7 +304,10 @@ async fn a_record_that_does_not_resolve_into_the_readers_schema_is_poison() {
     let other = r#"{"type": "record", "name": "OrderPlaced", "namespace": "shop",
       "fields": [{"name": "id", "type": "long"}]}"#;
     let decoder = AvroDecoder::new(registry, other).expect("the other schema parses");
-    let error = decoder.decode_value(&bytes).await.expect_err("a string id does not resolve into a long");
+    let error = decoder
+        .decode_value(&bytes)
+        .await
+        .expect_err("a string id does not resolve into a long");
     assert!(matches!(error, Error::Undecodable { .. }), "{error}");
     assert!(error.is_poison(), "{error}");
 }
@@ -233,7 +326,10 @@ async fn the_record_name_strategies_register_under_the_full_name() {
     .expect("the v1 schema parses")
     .with_auto_register(true);
     assert_eq!(encoder.subject(), format!("{topic}-shop.OrderPlaced"));
-    let bytes = encoder.encode(&order()).await.expect("v1 registers under the topic-record subject");
+    let bytes = encoder
+        .encode(&order())
+        .await
+        .expect("v1 registers under the topic-record subject");
     let decoded: OrderV1 = AvroDecoder::new(registry, ORDER_V1)
         .expect("the v1 schema parses")
         .decode(&bytes)
@@ -257,5 +353,8 @@ async fn a_registry_where_nothing_listens_is_transient_not_poison() {
         .await
         .expect_err("nothing answers");
     assert!(error.is_transient() && !error.is_poison(), "{error}");
-    assert!(error.to_string().contains(&url), "the error names the registry: {error}");
+    assert!(
+        error.to_string().contains(&url),
+        "the error names the registry: {error}"
+    );
 }
