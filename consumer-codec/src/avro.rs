@@ -10,9 +10,9 @@ use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
+use crate::registration::Registration;
 use crate::registry::{RegistryClient, Schema, SchemaType};
 use crate::subject::{MessagePart, SubjectNameStrategy};
 use crate::wire::{decode_frame, write_header};
@@ -109,19 +109,11 @@ impl AvroDecoder {
         {
             return Ok(Arc::clone(parsed));
         }
-        let registered = self.registry.schema_by_id(schema_id).await?;
+        let registered = self
+            .registry
+            .writer_schema(schema_id, SchemaType::Avro)
+            .await?;
         let unusable = |reason: String| Error::UnusableSchema { schema_id, reason };
-        if registered.schema_type != SchemaType::Avro {
-            return Err(unusable(format!(
-                "it is a {:?} schema, and this decoder reads Avro",
-                registered.schema_type
-            )));
-        }
-        if !registered.references.is_empty() {
-            return Err(unusable(
-                "it refers to other schemas, which this decoder does not fetch yet".to_owned(),
-            ));
-        }
         let parsed = apache_avro::Schema::parse_str(&registered.schema)
             .map_err(|e| unusable(format!("the registry's Avro schema does not parse: {e}")))?;
         let parsed = Arc::new(parsed);
@@ -138,12 +130,8 @@ impl AvroDecoder {
 /// registers it after the compatibility check).
 #[derive(Debug)]
 pub struct AvroEncoder {
-    registry: RegistryClient,
-    subject: String,
+    registration: Registration,
     parsed: apache_avro::Schema,
-    schema: Schema,
-    auto_register: bool,
-    schema_id: OnceCell<u32>,
 }
 
 impl AvroEncoder {
@@ -158,12 +146,8 @@ impl AvroEncoder {
             reason: format!("the Avro schema to produce with does not parse: {e}"),
         })?;
         Ok(Self {
-            registry,
-            subject: subject.into(),
+            registration: Registration::new(registry, subject.into(), Schema::avro(schema)),
             parsed,
-            schema: Schema::avro(schema),
-            auto_register: false,
-            schema_id: OnceCell::new(),
         })
     }
 
@@ -184,7 +168,7 @@ impl AvroEncoder {
     ) -> Result<Self> {
         let mut encoder = Self::new(registry, String::new(), schema)?;
         let record_name = encoder.parsed.name().map(|name| name.fullname(None));
-        encoder.subject = strategy.subject(topic, part, record_name.as_deref())?;
+        encoder.registration.subject = strategy.subject(topic, part, record_name.as_deref())?;
         Ok(encoder)
     }
 
@@ -192,13 +176,13 @@ impl AvroEncoder {
     /// development. Off by default, so that a producer cannot add a version
     /// nobody checked.
     pub fn with_auto_register(mut self, auto_register: bool) -> Self {
-        self.auto_register = auto_register;
+        self.registration.auto_register = auto_register;
         self
     }
 
     /// The subject the schema is registered under.
     pub fn subject(&self) -> &str {
-        &self.subject
+        &self.registration.subject
     }
 
     /// The registry's id of the schema, found on first use.
@@ -209,17 +193,7 @@ impl AvroEncoder {
     /// does not hold the schema; [`Error::Incompatible`] when registering
     /// is refused; [`Error::Unavailable`] when the registry does not answer.
     pub async fn schema_id(&self) -> Result<u32> {
-        let id = self
-            .schema_id
-            .get_or_try_init(|| async {
-                if self.auto_register {
-                    self.registry.register(&self.subject, &self.schema).await
-                } else {
-                    Ok(self.registry.lookup(&self.subject, &self.schema).await?.id)
-                }
-            })
-            .await?;
-        Ok(*id)
+        self.registration.schema_id().await
     }
 
     /// Encodes `value`: the header with the schema's id, then the Avro
@@ -232,7 +206,7 @@ impl AvroEncoder {
     pub async fn encode<T: Serialize>(&self, value: &T) -> Result<Vec<u8>> {
         let schema_id = self.schema_id().await?;
         let unencodable = |e: apache_avro::Error| Error::Unencodable {
-            subject: self.subject.clone(),
+            subject: self.registration.subject.clone(),
             reason: e.to_string(),
         };
         let writer = GenericDatumWriter::builder(&self.parsed)

@@ -49,6 +49,9 @@
 //!   resolved into the reader's, into a serde type) and
 //!   [`AvroEncoder`](avro::AvroEncoder) (auto-registration off unless
 //!   switched on).
+//! * [`protobuf`]: [`ProtobufDecoder`](protobuf::ProtobufDecoder) and
+//!   [`ProtobufEncoder`](protobuf::ProtobufEncoder), into and from `prost`
+//!   types, with the message indexes.
 //! * [`Error`] says whose fault a failure is: [`Error::is_poison`] (the
 //!   message's: dead letter it with [`Error::schema_id`]) or
 //!   [`Error::is_transient`] (the registry's, for now: back off).
@@ -61,6 +64,11 @@ pub mod wire;
 #[cfg(feature = "avro")]
 #[cfg_attr(docsrs, doc(cfg(feature = "avro")))]
 pub mod avro;
+#[cfg(feature = "protobuf")]
+#[cfg_attr(docsrs, doc(cfg(feature = "protobuf")))]
+pub mod protobuf;
+#[cfg(any(feature = "avro", feature = "protobuf"))]
+mod registration;
 #[cfg(feature = "registry")]
 #[cfg_attr(docsrs, doc(cfg(feature = "registry")))]
 pub mod registry;

@@ -358,3 +358,123 @@ async fn a_registry_where_nothing_listens_is_transient_not_poison() {
         "the error names the registry: {error}"
     );
 }
+
+/// Protobuf: a `prost` message under a `.proto` schema.
+mod protobuf {
+    use super::{registry, unique};
+    use consumer_codec::Error;
+    use consumer_codec::protobuf::{ProtobufDecoder, ProtobufEncoder};
+    use consumer_codec::wire::decode_protobuf_frame;
+
+    const PROTO: &str = "syntax = \"proto3\";\npackage shop;\n\n\
+        message OrderPlaced {\n  string id = 1;\n  int64 amount = 2;\n}\n\n\
+        message OrderCancelled {\n  string id = 1;\n  string reason = 2;\n}\n";
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OrderPlaced {
+        #[prost(string, tag = "1")]
+        id: String,
+        #[prost(int64, tag = "2")]
+        amount: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OrderCancelled {
+        #[prost(string, tag = "1")]
+        id: String,
+        #[prost(string, tag = "2")]
+        reason: String,
+    }
+
+    #[tokio::test]
+    async fn a_message_round_trips_with_its_message_indexes() {
+        let registry = registry().await;
+        let subject = unique("orders-value");
+        let placed = OrderPlaced {
+            id: "o-1".to_owned(),
+            amount: 4200,
+        };
+        let encoder =
+            ProtobufEncoder::new(registry.clone(), &subject, PROTO).with_auto_register(true);
+        let bytes = encoder
+            .encode(&placed)
+            .await
+            .expect("the registry registers the .proto");
+        assert_eq!(
+            bytes[5], 0,
+            "the first message type is written as a single 0"
+        );
+
+        let decoder = ProtobufDecoder::new(registry.clone());
+        let decoded = decoder
+            .decode::<OrderPlaced>(&bytes)
+            .await
+            .expect("the payload decodes");
+        assert_eq!(decoded.message, placed);
+        assert_eq!(decoded.message_indexes, [0]);
+        assert_eq!(Some(decoded.schema_id), encoder.schema_id().await.ok());
+
+        let cancelled = OrderCancelled {
+            id: "o-1".to_owned(),
+            reason: "late".to_owned(),
+        };
+        let bytes = ProtobufEncoder::new(registry, &subject, PROTO)
+            .with_message_indexes(vec![1])
+            .encode(&cancelled)
+            .await
+            .expect("the schema is registered: found by lookup");
+        assert_eq!(
+            decode_protobuf_frame(&bytes)
+                .expect("framed")
+                .message_indexes,
+            [1]
+        );
+        let decoded = decoder
+            .decode::<OrderCancelled>(&bytes)
+            .await
+            .expect("the second type decodes");
+        assert_eq!(decoded.message, cancelled);
+    }
+
+    #[tokio::test]
+    async fn an_avro_schema_id_or_bytes_that_are_not_the_type_are_poison() {
+        let registry = registry().await;
+        let avro = consumer_codec::avro::AvroEncoder::new(
+            registry.clone(),
+            unique("avro-value"),
+            super::ORDER_V1,
+        )
+        .expect("the v1 schema parses")
+        .with_auto_register(true)
+        .encode(&super::order())
+        .await
+        .expect("v1 registers");
+        let mut framed = avro[..5].to_vec();
+        framed.push(0);
+        framed.extend_from_slice(&avro[5..]);
+        let decoder = ProtobufDecoder::new(registry.clone());
+        let error = decoder
+            .decode::<OrderPlaced>(&framed)
+            .await
+            .expect_err("an Avro schema id");
+        assert!(matches!(error, Error::UnusableSchema { .. }), "{error}");
+        assert!(error.is_poison(), "{error}");
+
+        let encoder =
+            ProtobufEncoder::new(registry, unique("orders-value"), PROTO).with_auto_register(true);
+        let mut bytes = encoder
+            .encode(&OrderPlaced {
+                id: "o-1".to_owned(),
+                amount: 1,
+            })
+            .await
+            .expect("the registry registers the .proto");
+        bytes.truncate(bytes.len() - 1);
+        let error = decoder
+            .decode::<OrderPlaced>(&bytes)
+            .await
+            .expect_err("the message is cut short");
+        assert!(matches!(error, Error::Undecodable { .. }), "{error}");
+        assert!(error.is_poison() && error.schema_id().is_some(), "{error}");
+    }
+}

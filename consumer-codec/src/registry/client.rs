@@ -121,6 +121,34 @@ impl RegistryClient {
         Ok(schema)
     }
 
+    /// The writer's schema of a payload, which a codec of `expected` can
+    /// use: [`Error::UnusableSchema`] (poison) when it is another type, or
+    /// refers to other schemas (not fetched yet).
+    #[cfg(any(feature = "avro", feature = "protobuf"))]
+    pub(crate) async fn writer_schema(
+        &self,
+        id: u32,
+        expected: super::api::SchemaType,
+    ) -> Result<Arc<Schema>> {
+        let schema = self.schema_by_id(id).await?;
+        let unusable = |reason: String| Error::UnusableSchema {
+            schema_id: id,
+            reason,
+        };
+        if schema.schema_type != expected {
+            return Err(unusable(format!(
+                "it is a {:?} schema, and this decoder reads {expected:?}",
+                schema.schema_type
+            )));
+        }
+        if !schema.references.is_empty() {
+            return Err(unusable(
+                "it refers to other schemas, which this decoder does not fetch yet".to_owned(),
+            ));
+        }
+        Ok(schema)
+    }
+
     /// A version of `subject` (`GET /subjects/{subject}/versions/{version}`);
     /// numbered versions are cached, the latest is asked each time.
     ///
@@ -192,12 +220,16 @@ impl RegistryClient {
         let reply = self
             .call::<SubjectVersion>(Method::POST, &path, Some(schema.to_body()))
             .await?;
-        let found = Arc::new(reply.map_err(|refusal| match refusal.status {
+        let mut found = reply.map_err(|refusal| match refusal.status {
             StatusCode::NOT_FOUND => {
                 self.not_found(format!("such schema under subject `{subject}`"))
             }
             _ => self.refused(Method::POST, &path, refusal),
-        })?);
+        })?;
+        // What was found is the schema sent, type included: Apicurio leaves
+        // `schemaType` out of this reply, which would read as Avro.
+        found.schema.schema_type = schema.schema_type;
+        let found = Arc::new(found);
         self.inner.cache.keep_version(Arc::clone(&found));
         self.inner.cache.keep_id(subject, schema, found.id);
         Ok(found)
