@@ -80,17 +80,4 @@ ensure_registry() {
   say "Apicurio Registry $registry_version (pid $pid) started in $(since "$t0") at $registry_url, log in $dir/server.log"
 }
 
-stop_registry() {
-  local f="$services_dir/registry.pid"
-  [ -f "$f" ] || return 0
-  local pid i; pid="$(cat "$f")"
-  rm -f "$f"
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill "$pid" 2>/dev/null
-  for i in $(seq 1 20); do
-    kill -0 "$pid" 2>/dev/null || { say "stopped Apicurio Registry (pid $pid)"; return 0; }
-    sleep 0.5
-  done
-  kill -KILL "$pid" 2>/dev/null
-  say "Apicurio Registry (pid $pid) did not exit within 10 s of SIGTERM: SIGKILL"
-}
+stop_registry() { stop_pidfile "$services_dir/registry.pid" "Apicurio Registry"; }
