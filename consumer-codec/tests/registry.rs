@@ -478,3 +478,21 @@ mod protobuf {
         assert!(error.is_poison() && error.schema_id().is_some(), "{error}");
     }
 }
+
+#[tokio::test]
+async fn a_registry_that_takes_the_connection_and_never_answers_times_out_as_transient() {
+    // The kernel completes the handshake on the listener's backlog; nobody
+    // ever reads the request.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the OS lends a free port");
+    let port = listener
+        .local_addr()
+        .expect("a bound listener has an address")
+        .port();
+    let config = RegistryConfig::new(format!("http://127.0.0.1:{port}"))
+        .with_timeout(std::time::Duration::from_millis(300));
+    let registry = RegistryClient::new(config).expect("an http:// URL");
+    let error = registry.schema_by_id(1).await.expect_err("nothing answers");
+    assert!(error.is_transient() && !error.is_poison(), "{error}");
+    assert!(error.to_string().contains("timeout"), "{error}");
+    drop(listener);
+}
