@@ -75,8 +75,8 @@ pub enum WireError {
 /// predicate: [`is_poison`](Self::is_poison) (the message is at fault: dead
 /// letter it), [`is_transient`](Self::is_transient) (the registry may
 /// answer later: back off and try again, never dead letter), and the rest,
-/// which a change of configuration or schema fixes (neither dead letter
-/// the message nor count on a retry).
+/// which a change of configuration, of a schema or of this crate fixes
+/// (neither dead letter the message nor count on a retry).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -111,6 +111,16 @@ pub enum Error {
         schema_id: u32,
         /// Why the schema cannot be used.
         reason: String,
+    },
+    /// The writer's schema uses what this crate does not handle yet (a
+    /// schema that refers to other registered schemas). Not poison: the
+    /// message is fine, and a later version of this crate reads it.
+    #[error("schema id {schema_id} needs what consumer-codec does not support yet: {what}")]
+    Unsupported {
+        /// The writer's schema id.
+        schema_id: u32,
+        /// What is not supported.
+        what: String,
     },
     /// The registry did not answer: refused connection, timeout, HTTP 5xx,
     /// 408 or 429, or a reply that is not the API's. Transient.
@@ -214,7 +224,8 @@ impl Error {
         match self {
             Self::UnknownSchema { schema_id, .. }
             | Self::Undecodable { schema_id, .. }
-            | Self::UnusableSchema { schema_id, .. } => Some(*schema_id),
+            | Self::UnusableSchema { schema_id, .. }
+            | Self::Unsupported { schema_id, .. } => Some(*schema_id),
             _ => None,
         }
     }
@@ -259,11 +270,17 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_of_the_configuration_is_neither() {
+    fn a_refusal_of_the_configuration_or_a_missing_feature_is_neither() {
         let error = Error::Incompatible {
             subject: "s".into(),
             message: "m".into(),
         };
         assert!(!error.is_transient() && !error.is_poison());
+        let error = Error::Unsupported {
+            schema_id: 7,
+            what: "references".into(),
+        };
+        assert!(!error.is_transient() && !error.is_poison());
+        assert_eq!(error.schema_id(), Some(7));
     }
 }

@@ -122,8 +122,9 @@ impl RegistryClient {
     }
 
     /// The writer's schema of a payload, which a codec of `expected` can
-    /// use: [`Error::UnusableSchema`] (poison) when it is another type, or
-    /// refers to other schemas (not fetched yet).
+    /// use: [`Error::UnusableSchema`] (poison) when it is another type,
+    /// [`Error::Unsupported`] when it refers to other schemas (not fetched
+    /// yet).
     #[cfg(any(feature = "avro", feature = "protobuf"))]
     pub(crate) async fn writer_schema(
         &self,
@@ -142,9 +143,10 @@ impl RegistryClient {
             )));
         }
         if !schema.references.is_empty() {
-            return Err(unusable(
-                "it refers to other schemas, which this decoder does not fetch yet".to_owned(),
-            ));
+            return Err(Error::Unsupported {
+                schema_id: id,
+                what: "a schema that refers to other registered schemas".to_owned(),
+            });
         }
         Ok(schema)
     }
