@@ -290,6 +290,14 @@ impl RegistryClient {
         path: &[&str],
         body: Option<serde_json::Value>,
     ) -> Result<Result<T, Refusal>> {
+        // Segments are percent-encoded below, so a subject cannot reach
+        // another path; an empty one would name a different resource.
+        if path.iter().any(|segment| segment.is_empty()) {
+            return Err(Error::Config(format!(
+                "`{}` has an empty subject: name the subject",
+                request_line(&method, path)
+            )));
+        }
         let mut url = self.inner.base.clone();
         url.path_segments_mut()
             .map_err(|()| {
@@ -415,6 +423,18 @@ mod tests {
     fn https_needs_the_tls_feature() {
         let built = RegistryClient::new(RegistryConfig::new("https://registry.example"));
         assert_eq!(built.is_ok(), cfg!(feature = "tls"), "{built:?}");
+    }
+
+    #[tokio::test]
+    async fn an_empty_subject_is_refused_before_anything_is_sent() {
+        // Nothing listens on port 9 here: a request sent would be transient.
+        let client =
+            RegistryClient::new(RegistryConfig::new("http://127.0.0.1:9")).expect("an http:// URL");
+        let error = client
+            .subject_version("", Version::Latest)
+            .await
+            .expect_err("an empty subject");
+        assert!(matches!(error, Error::Config(_)), "{error}");
     }
 
     #[test]
