@@ -5,7 +5,9 @@
 # empty). It serves the Confluent-compatible API at
 # http://127.0.0.1:8081/apis/ccompat/v7, which consumer-codec speaks.
 # REGISTRY_URL points the tests at another registry instead (that base URL,
-# Confluent's or Apicurio's ccompat one), and then nothing is started.
+# Confluent's or Apicurio's ccompat one); on another host nothing is
+# started, on 127.0.0.1 Apicurio is started on the URL's port when nothing
+# answers there (scripts/test exports the default URL).
 #
 # Differences from Confluent's registry the tests allow for: ids may skip
 # numbers, and `GET /mode` is not supported.
@@ -14,14 +16,18 @@
 
 registry_version=2.6.13.Final
 registry_home="$tools_dir/apicurio-registry-$registry_version"
-registry_port="${REGISTRY_PORT:-8081}"
-registry_url="${REGISTRY_URL:-http://127.0.0.1:$registry_port/apis/ccompat/v7}"
+registry_path=/apis/ccompat/v7
+registry_url="${REGISTRY_URL:-http://127.0.0.1:8081$registry_path}"
+registry_url="${registry_url%/}"
+registry_hostport="${registry_url#*://}"; registry_hostport="${registry_hostport%%/*}"
+registry_host="${registry_hostport%:*}"; registry_port="${registry_hostport##*:}"
+[ "$registry_port" = "$registry_hostport" ] && registry_port=80
 registry_tarball_url="https://repo1.maven.org/maven2/io/apicurio/apicurio-registry-app/$registry_version/apicurio-registry-app-$registry_version-all.tar.gz"
 
 # Up when the ccompat API lists its subjects (a JSON array): a port that
 # takes connections could be another program, or Quarkus still starting.
 registry_up() {
-  command -v curl >/dev/null || { tcp_up 127.0.0.1 "$registry_port"; return; }
+  command -v curl >/dev/null || { tcp_up "$registry_host" "$registry_port"; return; }
   curl -sf -m 2 "$registry_url/subjects" 2>/dev/null | grep -q '^\['
 }
 
@@ -53,17 +59,17 @@ ensure_registry_installed() {
 }
 
 ensure_registry() {
-  if [ -n "${REGISTRY_URL:-}" ]; then
-    if registry_up; then say "the schema registry is up at $registry_url (REGISTRY_URL)"; return; fi
-    die "no schema registry answers at $registry_url (REGISTRY_URL): start that registry, or unset REGISTRY_URL to have Apicurio Registry started on 127.0.0.1:$registry_port."
-  fi
-  if registry_up; then say "Apicurio Registry is up at $registry_url"; return; fi
+  if registry_up; then say "the schema registry is up at $registry_url"; return; fi
   if use_docker; then
     compose_up registry
     wait_until 90 registry_up || die "the docker compose registry does not answer at $registry_url within 90 s."
     say "Apicurio Registry is up at $registry_url (docker compose)"
     return
   fi
+  is_local_host "$registry_host" \
+    || die "no schema registry answers at $registry_url (REGISTRY_URL): start that registry, or unset REGISTRY_URL to have Apicurio Registry started on 127.0.0.1:8081."
+  [ "${registry_url#*://"$registry_hostport"}" = "$registry_path" ] \
+    || die "nothing answers at $registry_url (REGISTRY_URL), and the Apicurio Registry this script starts serves http://$registry_hostport$registry_path: point REGISTRY_URL there, or at a registry you run."
   java_ok || die "Apicurio Registry needs Java 17 or newer and this machine has $(java -version 2>&1 | head -n 1 || echo none): install openjdk-17-jre-headless, or point REGISTRY_URL at a running registry."
   ensure_registry_installed
   local dir="$services_dir/registry" t0 pid jar
