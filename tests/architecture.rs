@@ -1,7 +1,7 @@
 //! The house's rules, read from the dependency graph and the source: the
-//! backends depend on `consumer-backend` and never on the runtime, core's
-//! modules depend on each other without a loop, and the root stays the
-//! application's (at most 35 names).
+//! backends depend on `consumer-backend` and never on the runtime, the
+//! codec crate on neither, core's modules depend on each other without a
+//! loop, and the root stays the application's (at most 35 names).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -105,6 +105,20 @@ fn the_backend_crates_depend_on_the_backend_crate_and_never_on_the_runtime() {
         graph["consumer-core"].contains("consumer-backend"),
         "the runtime builds on the backend crate"
     );
+}
+
+#[test]
+fn the_codec_crate_depends_on_neither_the_runtime_nor_the_backend_crate() {
+    let graph = library_dependencies();
+    let deps = graph
+        .get("consumer-codec")
+        .unwrap_or_else(|| panic!("consumer-codec is not in the workspace: {:?}", graph.keys()));
+    for inner in ["consumer-core", "consumer-backend"] {
+        assert!(
+            !deps.contains(inner),
+            "consumer-codec depends on {inner}: codecs are a part of their own, which the runtime will call"
+        );
+    }
 }
 
 /// Core's top-level modules and the ones each uses (`crate::<module>`),

@@ -91,3 +91,21 @@ spawn_detached() {
     echo $!
   )
 }
+
+# Stops the process whose pid file is $1 (named $2 in messages) and waits
+# until it has exited: SIGTERM, then SIGKILL after 10 s. Nothing to do when
+# there is no pid file or the process is gone.
+stop_pidfile() {
+  local f="$1" label="$2"
+  [ -f "$f" ] || return 0
+  local pid i; pid="$(cat "$f")"
+  rm -f "$f"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null
+  for i in $(seq 1 20); do
+    kill -0 "$pid" 2>/dev/null || { say "stopped $label (pid $pid)"; return 0; }
+    sleep 0.5
+  done
+  kill -KILL "$pid" 2>/dev/null
+  say "$label (pid $pid) did not exit within 10 s of SIGTERM: SIGKILL"
+}

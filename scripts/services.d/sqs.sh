@@ -88,17 +88,4 @@ sqs_python() {
   echo "$sqs_venv/bin/python"
 }
 
-stop_sqs() {
-  local f="$services_dir/sqs.pid"
-  [ -f "$f" ] || return 0
-  local pid i; pid="$(cat "$f")"
-  rm -f "$f"
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill "$pid" 2>/dev/null
-  for i in $(seq 1 20); do
-    kill -0 "$pid" 2>/dev/null || { say "stopped moto (pid $pid)"; return 0; }
-    sleep 0.5
-  done
-  kill -KILL "$pid" 2>/dev/null
-  say "moto (pid $pid) did not exit within 10 s of SIGTERM: SIGKILL"
-}
+stop_sqs() { stop_pidfile "$services_dir/sqs.pid" "moto"; }

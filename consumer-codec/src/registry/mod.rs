@@ -1,0 +1,13 @@
+//! A thin client of the Confluent-compatible schema registry API, with
+//! caching and classified failures.
+
+mod api;
+mod cache;
+mod client;
+mod config;
+
+pub use api::{
+    Compatibility, CompatibilityCheck, Schema, SchemaReference, SchemaType, SubjectVersion, Version,
+};
+pub use client::RegistryClient;
+pub use config::{RegistryAuth, RegistryConfig};
