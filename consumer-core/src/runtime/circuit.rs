@@ -34,9 +34,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// When a handler's circuit opens and how long it stays open; see the
-/// [module](self). Set with
+/// When a handler's circuit opens and how long it stays open. Set with
 /// [`Consumer::with_circuit`](super::Consumer::with_circuit).
+///
+/// Closed, a success clears the streak and a transient failure adds its
+/// message to it; [`opens_after`](Self::opens_after) different messages in
+/// the streak open the circuit (one message failing again and again counts
+/// once). Open, the consumer takes no new deliveries and those it holds
+/// wait before their next attempt, spending none. After the open time the
+/// delivery that waited longest runs as the probe: a success closes the
+/// circuit; a failure opens it again for twice as long (at most
+/// [`max_open_for`](Self::max_open_for)) and counts as an attempt of the
+/// probe's message. Poison and terminal failures leave it as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CircuitPolicy {
     opens_after: u32,
