@@ -8,7 +8,6 @@ use opentelemetry::metrics::{Counter, Meter, UpDownCounter};
 use super::attr::{CIRCUIT_STATE, CONSUMER_GROUP, HANDLER, MESSAGING_SYSTEM};
 use super::catalogue::{Instrument, MetricSpec};
 use super::source::SourceSeries;
-use crate::runtime::circuit::Transition;
 
 /// `consumer.circuit.open`: handlers whose circuit is open (1) or closed
 /// (0); the consumer takes no deliveries while one is open.
@@ -46,14 +45,12 @@ impl CircuitInstruments {
         }
     }
 
-    /// Records `handler`'s circuit going through `transition`.
-    pub(crate) fn record(&self, handler: &'static str, transition: Transition) {
+    /// Records `handler`'s circuit going to `state` (`open`, `closed`),
+    /// `open` added to the open circuits (1 when it opens, 0 when it opens
+    /// again after a failed probe, -1 when it closes).
+    pub(crate) fn record(&self, handler: &'static str, state: &'static str, open: i64) {
         let mut attrs = self.base.clone();
         attrs.push(KeyValue::new(HANDLER, handler));
-        let (state, open) = match transition {
-            Transition::Opened { reopened, .. } => ("open", if reopened { 0 } else { 1 }),
-            Transition::Closed { .. } => ("closed", -1),
-        };
         if open != 0 {
             self.open.add(open, &attrs);
         }

@@ -12,7 +12,6 @@ use super::catalogue;
 use super::circuit::CircuitInstruments;
 use super::source::{SourceInstruments, SourceSeries};
 use crate::envelope::Envelope;
-use crate::runtime::circuit::Transition;
 
 type Attrs = SmallVec<[KeyValue; 8]>;
 
@@ -322,7 +321,7 @@ impl ConsumerMetrics {
         self.unknown_types.add(1, &self.base(envelope));
     }
 
-    pub(crate) fn circuit(&self, handler: &'static str, transition: Transition) {
-        self.circuits.record(handler, transition);
+    pub(crate) fn circuit(&self, handler: &'static str, state: &'static str, open: i64) {
+        self.circuits.record(handler, state, open);
     }
 }

@@ -3,6 +3,7 @@
 use super::Happened;
 use crate::metrics::attr::fallback;
 use crate::metrics::consumer::ConsumerMetrics;
+use crate::runtime::circuit::Transition;
 
 pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
     match *what {
@@ -54,7 +55,10 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             handler,
             transition,
             ..
-        } => m.circuit(handler, transition),
+        } => match transition {
+            Transition::Opened { reopened, .. } => m.circuit(handler, "open", i64::from(!reopened)),
+            Transition::Closed { .. } => m.circuit(handler, "closed", -1),
+        },
         Happened::Running
         | Happened::Draining
         | Happened::ShutdownTimedOut { .. }
