@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use bytes::Bytes;
+use consumer_aws::SdkFailure;
 use consumer_backend::BrokerErrorKind;
 
 use super::{
@@ -34,27 +35,15 @@ impl AwsSqs {
     /// from the environment, profile files and instance metadata, as every
     /// AWS SDK reads them (`AWS_ENDPOINT_URL_SQS` included).
     pub async fn from_env() -> Self {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Self::new(aws_sdk_sqs::Client::new(&config))
+        Self::new(aws_sdk_sqs::Client::new(&consumer_aws::from_env().await))
     }
 
     /// An emulator (moto, LocalStack, ElasticMQ) at `endpoint`, with static
     /// test credentials and region `us-east-1`: nothing is read from the
     /// environment.
     pub fn local(endpoint: impl Into<String>) -> Self {
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .endpoint_url(endpoint)
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "consumer-sqs-local",
-            ))
-            .build();
-        Self::new(aws_sdk_sqs::Client::from_conf(config))
+        let config = consumer_aws::local_config(endpoint, "consumer-sqs-local");
+        Self::new(aws_sdk_sqs::Client::new(&config))
     }
 
     /// The SDK client.
@@ -71,23 +60,17 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    let error = match &e {
-        SdkError::ServiceError(service) => {
-            let err = service.err();
-            ApiError::service(
-                err.code().unwrap_or("Unknown"),
-                err.message().unwrap_or(operation),
-            )
-        }
-        SdkError::ConstructionFailure(_) => ApiError::new(
+    let error = match consumer_aws::sdk_failure(operation, &e) {
+        SdkFailure::Service { code, message } => ApiError::service(code, message),
+        SdkFailure::Construction => ApiError::new(
             BrokerErrorKind::Fatal,
             format!("{operation}: the request could not be built"),
         ),
-        SdkError::TimeoutError(_) => ApiError::new(
+        SdkFailure::Timeout => ApiError::new(
             BrokerErrorKind::Unavailable,
             format!("{operation} timed out"),
         ),
-        _ => ApiError::new(
+        SdkFailure::Unreachable => ApiError::new(
             BrokerErrorKind::Unavailable,
             format!("{operation}: SQS could not be reached or its answer read"),
         ),
