@@ -10,7 +10,7 @@
 
 use consumer_backend::BrokerErrorKind;
 
-use crate::client::CallError;
+use crate::client::ApiError;
 use crate::envelope::EnvelopeError;
 
 /// `Result` with this crate's [`Error`].
@@ -29,7 +29,7 @@ pub enum Error {
         stream: String,
         /// Kinesis's or the client's error.
         #[source]
-        source: CallError,
+        source: ApiError,
     },
     /// Kinesis refused one record of a `PutRecords` call (after the
     /// publisher's retries, for a code that heals).
@@ -136,7 +136,7 @@ mod tests {
         let missing = Error::Kinesis {
             operation: "PutRecords",
             stream: "orders".into(),
-            source: CallError::service("ResourceNotFoundException", "no stream"),
+            source: ApiError::service("ResourceNotFoundException", "no stream"),
         };
         assert_eq!(missing.kind(), BrokerErrorKind::NoDestination);
     }

@@ -1,12 +1,10 @@
 //! [`AwsKinesis`]: [`KinesisApi`] on `aws-sdk-kinesis`.
 
-use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use consumer_aws::SdkFailure;
 use consumer_backend::BrokerErrorKind;
 
-use super::{ApiFuture, CallError, KinesisApi, PutEntry, PutOutcome};
+use super::{ApiError, ApiFuture, KinesisApi, PutEntry, PutOutcome};
 
 /// The real client: every call goes to Kinesis (or the endpoint the SDK's
 /// configuration names, such as an emulator's).
@@ -42,32 +40,6 @@ impl AwsKinesis {
     }
 }
 
-/// An SDK error as a [`CallError`]: Kinesis's code decides a service
-/// error's kind; a request that could not be built is fatal; anything on
-/// the way heals.
-fn call_error<E, R>(operation: &str, e: SdkError<E, R>) -> CallError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let error = match consumer_aws::sdk_failure(operation, &e) {
-        SdkFailure::Service { code, message } => CallError::service(code, message),
-        SdkFailure::Construction => CallError::new(
-            BrokerErrorKind::Fatal,
-            format!("{operation}: the request could not be built"),
-        ),
-        SdkFailure::Timeout => CallError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation} timed out"),
-        ),
-        SdkFailure::Unreachable => CallError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation}: Kinesis could not be reached or its answer read"),
-        ),
-    };
-    error.with_source(Box::new(e))
-}
-
 impl KinesisApi for AwsKinesis {
     fn put_records<'a>(
         &'a self,
@@ -84,7 +56,7 @@ impl KinesisApi for AwsKinesis {
                         .data(Blob::new(e.data.to_vec()))
                         .build()
                         .map_err(|e| {
-                            CallError::new(BrokerErrorKind::Fatal, format!("PutRecords: {e}"))
+                            ApiError::new(BrokerErrorKind::Fatal, format!("PutRecords: {e}"))
                         })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -95,9 +67,9 @@ impl KinesisApi for AwsKinesis {
                 .set_records(Some(records))
                 .send()
                 .await
-                .map_err(|e| call_error("PutRecords", e))?;
+                .map_err(|e| ApiError::from_sdk("PutRecords", e))?;
             if out.records().len() != sent {
-                return Err(CallError::new(
+                return Err(ApiError::new(
                     BrokerErrorKind::Unavailable,
                     format!(
                         "PutRecords answered for {} records of {sent}",

@@ -5,7 +5,20 @@
 //! own failures and KMS throttling heal; a missing stream, missing rights
 //! and a request Kinesis refuses do not, so no loop retries them.
 
+use consumer_aws::ServiceCodes;
 use consumer_backend::BrokerErrorKind;
+
+/// Kinesis's codes, for [`ApiError`](super::ApiError).
+#[derive(Debug)]
+pub struct KinesisCodes;
+
+impl ServiceCodes for KinesisCodes {
+    const SERVICE: &'static str = "Kinesis";
+
+    fn kind_of_code(code: &str, _message: &str) -> Option<BrokerErrorKind> {
+        kind_of_code(code)
+    }
+}
 
 /// The kind of a Kinesis error `code` (of a call or of one record of
 /// `PutRecords`); `None` for a code not listed.

@@ -36,7 +36,7 @@ use consumer_backend::{
     BrokerErrorKind, Message, Outgoing, Publisher, RetryPolicy, SendTarget, Sends, names,
 };
 
-use crate::client::{CallError, KinesisApi, PutEntry, PutOutcome};
+use crate::client::{ApiError, KinesisApi, PutEntry, PutOutcome};
 use crate::connection::KinesisClient;
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -234,7 +234,7 @@ impl<'p> Stream<'p> {
                     pending.attempts += 1;
                     let source = first
                         .take()
-                        .unwrap_or_else(|| CallError::new(kind, text.clone()));
+                        .unwrap_or_else(|| ApiError::new(kind, text.clone()));
                     let error = Error::Kinesis {
                         operation: "PutRecords",
                         stream: self.name.to_string(),

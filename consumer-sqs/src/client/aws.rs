@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
@@ -10,7 +9,6 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use bytes::Bytes;
-use consumer_aws::SdkFailure;
 use consumer_backend::BrokerErrorKind;
 
 use super::{
@@ -50,32 +48,6 @@ impl AwsSqs {
     pub fn client(&self) -> &aws_sdk_sqs::Client {
         &self.client
     }
-}
-
-/// An SDK error as an [`ApiError`]: SQS's code decides a service error's
-/// kind; a request that could not be built is fatal; anything on the way
-/// (connection, timeout, a response that could not be read) heals.
-fn api_error<E, R>(operation: &str, e: SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let error = match consumer_aws::sdk_failure(operation, &e) {
-        SdkFailure::Service { code, message } => ApiError::service(code, message),
-        SdkFailure::Construction => ApiError::new(
-            BrokerErrorKind::Fatal,
-            format!("{operation}: the request could not be built"),
-        ),
-        SdkFailure::Timeout => ApiError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation} timed out"),
-        ),
-        SdkFailure::Unreachable => ApiError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation}: SQS could not be reached or its answer read"),
-        ),
-    };
-    error.with_source(Box::new(e))
 }
 
 fn fatal(operation: &str, what: impl std::fmt::Display) -> ApiError {
@@ -154,7 +126,7 @@ impl SqsApi for AwsSqs {
             let out = call
                 .send()
                 .await
-                .map_err(|e| api_error("ReceiveMessage", e))?;
+                .map_err(|e| ApiError::from_sdk("ReceiveMessage", e))?;
             Ok(out
                 .messages()
                 .iter()
@@ -206,7 +178,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| api_error("DeleteMessageBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("DeleteMessageBatch", e))?;
             Ok(outcome(out.failed()))
         })
     }
@@ -235,7 +207,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| api_error("ChangeMessageVisibilityBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("ChangeMessageVisibilityBatch", e))?;
             Ok(outcome(out.failed()))
         })
     }
@@ -265,7 +237,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(sdk))
                 .send()
                 .await
-                .map_err(|e| api_error("SendMessageBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("SendMessageBatch", e))?;
             Ok(outcome(out.failed()))
         })
     }
@@ -278,7 +250,7 @@ impl SqsApi for AwsSqs {
                 .queue_name(queue_name)
                 .send()
                 .await
-                .map_err(|e| api_error("GetQueueUrl", e))?;
+                .map_err(|e| ApiError::from_sdk("GetQueueUrl", e))?;
             out.queue_url()
                 .map(str::to_owned)
                 .ok_or_else(|| fatal("GetQueueUrl", "SQS answered without a queue URL"))
@@ -297,7 +269,7 @@ impl SqsApi for AwsSqs {
                 .attribute_names(QueueAttributeName::All)
                 .send()
                 .await
-                .map_err(|e| api_error("GetQueueAttributes", e))?;
+                .map_err(|e| ApiError::from_sdk("GetQueueAttributes", e))?;
             Ok(out
                 .attributes()
                 .map(|a| {
@@ -319,7 +291,10 @@ impl SqsApi for AwsSqs {
             for (k, v) in attributes {
                 call = call.attributes(QueueAttributeName::from(k.as_str()), v);
             }
-            let out = call.send().await.map_err(|e| api_error("CreateQueue", e))?;
+            let out = call
+                .send()
+                .await
+                .map_err(|e| ApiError::from_sdk("CreateQueue", e))?;
             out.queue_url()
                 .map(str::to_owned)
                 .ok_or_else(|| fatal("CreateQueue", "SQS answered without a queue URL"))
@@ -338,7 +313,7 @@ impl SqsApi for AwsSqs {
             }
             call.send()
                 .await
-                .map_err(|e| api_error("SetQueueAttributes", e))?;
+                .map_err(|e| ApiError::from_sdk("SetQueueAttributes", e))?;
             Ok(())
         })
     }
@@ -350,7 +325,7 @@ impl SqsApi for AwsSqs {
                 .queue_url(queue_url)
                 .send()
                 .await
-                .map_err(|e| api_error("PurgeQueue", e))?;
+                .map_err(|e| ApiError::from_sdk("PurgeQueue", e))?;
             Ok(())
         })
     }
@@ -362,7 +337,7 @@ impl SqsApi for AwsSqs {
                 .queue_url(queue_url)
                 .send()
                 .await
-                .map_err(|e| api_error("DeleteQueue", e))?;
+                .map_err(|e| ApiError::from_sdk("DeleteQueue", e))?;
             Ok(())
         })
     }
