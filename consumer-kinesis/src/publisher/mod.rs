@@ -128,16 +128,10 @@ impl KinesisPublisher {
                         .publish(batch, indices)
                         .await;
                 }
-                Err(e) => {
-                    let reason = match &e {
-                        Error::InvalidStream { reason, .. } => *reason,
-                        _ => "invalid",
-                    };
+                Err(_) => {
                     for i in indices {
-                        results[i] = Some(Err(Error::InvalidStream {
-                            name: destination.to_owned(),
-                            reason,
-                        }));
+                        // The same refusal for each message (errors are not Clone).
+                        results[i] = Some(StreamName::parse(destination).map(drop));
                     }
                 }
             }
