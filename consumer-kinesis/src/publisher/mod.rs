@@ -32,9 +32,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::Bytes;
-use consumer_backend::{
-    BrokerErrorKind, Message, Outgoing, Publisher, RetryPolicy, SendTarget, Sends, names,
-};
+use consumer_backend::{BrokerErrorKind, Message, Outgoing, Publisher, RetryPolicy, Sends, names};
 
 use crate::client::{ApiError, KinesisApi, PutEntry, PutOutcome};
 use crate::connection::KinesisClient;
@@ -304,14 +302,9 @@ impl Publisher for KinesisPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
-        let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
-        let results: Vec<Result<(), consumer_backend::Error>> = self
-            .publish_all(sends.batch())
-            .await
-            .into_iter()
-            .map(|r| r.map_err(Into::into))
-            .collect();
-        sends.finish(&results);
-        results
+        Sends::around(self.system(), &self.source, batch, async |batch| {
+            self.publish_all(batch).await
+        })
+        .await
     }
 }
