@@ -209,6 +209,13 @@ pub use consumer_kafka as kafka;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub use consumer_sqs as sqs;
 
+/// The Amazon Kinesis backend, first part: `KinesisPublisher` (order per
+/// key across partial `PutRecords` failures), the record `envelope`, the
+/// `shards` graph, `lease`s and checkpoints. No consuming source yet.
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub use consumer_kinesis as kinesis;
+
 // The SQS guide's Rust blocks, compiled as doctests.
 #[cfg(all(doctest, feature = "sqs"))]
 #[doc = include_str!("../docs/guide/sqs.md")]

@@ -7,7 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The backend crates.
-const BACKENDS: &[&str] = &["consumer-kafka", "consumer-amqp", "consumer-sqs"];
+const BACKENDS: &[&str] = &[
+    "consumer-kafka",
+    "consumer-amqp",
+    "consumer-sqs",
+    "consumer-kinesis",
+];
 
 /// The most names the application's root may hold (items re-exported by
 /// core's root and the facade's own, not modules).

@@ -25,9 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use consumer_backend::{
-    ChannelDescription, Headers, Message, Outgoing, Publisher, SendTarget, Sends, names,
-};
+use consumer_backend::{ChannelDescription, Headers, Message, Outgoing, Publisher, Sends, names};
 
 use crate::attributes;
 use crate::client::{SendEntry, SqsApi};
@@ -413,14 +411,9 @@ impl Publisher for SqsPublisher {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer_backend::Error>> {
-        let sends = Sends::start_from(self.system(), &self.source, batch, |o| SendTarget::of(o));
-        let results: Vec<Result<(), consumer_backend::Error>> = self
-            .publish_all(sends.batch())
-            .await
-            .into_iter()
-            .map(|r| r.map_err(Into::into))
-            .collect();
-        sends.finish(&results);
-        results
+        Sends::around(self.system(), &self.source, batch, async |batch| {
+            self.publish_all(batch).await
+        })
+        .await
     }
 }

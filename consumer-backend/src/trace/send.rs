@@ -160,6 +160,29 @@ impl<'a> Sends<'a> {
             }
         }
     }
+
+    /// A publisher's whole `publish` where each message goes to its own
+    /// destination ([`SendTarget::of`]): [`start_from`](Self::start_from),
+    /// `publish` on the completed batch, each result converted into this
+    /// crate's [`Error`], then [`finish`](Self::finish).
+    pub async fn around<E>(
+        system: &'static str,
+        source: &str,
+        batch: &[Outgoing],
+        publish: impl AsyncFnOnce(&[Outgoing]) -> Vec<Result<(), E>>,
+    ) -> Vec<Result<(), Error>>
+    where
+        E: Into<Error>,
+    {
+        let sends = Sends::start_from(system, source, batch, |o| SendTarget::of(o));
+        let results: Vec<Result<(), Error>> = publish(sends.batch())
+            .await
+            .into_iter()
+            .map(|r| r.map_err(Into::into))
+            .collect();
+        sends.finish(&results);
+        results
+    }
 }
 
 fn send_span<F>(system: &'static str, out: &Outgoing, target: &F) -> Span

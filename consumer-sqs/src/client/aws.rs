@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
@@ -34,65 +33,21 @@ impl AwsSqs {
     /// from the environment, profile files and instance metadata, as every
     /// AWS SDK reads them (`AWS_ENDPOINT_URL_SQS` included).
     pub async fn from_env() -> Self {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Self::new(aws_sdk_sqs::Client::new(&config))
+        Self::new(aws_sdk_sqs::Client::new(&consumer_aws::from_env().await))
     }
 
     /// An emulator (moto, LocalStack, ElasticMQ) at `endpoint`, with static
     /// test credentials and region `us-east-1`: nothing is read from the
     /// environment.
     pub fn local(endpoint: impl Into<String>) -> Self {
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .endpoint_url(endpoint)
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "consumer-sqs-local",
-            ))
-            .build();
-        Self::new(aws_sdk_sqs::Client::from_conf(config))
+        let config = consumer_aws::local_config(endpoint, "consumer-sqs-local");
+        Self::new(aws_sdk_sqs::Client::new(&config))
     }
 
     /// The SDK client.
     pub fn client(&self) -> &aws_sdk_sqs::Client {
         &self.client
     }
-}
-
-/// An SDK error as an [`ApiError`]: SQS's code decides a service error's
-/// kind; a request that could not be built is fatal; anything on the way
-/// (connection, timeout, a response that could not be read) heals.
-fn api_error<E, R>(operation: &str, e: SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let error = match &e {
-        SdkError::ServiceError(service) => {
-            let err = service.err();
-            ApiError::service(
-                err.code().unwrap_or("Unknown"),
-                err.message().unwrap_or(operation),
-            )
-        }
-        SdkError::ConstructionFailure(_) => ApiError::new(
-            BrokerErrorKind::Fatal,
-            format!("{operation}: the request could not be built"),
-        ),
-        SdkError::TimeoutError(_) => ApiError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation} timed out"),
-        ),
-        _ => ApiError::new(
-            BrokerErrorKind::Unavailable,
-            format!("{operation}: SQS could not be reached or its answer read"),
-        ),
-    };
-    error.with_source(Box::new(e))
 }
 
 fn fatal(operation: &str, what: impl std::fmt::Display) -> ApiError {
@@ -192,7 +147,7 @@ impl SqsApi for AwsSqs {
             let out = call
                 .send()
                 .await
-                .map_err(|e| api_error("ReceiveMessage", e))?;
+                .map_err(|e| ApiError::from_sdk("ReceiveMessage", e))?;
             Ok(out
                 .messages()
                 .iter()
@@ -245,7 +200,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| api_error("DeleteMessageBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("DeleteMessageBatch", e))?;
             let successful = out.successful().iter().map(|r| r.id());
             Ok(outcome(&sent, successful, out.failed()))
         })
@@ -276,7 +231,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| api_error("ChangeMessageVisibilityBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("ChangeMessageVisibilityBatch", e))?;
             let successful = out.successful().iter().map(|r| r.id());
             Ok(outcome(&sent, successful, out.failed()))
         })
@@ -308,7 +263,7 @@ impl SqsApi for AwsSqs {
                 .set_entries(Some(sdk))
                 .send()
                 .await
-                .map_err(|e| api_error("SendMessageBatch", e))?;
+                .map_err(|e| ApiError::from_sdk("SendMessageBatch", e))?;
             let successful = out.successful().iter().map(|r| r.id());
             Ok(outcome(&sent, successful, out.failed()))
         })
@@ -322,7 +277,7 @@ impl SqsApi for AwsSqs {
                 .queue_name(queue_name)
                 .send()
                 .await
-                .map_err(|e| api_error("GetQueueUrl", e))?;
+                .map_err(|e| ApiError::from_sdk("GetQueueUrl", e))?;
             out.queue_url()
                 .map(str::to_owned)
                 .ok_or_else(|| fatal("GetQueueUrl", "SQS answered without a queue URL"))
@@ -341,7 +296,7 @@ impl SqsApi for AwsSqs {
                 .attribute_names(QueueAttributeName::All)
                 .send()
                 .await
-                .map_err(|e| api_error("GetQueueAttributes", e))?;
+                .map_err(|e| ApiError::from_sdk("GetQueueAttributes", e))?;
             Ok(out
                 .attributes()
                 .map(|a| {
@@ -363,7 +318,10 @@ impl SqsApi for AwsSqs {
             for (k, v) in attributes {
                 call = call.attributes(QueueAttributeName::from(k.as_str()), v);
             }
-            let out = call.send().await.map_err(|e| api_error("CreateQueue", e))?;
+            let out = call
+                .send()
+                .await
+                .map_err(|e| ApiError::from_sdk("CreateQueue", e))?;
             out.queue_url()
                 .map(str::to_owned)
                 .ok_or_else(|| fatal("CreateQueue", "SQS answered without a queue URL"))
@@ -382,7 +340,7 @@ impl SqsApi for AwsSqs {
             }
             call.send()
                 .await
-                .map_err(|e| api_error("SetQueueAttributes", e))?;
+                .map_err(|e| ApiError::from_sdk("SetQueueAttributes", e))?;
             Ok(())
         })
     }
@@ -394,7 +352,7 @@ impl SqsApi for AwsSqs {
                 .queue_url(queue_url)
                 .send()
                 .await
-                .map_err(|e| api_error("PurgeQueue", e))?;
+                .map_err(|e| ApiError::from_sdk("PurgeQueue", e))?;
             Ok(())
         })
     }
@@ -406,7 +364,7 @@ impl SqsApi for AwsSqs {
                 .queue_url(queue_url)
                 .send()
                 .await
-                .map_err(|e| api_error("DeleteQueue", e))?;
+                .map_err(|e| ApiError::from_sdk("DeleteQueue", e))?;
             Ok(())
         })
     }

@@ -7,7 +7,20 @@
 //! missing rights, a message over the size limit and a malformed request
 //! do not, so no loop retries them.
 
+use consumer_aws::ServiceCodes;
 use consumer_backend::BrokerErrorKind;
+
+/// SQS's codes, for [`ApiError`](super::ApiError).
+#[derive(Debug)]
+pub struct SqsCodes;
+
+impl ServiceCodes for SqsCodes {
+    const SERVICE: &'static str = "SQS";
+
+    fn kind_of_code(code: &str, message: &str) -> Option<BrokerErrorKind> {
+        kind_of_code(code, message)
+    }
+}
 
 /// The kind of an SQS error `code` (with its `message`, which alone tells
 /// a message over the size limit from another invalid parameter); `None`

@@ -14,15 +14,14 @@ mod aws;
 mod classify;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use consumer_backend::{BoxError, BrokerErrorKind};
+use consumer_backend::BrokerErrorKind;
 
 pub use aws::AwsSqs;
-pub use classify::kind_of_code;
+pub use classify::{SqsCodes, kind_of_code};
 
 /// A call's future.
 pub type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
@@ -259,74 +258,6 @@ impl EntryFailure {
 }
 
 /// A failed SQS call: its kind, SQS's code and message when SQS answered,
-/// and the client's error.
-#[derive(Debug)]
-pub struct ApiError {
-    kind: BrokerErrorKind,
-    code: Option<String>,
-    message: String,
-    source: Option<BoxError>,
-}
-
-impl ApiError {
-    /// An error of `kind`.
-    pub fn new(kind: BrokerErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            code: None,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// SQS answered with error `code`; its kind follows from the code
-    /// ([`kind_of_code`]), unknown codes heal.
-    pub fn service(code: impl Into<String>, message: impl Into<String>) -> Self {
-        let (code, message) = (code.into(), message.into());
-        Self {
-            kind: kind_of_code(&code, &message).unwrap_or(BrokerErrorKind::Unavailable),
-            code: Some(code),
-            message,
-            source: None,
-        }
-    }
-
-    /// With the client's error as its source.
-    #[must_use]
-    pub fn with_source(mut self, source: BoxError) -> Self {
-        self.source = Some(source);
-        self
-    }
-
-    /// Its kind.
-    pub fn kind(&self) -> BrokerErrorKind {
-        self.kind
-    }
-
-    /// SQS's error code, when SQS answered.
-    pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
-    }
-
-    /// What went wrong.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.code {
-            Some(code) => write!(f, "{code}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-impl std::error::Error for ApiError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
+/// and the client's error (the AWS backends' shared type, with SQS's
+/// codes).
+pub type ApiError = consumer_aws::ApiError<SqsCodes>;
