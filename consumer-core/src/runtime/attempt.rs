@@ -127,9 +127,13 @@ where
         let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
-            let admission = tokio::select! {
-                admitted = circuit.admit(&envelope.id) => admitted,
-                () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
+            let admission = if circuit.is_closed() {
+                Admission::Closed
+            } else {
+                tokio::select! {
+                    admitted = circuit.admit(&envelope.id) => admitted,
+                    () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
+                }
             };
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
@@ -194,7 +198,7 @@ where
             Outcome::Failed(_) => Verdict::Neither,
         };
         if let Some(transition) = circuit.record(id, admission, verdict) {
-            self.circuits.changed();
+            self.circuits.changed(transition);
             self.observer.emit(Happened::Circuit {
                 handler,
                 transition,

@@ -28,7 +28,8 @@
 //! handler and leave the circuit as it is.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -168,6 +169,9 @@ pub(super) struct Circuit {
     /// The state, and the deliveries waiting to be let through, longest
     /// waiting first.
     state: Mutex<(State, VecDeque<String>)>,
+    /// Closed with an empty streak: what every attempt of a healthy
+    /// handler finds, read without the lock.
+    quiet: AtomicBool,
     changed: watch::Sender<()>,
 }
 
@@ -209,6 +213,7 @@ impl Circuit {
                 },
                 VecDeque::new(),
             )),
+            quiet: AtomicBool::new(true),
             changed: watch::channel(()).0,
         }
     }
@@ -225,7 +230,7 @@ impl Circuit {
 
     /// Whether the circuit lets every attempt through.
     pub(super) fn is_closed(&self) -> bool {
-        matches!(self.lock().0, State::Closed { .. })
+        self.quiet.load(Ordering::Acquire) || matches!(self.lock().0, State::Closed { .. })
     }
 
     /// Waits until delivery `id` may run an attempt: at once while the
@@ -234,7 +239,7 @@ impl Circuit {
     ///
     /// Cancel-safe: dropped while waiting, it has taken nothing.
     pub(super) async fn admit(&self, id: &str) -> Admission {
-        if matches!(self.lock().0, State::Closed { .. }) {
+        if self.is_closed() {
             return Admission::Closed;
         }
         let _waiting = Waiting::new(self, id);
@@ -301,6 +306,13 @@ impl Circuit {
         admission: Admission,
         verdict: Verdict,
     ) -> Option<Transition> {
+        // A healthy handler's attempts change nothing: no lock for them.
+        if admission == Admission::Closed
+            && verdict != Verdict::FailedTransiently
+            && self.quiet.load(Ordering::Acquire)
+        {
+            return None;
+        }
         let mut guard = self.lock();
         let state = &mut guard.0;
         let now = Instant::now();
@@ -364,6 +376,8 @@ impl Circuit {
             }
             (Verdict::FailedTransiently, _) => None,
         };
+        let quiet = matches!(&guard.0, State::Closed { streak } if streak.is_empty());
+        self.quiet.store(quiet, Ordering::Release);
         drop(guard);
         if transition.is_some() || admission == Admission::Probe {
             self.changed.send_replace(());
@@ -389,17 +403,24 @@ fn rearm(state: &mut State) {
 #[derive(Debug)]
 pub(super) struct Circuits {
     policy: CircuitPolicy,
+    /// The first handler's circuit, found without the lock (a consumer
+    /// of one handler has no other).
+    first: OnceLock<(&'static str, Arc<Circuit>)>,
     by_handler: Mutex<HashMap<&'static str, Arc<Circuit>>>,
     /// Told whenever a circuit opens or closes: the take loop waits on it.
     any: watch::Sender<()>,
+    /// Circuits not closed now (the take loop's check without a lock).
+    open: AtomicUsize,
 }
 
 impl Circuits {
     pub(super) fn new(policy: CircuitPolicy) -> Self {
         Self {
             policy,
+            first: OnceLock::new(),
             by_handler: Mutex::default(),
             any: watch::channel(()).0,
+            open: AtomicUsize::new(0),
         }
     }
 
@@ -410,6 +431,14 @@ impl Circuits {
 
     /// Handler `name`'s circuit.
     pub(super) fn of(&self, name: &'static str) -> Arc<Circuit> {
+        let (first, circuit) = self.first.get_or_init(|| (name, self.by_name(name)));
+        if *first == name {
+            return Arc::clone(circuit);
+        }
+        self.by_name(name)
+    }
+
+    fn by_name(&self, name: &'static str) -> Arc<Circuit> {
         let mut all = self
             .by_handler
             .lock()
@@ -420,9 +449,26 @@ impl Circuits {
         )
     }
 
-    /// Says that a circuit changed state (the take loop looks again).
-    pub(super) fn changed(&self) {
+    /// Says that a circuit went through `transition` (the take loop looks
+    /// again).
+    pub(super) fn changed(&self, transition: Transition) {
+        match transition {
+            Transition::Opened {
+                reopened: false, ..
+            } => {
+                self.open.fetch_add(1, Ordering::AcqRel);
+            }
+            Transition::Opened { reopened: true, .. } => {}
+            Transition::Closed { .. } => {
+                self.open.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         self.any.send_replace(());
+    }
+
+    /// Whether some circuit is not closed.
+    pub(super) fn any_open(&self) -> bool {
+        self.open.load(Ordering::Acquire) > 0
     }
 
     /// The earliest time an open circuit is due for a probe, if one is

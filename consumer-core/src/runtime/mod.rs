@@ -348,10 +348,12 @@ where
     let mut reserve: Option<OwnedSemaphorePermit> = None;
     loop {
         // An open circuit: take nothing until its probe is due.
-        tokio::select! {
-            biased;
-            () = &mut shutdown => return Ok(()),
-            () = worker.circuits.wait_until_none_open() => {}
+        if worker.circuits.any_open() {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                () = worker.circuits.wait_until_none_open() => {}
+            }
         }
         let permit = tokio::select! {
             biased;
