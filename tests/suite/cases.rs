@@ -269,13 +269,16 @@ pub async fn a_downstream_outage_opens_the_circuit_and_dead_letters_nothing<B: B
             .await
             .expect("publish");
     }
-    // `work` gives a message 4 attempts within about half a second; the
+    // `backoff` gives a message 4 attempts within about a second (jitter
+    // drawn under ceilings of 100, 200 and 400 ms): long enough for the
+    // first deliveries of the other keys to fail too before one message
+    // could use all of its attempts, on a loaded machine as well; the
     // outage lasts several times that.
     let circuit = CircuitPolicy::new(3, Duration::from_millis(300), Duration::from_secs(1));
     let consumer = Consumer::new(
         BrokerHarness::source(&broker, "t").await,
         h.store(),
-        handlers::work,
+        handlers::backoff,
     )
     .with_max_in_flight(64)
     .with_circuit(circuit);
@@ -297,7 +300,7 @@ pub async fn a_downstream_outage_opens_the_circuit_and_dead_letters_nothing<B: B
         "an outage is not the messages' fault: {s:?}"
     );
     assert_eq!(s.circuits_open, 0, "closed once a probe worked");
-    let effects = h.effects_in_commit_order("work").await;
+    let effects = h.effects_in_commit_order("backoff").await;
     assert_eq!(effects.len(), jobs.len());
     for k in 0..keys {
         let key = format!("key-{k}");

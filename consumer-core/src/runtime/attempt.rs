@@ -131,7 +131,7 @@ where
                 Admission::Closed
             } else {
                 tokio::select! {
-                    admitted = circuit.admit(&envelope.id) => admitted,
+                    admitted = circuit.admit(&envelope.id, envelope.attempt) => admitted,
                     () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
                 }
             };

@@ -15,9 +15,10 @@
 //! * **Open**: the consumer takes no new deliveries, and those it holds
 //!   wait before their next attempt. A transient failure of an attempt that
 //!   was already running spends no attempt: the delivery waits too.
-//! * **Half-open**, after the open time: one delivery runs as the probe,
-//!   the one that has waited longest (a failed probe waits again behind
-//!   the others, so probes go round the waiting deliveries). Success
+//! * **Half-open**, after the open time: one delivery runs as the probe:
+//!   of those with the most attempts left, the one that has waited longest
+//!   (a probe risks an attempt; a failed probe waits again behind the
+//!   others, so probes go round the waiting deliveries). Success
 //!   closes the circuit; a transient failure opens it again for twice as
 //!   long (at most [`CircuitPolicy::max_open_for`]) and counts as a failed
 //!   attempt of the probe's message (so a message that only fails as the
@@ -166,9 +167,9 @@ enum State {
 #[derive(Debug)]
 pub(super) struct Circuit {
     policy: CircuitPolicy,
-    /// The state, and the deliveries waiting to be let through, longest
-    /// waiting first.
-    state: Mutex<(State, VecDeque<String>)>,
+    /// The state, and the deliveries waiting to be let through (id and
+    /// attempt number), longest waiting first.
+    state: Mutex<(State, VecDeque<(String, u32)>)>,
     /// Closed with an empty streak: what every attempt of a healthy
     /// handler finds, read without the lock.
     quiet: AtomicBool,
@@ -179,8 +180,8 @@ pub(super) struct Circuit {
 struct Waiting<'c>(&'c Circuit, String);
 
 impl<'c> Waiting<'c> {
-    fn new(circuit: &'c Circuit, id: &str) -> Self {
-        circuit.lock().1.push_back(id.to_owned());
+    fn new(circuit: &'c Circuit, id: &str, attempt: u32) -> Self {
+        circuit.lock().1.push_back((id.to_owned(), attempt));
         Self(circuit, id.to_owned())
     }
 }
@@ -188,7 +189,7 @@ impl<'c> Waiting<'c> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut guard = self.0.lock();
-        if let Some(at) = guard.1.iter().position(|w| *w == self.1) {
+        if let Some(at) = guard.1.iter().position(|(w, _)| *w == self.1) {
             guard.1.remove(at);
         }
         drop(guard);
@@ -218,7 +219,7 @@ impl Circuit {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (State, VecDeque<String>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (State, VecDeque<(String, u32)>)> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -238,11 +239,11 @@ impl Circuit {
     /// delivery is the probe, or it closed.
     ///
     /// Cancel-safe: dropped while waiting, it has taken nothing.
-    pub(super) async fn admit(&self, id: &str) -> Admission {
+    pub(super) async fn admit(&self, id: &str, attempt: u32) -> Admission {
         if self.is_closed() {
             return Admission::Closed;
         }
-        let _waiting = Waiting::new(self, id);
+        let _waiting = Waiting::new(self, id, attempt);
         loop {
             let mut changed = self.changed.subscribe();
             let wait = match self.try_admit(id) {
@@ -283,8 +284,14 @@ impl Circuit {
         match state {
             State::Closed { .. } => Ok(Admission::Closed),
             State::HalfOpen { open_for, since } => {
-                // The delivery that has waited longest probes.
-                if waiting.front().map(String::as_str) != Some(id) {
+                // Of the deliveries with the most attempts left, the one
+                // that has waited longest probes.
+                let probe = waiting
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(at, (_, attempt))| (*attempt, *at))
+                    .map(|(_, (probe, _))| probe.as_str());
+                if probe != Some(id) {
                     return Err(Wait::ForChange);
                 }
                 *state = State::Probing {

@@ -55,7 +55,7 @@ async fn open_it_lets_one_probe_through_after_its_time_and_a_success_closes_it()
     let started = tokio::time::Instant::now();
     let probe = tokio::spawn({
         let c = Arc::clone(&c);
-        async move { c.admit("a").await }
+        async move { c.admit("a", 1).await }
     });
     assert_eq!(probe.await.expect("probe"), Admission::Probe);
     assert!(
@@ -65,7 +65,7 @@ async fn open_it_lets_one_probe_through_after_its_time_and_a_success_closes_it()
     // Another delivery waits while the probe runs.
     let other = tokio::spawn({
         let c = Arc::clone(&c);
-        async move { c.admit("b").await }
+        async move { c.admit("b", 1).await }
     });
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(!other.is_finished(), "one probe at a time");
@@ -81,10 +81,10 @@ async fn open_it_lets_one_probe_through_after_its_time_and_a_success_closes_it()
 async fn a_failed_probe_reopens_it_for_twice_as_long_and_another_delivery_probes_next() {
     let c = circuit(1);
     fail(&c, "a");
-    assert_eq!(c.admit("a").await, Admission::Probe);
+    assert_eq!(c.admit("a", 1).await, Admission::Probe);
     let b = tokio::spawn({
         let c = Arc::clone(&c);
-        async move { c.admit("b").await }
+        async move { c.admit("b", 1).await }
     });
     tokio::task::yield_now().await;
     assert_eq!(
@@ -97,7 +97,7 @@ async fn a_failed_probe_reopens_it_for_twice_as_long_and_another_delivery_probes
     // "a" waits again beside "b": "b" gets the next probe.
     let a = tokio::spawn({
         let c = Arc::clone(&c);
-        async move { c.admit("a").await }
+        async move { c.admit("a", 1).await }
     });
     let reopened = tokio::time::Instant::now();
     assert_eq!(b.await.expect("b"), Admission::Probe);
@@ -111,10 +111,10 @@ async fn a_failed_probe_reopens_it_for_twice_as_long_and_another_delivery_probes
 async fn a_probe_without_a_verdict_hands_the_probe_to_another() {
     let c = circuit(1);
     fail(&c, "a");
-    assert_eq!(c.admit("a").await, Admission::Probe);
+    assert_eq!(c.admit("a", 1).await, Admission::Probe);
     let b = tokio::spawn({
         let c = Arc::clone(&c);
-        async move { c.admit("b").await }
+        async move { c.admit("b", 1).await }
     });
     tokio::task::yield_now().await;
     assert_eq!(c.record("a", Admission::Probe, Verdict::Neither), None);
@@ -138,5 +138,28 @@ async fn off_lets_every_failure_through() {
     for id in ["a", "b", "c", "d", "e", "f", "g"] {
         assert_eq!(fail(&c, id), None);
     }
-    assert_eq!(c.admit("h").await, Admission::Closed);
+    assert_eq!(c.admit("h", 1).await, Admission::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_probe_is_the_delivery_with_the_most_attempts_left() {
+    let c = circuit(1);
+    fail(&c, "a");
+    let worn = tokio::spawn({
+        let c = Arc::clone(&c);
+        async move { c.admit("worn", 3).await }
+    });
+    tokio::task::yield_now().await;
+    let fresh = tokio::spawn({
+        let c = Arc::clone(&c);
+        async move { c.admit("fresh", 1).await }
+    });
+    assert_eq!(
+        fresh.await.expect("fresh"),
+        Admission::Probe,
+        "a first attempt probes first"
+    );
+    assert!(!worn.is_finished());
+    c.record("fresh", Admission::Probe, Verdict::Worked);
+    assert_eq!(worn.await.expect("worn"), Admission::Closed);
 }
