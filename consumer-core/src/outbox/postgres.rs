@@ -246,18 +246,8 @@ impl OutboxDatabase for Postgres {
                 give_up,
             } = outcome
             {
-                let retry_ms = statements::retry_millis(*retry_after);
-                statements::mark_failed::<Self>(&mut tx, table, &row.id, error, retry_ms, *give_up)
+                statements::failed::<Self>(&mut tx, table, row, error, *retry_after, *give_up)
                     .await?;
-                if *give_up {
-                    statements::block::<Self>(
-                        &mut tx,
-                        table,
-                        &row.aggregate_type,
-                        &row.aggregate_id,
-                    )
-                    .await?;
-                }
             }
         }
         // Commit releases the aggregate locks.

@@ -217,20 +217,8 @@ impl OutboxDatabase for Sqlite {
                     retry_after,
                     give_up,
                 } => {
-                    let retry_ms = statements::retry_millis(*retry_after);
-                    statements::mark_failed::<Self>(
-                        &mut tx, table, &row.id, error, retry_ms, *give_up,
-                    )
-                    .await?;
-                    if *give_up {
-                        statements::block::<Self>(
-                            &mut tx,
-                            table,
-                            &row.aggregate_type,
-                            &row.aggregate_id,
-                        )
+                    statements::failed::<Self>(&mut tx, table, row, error, *retry_after, *give_up)
                         .await?;
-                    }
                 }
                 RowOutcome::Skipped => {}
             }

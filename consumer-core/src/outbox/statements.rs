@@ -7,7 +7,7 @@
 use sqlx::{AssertSqlSafe, Pool, SqlSafeStr, SqlStr};
 
 use super::schedule::ScheduledEvent;
-use super::{Backlog, Outbox};
+use super::{Backlog, Outbox, Row};
 use crate::error::Error;
 use crate::sql::{Columns, Dialect, args, render};
 
@@ -168,14 +168,14 @@ pub(super) async fn backlog<DB: Dialect>(
 
 /// A retry delay in milliseconds, at most ten years (a delay neither
 /// database's time arithmetic overflows on).
-pub(super) fn retry_millis(after: std::time::Duration) -> i64 {
+fn retry_millis(after: std::time::Duration) -> i64 {
     const TEN_YEARS_MS: u128 = 10 * 365 * 24 * 3600 * 1000;
     i64::try_from(after.as_millis().min(TEN_YEARS_MS)).unwrap_or(i64::MAX)
 }
 
 /// Counts one more attempt of a claimed row that did not go out: due again
 /// `retry_ms` from now, or failed for good.
-pub(super) async fn mark_failed<DB: Dialect>(
+async fn mark_failed<DB: Dialect>(
     conn: &mut DB::Connection,
     table: &str,
     id: &str,
@@ -194,7 +194,7 @@ pub(super) async fn mark_failed<DB: Dialect>(
 
 /// Blocks an aggregate whose event failed for good: nothing behind it goes
 /// out until [`Outbox::retry_failed`].
-pub(super) async fn block<DB: Dialect>(
+async fn block<DB: Dialect>(
     conn: &mut DB::Connection,
     table: &str,
     aggregate_type: &str,
@@ -205,5 +205,24 @@ pub(super) async fn block<DB: Dialect>(
         table,
     );
     DB::execute(conn, sql, args![aggregate_type, aggregate_id]).await?;
+    Ok(())
+}
+
+/// Records a claimed row that did not go out: one more attempt, due again
+/// after `retry_after`, or (`give_up`) failed for good with its aggregate
+/// blocked. The relay's finish on either database.
+pub(super) async fn failed<DB: Dialect>(
+    conn: &mut DB::Connection,
+    table: &str,
+    row: &Row,
+    error: &str,
+    retry_after: std::time::Duration,
+    give_up: bool,
+) -> Result<(), Error> {
+    let retry_ms = retry_millis(retry_after);
+    mark_failed::<DB>(conn, table, &row.id, error, retry_ms, give_up).await?;
+    if give_up {
+        block::<DB>(conn, table, &row.aggregate_type, &row.aggregate_id).await?;
+    }
     Ok(())
 }
