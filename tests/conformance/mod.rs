@@ -13,6 +13,7 @@ pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod links;
+pub mod retry_log;
 pub mod scale_out;
 #[cfg(feature = "sqs")]
 pub mod sqs;

@@ -107,9 +107,10 @@ pub enum JobError {
     Db(#[from] sqlx::Error),
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Call {
     pub attempt: u32,
+    pub message_id: String,
     pub at: Instant,
 }
 
@@ -142,6 +143,7 @@ pub async fn behave(job: &Job, ctx: &MessageContext) -> Result<(), JobError> {
         .or_default()
         .push(Call {
             attempt: ctx.attempt(),
+            message_id: ctx.message_id().to_owned(),
             at: Instant::now(),
         });
     let _probe = job.probe.map(ConcurrencyProbe::enter);

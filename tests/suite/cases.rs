@@ -14,6 +14,7 @@ use consumer::{
 use super::handlers;
 use crate::SuiteHarness;
 use crate::conformance::broker::BrokerHarness;
+use crate::conformance::retry_log;
 use crate::conformance::support::{self, Harness, Job};
 
 pub type SuiteStore = Store<<SuiteHarness as Harness>::Db>;
@@ -153,6 +154,7 @@ pub async fn poison_pill_is_dead_lettered_on_the_first_attempt_with_context<B: B
 }
 
 pub async fn transient_failures_retry_with_growing_delays_then_succeed<B: BrokerHarness>() {
+    retry_log::install();
     let h = SuiteHarness::new().await;
     let broker = B::new(4).await;
     let jobs: Vec<Job> = (0..16)
@@ -167,7 +169,12 @@ pub async fn transient_failures_retry_with_growing_delays_then_succeed<B: Broker
             .expect("publish");
     }
     let s = run_until_drained(&h, &broker, "t", handlers::backoff).await;
-    let mut gaps = [Vec::new(), Vec::new(), Vec::new()];
+    assert_eq!(s.retries, 3 * 16);
+    assert_eq!(s.dead_letters(), 0);
+    // `backoff` draws with full jitter from [0, min(2 s, 50 ms * 2^n)]:
+    // under ceilings of 100, 200 and 400 ms after attempts 1, 2 and 3.
+    let ceilings = [100, 200, 400].map(Duration::from_millis);
+    let mut longest = [Duration::ZERO; 3];
     for j in &jobs {
         assert_eq!(h.effects_of("backoff", &j.id).await, 1);
         let log = support::call_log(&j.id);
@@ -177,31 +184,37 @@ pub async fn transient_failures_retry_with_growing_delays_then_succeed<B: Broker
             [1, 2, 3, 4],
             "attempt numbers travel with the message"
         );
+        let drawn = retry_log::of(&log[0].message_id);
+        let drawn_after: Vec<u32> = drawn.iter().map(|d| d.attempt).collect();
+        assert_eq!(drawn_after, [1, 2, 3], "one delay drawn per failure");
         for n in 0..3 {
-            gaps[n].push(log[n + 1].at.duration_since(log[n].at));
+            let delay = drawn[n].delay;
+            assert!(
+                delay <= ceilings[n],
+                "{}: the delay after attempt {} is {delay:?}, over its ceiling {:?}",
+                j.id,
+                n + 1,
+                ceilings[n]
+            );
+            // Waited: the next attempt began no sooner than its delay
+            // after the failed one began. A loaded machine only adds.
+            let gap = log[n + 1].at.duration_since(log[n].at);
+            assert!(
+                gap >= delay,
+                "{}: attempt {} began {gap:?} after attempt {}, before its delay of {delay:?}",
+                j.id,
+                n + 2,
+                n + 1
+            );
+            longest[n] = longest[n].max(delay);
         }
     }
-    assert_eq!(s.retries, 3 * 16);
-    assert_eq!(s.dead_letters(), 0);
-    // Full jitter draws from [0, min(max, base * 2^n)]: ceilings of
-    // 100, 200 and 400 ms after attempts 1, 2 and 3, so the median gap
-    // grows (expected 50, 100, 200 ms plus each attempt's overhead).
-    // Medians, not means: one receive stalled by a loaded machine (a
-    // second and more on a broker polled over HTTP) would outweigh the
-    // 150 ms the delays add in a mean of 16.
-    let median = |v: &Vec<Duration>| {
-        let mut v = v.clone();
-        v.sort();
-        v[v.len() / 2]
-    };
-    let medians: Vec<Duration> = gaps.iter().map(median).collect();
-    // A lower bound: a slow machine cannot make it fail, a missing
-    // delay does.
+    // The ceilings grow: of 16 draws under 400 ms, one at least is over
+    // the first ceiling of 100 ms but for a chance of 0.25^16.
     assert!(
-        medians[2] > Duration::from_millis(80),
-        "median gaps {medians:?}"
+        longest[2] > ceilings[0],
+        "the longest delays after attempts 1, 2, 3: {longest:?}"
     );
-    assert!(medians[2] > medians[0], "median gaps {medians:?}");
 }
 
 pub async fn exhaustion_dead_letters_after_exactly_max_attempts<B: BrokerHarness>() {

@@ -2,12 +2,9 @@
 //! test that checks what an operator would read.
 
 use std::io;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::layer::SubscriberExt;
 
 /// The events captured since [`captured_logs`] was first called, one
 /// formatted line each (level, target, message, fields; no time, no
@@ -73,28 +70,14 @@ impl Drop for LineWriter {
     }
 }
 
-/// Installs, once per process, a global subscriber that keeps every event
-/// at `INFO` and above as a line of text, and returns the lines (the same
-/// ones on every call).
+/// Installs, once per process, the test subscriber (see
+/// [`in_memory_spans`](super::in_memory_spans): the same one) and returns
+/// the lines it keeps: every event at `INFO` and above, as text (the same
+/// lines on every call).
 ///
 /// # Panics
 ///
 /// When another global subscriber was installed first.
 pub fn captured_logs() -> CapturedLogs {
-    static LOGS: OnceLock<CapturedLogs> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = CapturedLogs::default();
-        let subscriber = tracing_subscriber::registry().with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .without_time()
-                .with_writer(logs.clone())
-                .with_filter(LevelFilter::INFO),
-        );
-        if tracing::subscriber::set_global_default(subscriber).is_err() {
-            panic!("captured_logs: another global tracing subscriber is installed in this process");
-        }
-        logs
-    })
-    .clone()
+    super::subscriber::installed().logs.clone()
 }

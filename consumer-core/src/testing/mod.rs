@@ -49,6 +49,7 @@ pub use source::{FaultySource, Restart};
 #[cfg(feature = "postgres")]
 mod postgres;
 mod spans;
+mod subscriber;
 
 #[cfg(feature = "postgres")]
 pub use postgres::{FreshSchema, ServiceUnavailable, database_url};

@@ -1,39 +1,19 @@
 //! Spans exported to memory, through `tracing-opentelemetry`, for tests
 //! that check trace continuity.
 
-use std::sync::OnceLock;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::trace::InMemorySpanExporter;
 
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
-use opentelemetry_sdk::trace::{
-    InMemorySpanExporter, InMemorySpanExporterBuilder, SdkTracerProvider,
-};
-use tracing_subscriber::layer::SubscriberExt;
-
-/// Installs, once per process, a global subscriber that exports every span
-/// to memory, and returns the exporter (the same one on every call).
+/// Installs, once per process, the test subscriber and returns the exporter
+/// its spans go to (the same one on every call). The subscriber also keeps
+/// every event at `INFO` and above as a line
+/// ([`captured_logs`](super::captured_logs)): one process, one subscriber.
 ///
 /// # Panics
 ///
 /// When another global subscriber was installed first.
 pub fn in_memory_spans() -> InMemorySpanExporter {
-    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-    EXPORTER
-        .get_or_init(|| {
-            let exporter = InMemorySpanExporterBuilder::new().build();
-            let provider = SdkTracerProvider::builder()
-                .with_simple_exporter(exporter.clone())
-                .build();
-            let tracer = provider.tracer("consumer-tests");
-            // The provider must outlive every span: keep it for the process.
-            std::mem::forget(provider);
-            let subscriber = tracing_subscriber::registry()
-                .with(tracing_opentelemetry::layer().with_tracer(tracer));
-            if tracing::subscriber::set_global_default(subscriber).is_err() {
-                panic!("in_memory_spans: another global tracing subscriber is installed in this process");
-            }
-            exporter
-        })
-        .clone()
+    super::subscriber::installed().spans.clone()
 }
 
 /// The OpenTelemetry trace id of a `tracing` span, as hex.
