@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::Saga;
 use super::handler::SagaHandler;
 use super::not_found::NotFound;
-use super::route::{EventRoute, Route, RouteKind};
+use super::route::{EventRoute, Route, RouteKind, Runs};
 use super::step::Step;
 use consumer_core::describe::{DeclaredEvent, PayloadType};
 use consumer_core::error::Error;
@@ -82,15 +82,24 @@ impl<S: Saga> SagaBuilder<S> {
     }
 
     /// Takes events of `event_type` (CloudEvents `type`), decoded from JSON
-    /// as `E`: `correlate` gives the id of their saga, `not_found` says
-    /// what to do when it has no row, and `transition` is what the event
-    /// does to the saga. `transition` is a plain function (a method of the
-    /// saga works: `OrderSaga::paid`): it changes the state and asks
-    /// `step` for commands, timeouts, undo steps and the end; the
-    /// framework writes all of it in the message's transaction.
+    /// as `E`, while the saga goes forward (`running`): `correlate` gives
+    /// the id of their saga, `not_found` says what to do when it has no
+    /// row, and `transition` is what the event does to the saga.
+    /// `transition` is a plain function (a method of the saga works:
+    /// `OrderSaga::paid`): it changes the state and asks `step` for
+    /// commands, timeouts, undo steps and the end; the framework writes all
+    /// of it in the message's transaction.
+    ///
+    /// An event of this type that arrives while the saga compensates (a
+    /// forward step's late reply) is acked without `transition` and counted
+    /// in `consumer.saga.ignored` (reason `out_of_status`, logged at WARN):
+    /// a saga undoing its payment must not go on to reserve stock. Replies
+    /// to undo steps are registered with
+    /// [`on_compensating`](Self::on_compensating); an event that acts in
+    /// both with [`on_running_or_compensating`](Self::on_running_or_compensating).
     #[must_use]
     pub fn on<E, C, T>(
-        mut self,
+        self,
         event_type: &'static str,
         correlate: C,
         not_found: NotFound,
@@ -101,9 +110,74 @@ impl<S: Saga> SagaBuilder<S> {
         C: Fn(&E) -> String + Send + Sync + 'static,
         T: Fn(&S, &mut S::State, E, &mut Step<'_>) -> Result<(), S::Error> + Send + Sync + 'static,
     {
+        self.event(event_type, correlate, not_found, transition, Runs::Forward)
+    }
+
+    /// Takes events of `event_type` only while the saga compensates: the
+    /// replies to its undo steps, whose transitions report each outcome
+    /// with [`Step::undone`] or [`Step::undo_failed`]. One that arrives
+    /// while the saga runs forward is acked without `transition` and
+    /// counted (`out_of_status`). The arguments are [`on`](Self::on)'s;
+    /// `NotFound::Start` is refused by [`build`](Self::build) (a saga that
+    /// does not exist compensates nothing).
+    #[must_use]
+    pub fn on_compensating<E, C, T>(
+        self,
+        event_type: &'static str,
+        correlate: C,
+        not_found: NotFound,
+        transition: T,
+    ) -> Self
+    where
+        E: DeserializeOwned + 'static,
+        C: Fn(&E) -> String + Send + Sync + 'static,
+        T: Fn(&S, &mut S::State, E, &mut Step<'_>) -> Result<(), S::Error> + Send + Sync + 'static,
+    {
+        self.event(
+            event_type,
+            correlate,
+            not_found,
+            transition,
+            Runs::Compensating,
+        )
+    }
+
+    /// Takes events of `event_type` whether the saga runs forward or
+    /// compensates (a customer's cancellation, say): the transition reads
+    /// [`Step::status`] to tell which. The arguments are [`on`](Self::on)'s.
+    #[must_use]
+    pub fn on_running_or_compensating<E, C, T>(
+        self,
+        event_type: &'static str,
+        correlate: C,
+        not_found: NotFound,
+        transition: T,
+    ) -> Self
+    where
+        E: DeserializeOwned + 'static,
+        C: Fn(&E) -> String + Send + Sync + 'static,
+        T: Fn(&S, &mut S::State, E, &mut Step<'_>) -> Result<(), S::Error> + Send + Sync + 'static,
+    {
+        self.event(event_type, correlate, not_found, transition, Runs::Both)
+    }
+
+    fn event<E, C, T>(
+        mut self,
+        event_type: &'static str,
+        correlate: C,
+        not_found: NotFound,
+        transition: T,
+        runs: Runs,
+    ) -> Self
+    where
+        E: DeserializeOwned + 'static,
+        C: Fn(&E) -> String + Send + Sync + 'static,
+        T: Fn(&S, &mut S::State, E, &mut Step<'_>) -> Result<(), S::Error> + Send + Sync + 'static,
+    {
         self.routes.push(Box::new(EventRoute {
             event_type,
             kind: RouteKind::Event(not_found),
+            runs,
             correlate: Some(correlate),
             transition,
             _event: PhantomData::<fn() -> E>,
@@ -113,7 +187,9 @@ impl<S: Saga> SagaBuilder<S> {
 
     /// Takes the saga's own timeouts of `event_type`
     /// ([`Step::schedule_timeout`]): their saga is the one that scheduled
-    /// them. A timeout whose token the saga no longer holds (cancelled,
+    /// them, in whichever active status it scheduled them (compensating
+    /// cancels the pending ones first, so a timeout that fires while a saga
+    /// compensates is one the compensation scheduled). A timeout whose token the saga no longer holds (cancelled,
     /// replaced), or whose saga finished or is gone, is acked and counted
     /// (`consumer.saga.ignored`) without running `transition`; one that
     /// runs it counts in `consumer.saga.timed_out`.
@@ -127,6 +203,7 @@ impl<S: Saga> SagaBuilder<S> {
             .push(Box::new(EventRoute::<E, fn(&E) -> String, T> {
                 event_type,
                 kind: RouteKind::Timeout,
+                runs: Runs::Both,
                 correlate: None,
                 transition,
                 _event: PhantomData,
@@ -236,6 +313,14 @@ impl<S: Saga> SagaBuilder<S> {
         for (i, r) in self.routes.iter().enumerate() {
             if r.event_type().is_empty() {
                 return refuse("an event type is empty".into());
+            }
+            if r.runs() == Runs::Compensating
+                && matches!(r.kind(), RouteKind::Event(NotFound::Start))
+            {
+                return refuse(format!(
+                    "`{}` runs only while the saga compensates, so it cannot start one (`NotFound::Start`)",
+                    r.event_type()
+                ));
             }
             if self.routes[..i]
                 .iter()

@@ -260,6 +260,9 @@ impl<S: Saga> SagaHandler<S> {
         if !meta.status.is_active() {
             return Ok(Decision::Ignored(Ignored::Finished));
         }
+        if !route.runs().accepts(meta.status) {
+            return Ok(Decision::Ignored(Ignored::OutOfStatus(meta.status)));
+        }
         let timed_out = matches!(route.kind(), RouteKind::Timeout);
         if timed_out && !take_timeout(&mut meta, message.message_id()) {
             return Ok(Decision::Ignored(Ignored::StaleTimeout));
@@ -455,8 +458,20 @@ impl<S: Saga> SagaHandler<S> {
         why: Ignored,
     ) -> Outcome {
         let outcome = inv.commit(tx).await;
-        if matches!(outcome, Outcome::Processed) {
-            self.metrics().ignored(why);
+        if !matches!(outcome, Outcome::Processed) {
+            return outcome;
+        }
+        self.metrics().ignored(why);
+        if let Ignored::OutOfStatus(status) = why {
+            tracing::warn!(
+                target: "consumer::saga",
+                saga = self.saga.name(), saga_id,
+                event_type = route.event_type(),
+                message_id = %inv.context().message_id(),
+                status = status.as_str(),
+                "acked without a transition: its registration does not run while the saga is {status}"
+            );
+        } else {
             tracing::debug!(
                 target: "consumer::saga",
                 saga = self.saga.name(), saga_id,

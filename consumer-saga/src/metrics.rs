@@ -30,7 +30,8 @@ pub mod attr {
     /// `compensated`, `failed`, `compensation_failed`.
     pub const SAGA_STATUS: &str = "consumer.saga.status";
     /// `consumer.saga.ignored.reason`: why a saga event was acked without a
-    /// transition: `finished`, `stale_timeout`, `not_found`.
+    /// transition: `finished`, `stale_timeout`, `not_found`,
+    /// `out_of_status`.
     pub const SAGA_IGNORED_REASON: &str = "consumer.saga.ignored.reason";
 }
 
@@ -135,6 +136,9 @@ pub(super) enum Ignored {
     StaleTimeout,
     /// No saga, and its policy ignores that (or a timeout of a saga gone).
     NotFound,
+    /// Its registration does not run in the saga's status (a forward
+    /// step's reply while it compensates, or the reverse).
+    OutOfStatus(super::SagaStatus),
 }
 
 impl Ignored {
@@ -143,6 +147,7 @@ impl Ignored {
             Self::Finished => "finished",
             Self::StaleTimeout => "stale_timeout",
             Self::NotFound => "not_found",
+            Self::OutOfStatus(_) => "out_of_status",
         }
     }
 }

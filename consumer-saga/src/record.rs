@@ -67,16 +67,21 @@ pub enum UndoStatus {
     /// Failed for good: the compensation went on with the steps before it,
     /// and ends in `compensation_failed`.
     Failed,
+    /// Withdrawn before it was sent ([`Step::withdraw_undo`](super::Step::withdraw_undo)):
+    /// never sent. It keeps its place in the log, so the ids of the steps
+    /// after it do not move.
+    Withdrawn,
 }
 
 impl UndoStatus {
-    /// `recorded`, `sent`, `done`, `failed`.
+    /// `recorded`, `sent`, `done`, `failed`, `withdrawn`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Recorded => "recorded",
             Self::Sent => "sent",
             Self::Done => "done",
             Self::Failed => "failed",
+            Self::Withdrawn => "withdrawn",
         }
     }
 }

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::Saga;
 use super::not_found::NotFound;
+use super::status::SagaStatus;
 use super::step::Step;
 use consumer_core::describe::PayloadType;
 
@@ -21,10 +22,39 @@ pub(super) enum RouteKind {
     Timeout,
 }
 
+/// In which of a saga's active statuses a registration's transition runs.
+/// An event that arrives in the other is acked without it and counted
+/// (`out_of_status`): a forward step's late reply must not act on a saga
+/// that is undoing what it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Runs {
+    /// While the saga goes forward ([`SagaBuilder::on`](super::SagaBuilder::on)).
+    Forward,
+    /// While it compensates: the replies to its undo steps
+    /// ([`SagaBuilder::on_compensating`](super::SagaBuilder::on_compensating)).
+    Compensating,
+    /// In both (timeouts, and
+    /// [`SagaBuilder::on_running_or_compensating`](super::SagaBuilder::on_running_or_compensating)).
+    Both,
+}
+
+impl Runs {
+    /// Whether the transition runs on a saga in `status`.
+    pub(super) fn accepts(self, status: SagaStatus) -> bool {
+        match self {
+            Self::Forward => status == SagaStatus::Running,
+            Self::Compensating => status == SagaStatus::Compensating,
+            Self::Both => status.is_active(),
+        }
+    }
+}
+
 /// A route, whatever its event type.
 pub(super) trait Route<S: Saga>: Send + Sync + 'static {
     fn event_type(&self) -> &'static str;
     fn kind(&self) -> &RouteKind;
+    /// The statuses its transition runs in.
+    fn runs(&self) -> Runs;
     fn payload(&self) -> PayloadType;
     /// The saga id the payload names (`None` for a timeout).
     fn correlate(&self, payload: &[u8]) -> Result<Option<String>, serde_json::Error>;
@@ -42,6 +72,7 @@ pub(super) trait Route<S: Saga>: Send + Sync + 'static {
 pub(super) struct EventRoute<E, C, T> {
     pub(super) event_type: &'static str,
     pub(super) kind: RouteKind,
+    pub(super) runs: Runs,
     pub(super) correlate: Option<C>,
     pub(super) transition: T,
     pub(super) _event: PhantomData<fn() -> E>,
@@ -60,6 +91,10 @@ where
 
     fn kind(&self) -> &RouteKind {
         &self.kind
+    }
+
+    fn runs(&self) -> Runs {
+        self.runs
     }
 
     fn payload(&self) -> PayloadType {

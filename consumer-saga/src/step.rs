@@ -255,6 +255,32 @@ impl<'a> Step<'a> {
         }
     }
 
+    /// Withdraws the undo of step `name`, recorded earlier and not sent: a
+    /// step whose effect is gone by other means (a payment the gateway
+    /// voided, a hold that lapsed) must not be undone again if the saga
+    /// compensates later. `false`, with nothing changed, when no such undo
+    /// is waiting (never recorded, already withdrawn, or already sent: an
+    /// undo under way is reported with [`undone`](Self::undone) or
+    /// [`undo_failed`](Self::undo_failed)). Of several unsent undos of
+    /// one name, the last recorded goes. The step stays in the log as
+    /// `withdrawn`, and the history notes it.
+    pub fn withdraw_undo(&mut self, name: &str) -> bool {
+        let waiting = self
+            .meta
+            .compensation
+            .iter_mut()
+            .rev()
+            .find(|u| u.name == name && u.status == UndoStatus::Recorded);
+        match waiting {
+            Some(undo) => {
+                undo.status = UndoStatus::Withdrawn;
+                self.notes.push(format!("undo `{name}` withdrawn"));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The compensation log, in the order the steps were recorded.
     pub fn compensation(&self) -> &[UndoStep] {
         &self.meta.compensation

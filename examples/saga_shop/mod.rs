@@ -344,13 +344,15 @@ pub fn saga(
             late.clone(),
             OrderFulfilment::shipped,
         )
-        .on(
+        // The replies to the refund, an undo step: they run only while the
+        // saga compensates (a forward step's late reply then does not).
+        .on_compensating(
             "PaymentRefunded",
             order_of,
             late.clone(),
             OrderFulfilment::refunded,
         )
-        .on(
+        .on_compensating(
             "RefundFailed",
             order_of,
             late,
