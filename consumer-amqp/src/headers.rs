@@ -135,15 +135,28 @@ pub(crate) fn to_properties(message: &Message, prefix: AttributePrefix) -> Resul
 }
 
 /// Reads a delivery from `queue` into the framework's envelope, as the
-/// source does (usable on `basic.get` results too).
+/// source does (usable on `basic.get` results too), parsing a
+/// structured-mode body of any size.
 pub fn to_envelope(queue: &str, delivery: &lapin::message::Delivery, payload: Bytes) -> Envelope {
+    to_envelope_within(usize::MAX, queue, delivery, payload)
+}
+
+/// [`to_envelope`] for a consumer that takes bodies of at most `max_body`
+/// bytes: a structured-mode body over it is not parsed (see
+/// [`Envelope::from_parts_within`]).
+pub fn to_envelope_within(
+    max_body: usize,
+    queue: &str,
+    delivery: &lapin::message::Delivery,
+    payload: Bytes,
+) -> Envelope {
     let received = Received {
         exchange: delivery.exchange.as_str(),
         routing_key: delivery.routing_key.as_str(),
         delivery_tag: delivery.delivery_tag,
         properties: &delivery.properties,
     };
-    envelope_of(queue, &received, payload)
+    envelope_of(queue, &received, payload, max_body)
 }
 
 /// What a delivery says about itself on the wire, besides its body.
@@ -164,7 +177,12 @@ pub struct Received<'a> {
 /// strings are read as text, tables, arrays, decimals and void as JSON
 /// (see `header_values`); malformed framework headers, and framework
 /// headers that are not text, become the envelope's defects.
-pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Envelope {
+pub fn envelope_of(
+    queue: &str,
+    delivery: &Received<'_>,
+    payload: Bytes,
+    max_body: usize,
+) -> Envelope {
     let props = delivery.properties;
     let mut headers = Headers::new();
     let mut refused = Vec::new();
@@ -220,7 +238,8 @@ pub fn envelope_of(queue: &str, delivery: &Received<'_>, payload: Bytes) -> Enve
         Some(id) if !id.is_empty() => id,
         _ => content_id(delivery, &body),
     };
-    let mut envelope = Envelope::from_parts(payload, headers, key, origin, fallback);
+    let mut envelope =
+        Envelope::from_parts_within(max_body, payload, headers, key, origin, fallback);
     envelope.defects.extend(refused);
     envelope
 }

@@ -87,6 +87,16 @@ pub trait Source: Send + 'static {
         }
     }
 
+    /// Told, before the first delivery, the largest body its consumer
+    /// takes. A source that reads attributes out of bodies (structured-mode
+    /// CloudEvents) reads none out of a larger one
+    /// ([`Envelope::from_parts_within`](crate::envelope::Envelope::from_parts_within)):
+    /// the runtime dead-letters it as too large without parsing it. The
+    /// default ignores it; a source wrapping another passes it on.
+    fn limit_body(&mut self, max_bytes: usize) {
+        let _ = max_bytes;
+    }
+
     /// The channels this source reads and settles to, for the service's
     /// AsyncAPI document. `None` (the default here) refuses the document
     /// with an error naming the consumer.

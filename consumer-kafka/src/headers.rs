@@ -50,17 +50,24 @@ pub fn to_kafka_headers(message: &Message) -> OwnedHeaders {
 
 /// Reads a consumed record into the framework's envelope.
 pub fn to_envelope(record: &BorrowedMessage<'_>) -> Envelope {
-    envelope_of(record, record.topic().into())
+    envelope_of(record, record.topic().into(), usize::MAX)
 }
 
 /// Headers read in one pass go through a stack buffer of this many.
 const INLINE_HEADERS: usize = 16;
 
 /// [`to_envelope`] with the record's topic already read (the source has
-/// it from interning: every envelope of a topic shares its name).
-pub(crate) fn envelope_of(record: &BorrowedMessage<'_>, topic: Channel) -> Envelope {
+/// it from interning: every envelope of a topic shares its name), for a
+/// consumer that takes bodies of at most `max_body` bytes (see
+/// [`Envelope::from_parts_within`]).
+pub(crate) fn envelope_of(
+    record: &BorrowedMessage<'_>,
+    topic: Channel,
+    max_body: usize,
+) -> Envelope {
     let raw = RawHeaders::of(record);
     envelope_in(
+        max_body,
         topic,
         record.partition(),
         record.offset(),
@@ -89,6 +96,7 @@ where
     I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
 {
     envelope_in(
+        usize::MAX,
         topic.into(),
         partition,
         offset,
@@ -99,8 +107,11 @@ where
     )
 }
 
-/// [`record_envelope`] for a topic whose name is already shared.
+/// [`record_envelope`] for a topic whose name is already shared, parsing
+/// no structured-mode body over `max_body` bytes.
+#[allow(clippy::too_many_arguments)]
 fn envelope_in<'a, I>(
+    max_body: usize,
     topic: Channel,
     partition: i32,
     offset: i64,
@@ -142,10 +153,14 @@ where
         position: Position::log(partition, offset),
         placement: Placement::Log { partition, offset },
     };
-    let mut envelope =
-        Envelope::from_parts(Bytes::copy_from_slice(payload), table, key, origin, || {
-            format!("{topic}/{partition}/{offset}")
-        });
+    let mut envelope = Envelope::from_parts_within(
+        max_body,
+        Bytes::copy_from_slice(payload),
+        table,
+        key,
+        origin,
+        || format!("{topic}/{partition}/{offset}"),
+    );
     if nul_in_name {
         refuse_nul_in_framework_names(&mut envelope);
     }
@@ -320,7 +335,7 @@ mod tests {
             None => panic!("no record within 10 s from the mock cluster"),
         };
 
-        let envelope = envelope_of(&record, "nul".into());
+        let envelope = envelope_of(&record, "nul".into(), usize::MAX);
         assert_eq!(envelope.id, "e-1", "the forged id does not win");
         let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
         assert_eq!(
@@ -378,7 +393,7 @@ mod tests {
             None => panic!("no record within 10 s from the mock cluster"),
         };
 
-        let envelope = envelope_of(&record, "raw".into());
+        let envelope = envelope_of(&record, "raw".into(), usize::MAX);
         let headers: Vec<(&str, &[u8])> = envelope.headers.iter().collect();
         assert_eq!(
             headers,

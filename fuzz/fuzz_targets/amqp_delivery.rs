@@ -38,6 +38,11 @@ fuzz_target!(|d: Delivery<'_>| {
         delivery_tag: d.delivery_tag,
         properties: &properties,
     };
-    let envelope = envelope_of("queue", &received, bytes::Bytes::copy_from_slice(d.payload));
+    let envelope = envelope_of(
+        "queue",
+        &received,
+        bytes::Bytes::copy_from_slice(d.payload),
+        usize::MAX,
+    );
     consumer_fuzz::check_envelope(&envelope);
 });

@@ -692,6 +692,24 @@ pub async fn bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on<B
             "ce_time",
         ),
     ];
+    // A structured-mode CloudEvent whose body is over the limit while its
+    // `data` is a small valid job: the limit is the body's, applied before
+    // the body is parsed.
+    let padding = "x".repeat(64 * 1024);
+    let structured = serde_json::json!({
+        "specversion": "1.0",
+        "id": "structured-oversize",
+        "source": "/suite",
+        "type": "Job",
+        "padding": padding,
+        "data": Job::new("bad", 1),
+    });
+    cases.push((
+        "structured-oversize",
+        Message::raw(serde_json::to_vec(&structured).expect("json"))
+            .with_header("content-type", "application/cloudevents+json"),
+        "exceeds the limit",
+    ));
     let mut binary_id = Message::raw(valid.clone());
     binary_id.headers.insert("ce_id", vec![0xff_u8, 0x00]);
     cases.push(("binary-id", binary_id, "UTF-8"));

@@ -246,6 +246,10 @@ impl AmqpSource {
 impl Source for AmqpSource {
     type Acker = AmqpAcker;
 
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.options.max_body = max_bytes;
+    }
+
     fn system(&self) -> &'static str {
         "rabbitmq"
     }
@@ -310,7 +314,8 @@ impl Source for AmqpSource {
                 }
                 let lapin::message::Delivery { data, .. } = &delivery;
                 let payload = Bytes::copy_from_slice(data);
-                let envelope = Arc::new(headers::to_envelope(
+                let envelope = Arc::new(headers::to_envelope_within(
+                    self.options.max_body,
                     self.topology.queue(),
                     &delivery,
                     payload,

@@ -19,6 +19,8 @@ pub(crate) struct SourceOptions {
     pub(crate) max_message_bytes: usize,
     /// How often the queue depths behind the metrics are read.
     pub(crate) depth_interval: Duration,
+    /// The largest body whose attributes are read (`Source::limit_body`).
+    pub(crate) max_body: usize,
 }
 
 impl SourceOptions {
@@ -28,6 +30,7 @@ impl SourceOptions {
             prefetch,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             depth_interval: Duration::from_secs(15),
+            max_body: usize::MAX,
         }
     }
 

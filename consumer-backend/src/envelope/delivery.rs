@@ -52,8 +52,27 @@ impl Envelope {
     /// structured-mode event: its attributes are read from the body, and the
     /// payload is the event's `data` (or decoded `data_base64`), as
     /// [`cloudevent`](super::cloudevent) says; a body that is not a valid
-    /// event is a defect.
+    /// event is a defect. This parses a structured body of any size: a
+    /// source reads with [`Envelope::from_parts_within`] the limit its
+    /// consumer gave it.
     pub fn from_parts(
+        payload: Bytes,
+        headers: Headers,
+        key: Option<String>,
+        origin: Origin,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Self {
+        Self::from_parts_within(usize::MAX, payload, headers, key, origin, fallback_id)
+    }
+
+    /// [`Envelope::from_parts`] for a consumer that takes bodies of at most
+    /// `max_body` bytes ([`Source::limit_body`](crate::source::Source::limit_body)):
+    /// a structured-mode body over it is not parsed. It stays the payload,
+    /// whole, and the runtime's size check dead-letters it as too large, so
+    /// a body the consumer refuses costs no JSON parse (nor the memory of
+    /// one), and the limit is the body's as received, whatever its `data`.
+    pub fn from_parts_within(
+        max_body: usize,
         mut payload: Bytes,
         mut headers: Headers,
         key: Option<String>,
@@ -63,7 +82,8 @@ impl Envelope {
         // The last value of an attribute wins, as with `Headers::get`.
         let mut found = scan(&headers);
         let mut defects = Vec::new();
-        if found[Attr::ContentType as usize].is_some_and(is_structured) {
+        let structured = found[Attr::ContentType as usize].is_some_and(is_structured);
+        if structured && payload.len() <= max_body {
             match from_structured(&headers, &payload) {
                 Ok((h, p)) => {
                     headers = h;
@@ -479,6 +499,36 @@ mod tests {
         assert_eq!(&e.payload[..], b"hello");
         let e = structured(r#"{"specversion":"1.0","id":"e","source":"/s","type":"T"}"#);
         assert!(e.defects.is_empty() && e.payload.is_empty());
+    }
+
+    #[test]
+    fn a_structured_body_over_the_limit_is_left_unparsed() {
+        let body = r#"{"specversion":"1.0","id":"e","source":"/s","type":"T","data":{"n":1}}"#;
+        let read = |max_body| {
+            let mut h = Headers::new();
+            h.insert(names::CONTENT_TYPE, "application/cloudevents+json");
+            Envelope::from_parts_within(
+                max_body,
+                Bytes::from(body),
+                h,
+                None,
+                Origin::default(),
+                || "fallback".into(),
+            )
+        };
+        let at_limit = read(body.len());
+        assert_eq!(
+            (at_limit.id.as_str(), &at_limit.payload[..]),
+            ("e", &br#"{"n":1}"#[..])
+        );
+        let over = read(body.len() - 1);
+        assert_eq!(over.id, "fallback", "no attribute read from the body");
+        assert_eq!(
+            over.payload,
+            body.as_bytes(),
+            "the body whole, for the size check"
+        );
+        assert!(over.defects.is_empty());
     }
 
     #[test]

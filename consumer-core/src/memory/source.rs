@@ -35,6 +35,8 @@ pub struct MemorySource {
     index: usize,
     id: u64,
     max_per_partition: usize,
+    /// The largest body whose attributes are read ([`Source::limit_body`]).
+    max_body: usize,
 }
 
 impl MemorySource {
@@ -45,6 +47,7 @@ impl MemorySource {
             index,
             id,
             max_per_partition: DEFAULT_MAX_PER_PARTITION,
+            max_body: usize::MAX,
         }
     }
 
@@ -110,9 +113,14 @@ impl MemorySource {
             // Built only for messages that carry no id of their own.
             let topic = &self.topic;
             let offset = stored.offset;
-            let envelope = Arc::new(Envelope::from_parts(payload, headers, key, origin, || {
-                format!("{topic}/{index}/{offset}")
-            }));
+            let envelope = Arc::new(Envelope::from_parts_within(
+                self.max_body,
+                payload,
+                headers,
+                key,
+                origin,
+                || format!("{topic}/{index}/{offset}"),
+            ));
             let acker = MemoryAcker::new(self.broker.clone(), self.index, index, offset);
             return Ok((envelope, acker));
         }
@@ -125,6 +133,10 @@ impl Source for MemorySource {
 
     fn system(&self) -> &'static str {
         "memory"
+    }
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.max_body = max_bytes;
     }
 
     fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {

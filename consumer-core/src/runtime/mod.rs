@@ -52,6 +52,9 @@ use observe::{Happened, Observer};
 use settle::Settler;
 use worker::Worker;
 
+/// The largest payload a consumer takes unless told otherwise.
+const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+
 /// Backoff for settle steps (dead letter, retry copy) and source errors.
 const STEP_BACKOFF: RetryPolicy =
     RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(5), u32::MAX);
@@ -121,7 +124,8 @@ where
 {
     /// A consumer of any [`Routes`].
     ///
-    /// The source is told every handler's retry policy now (what it
+    /// The source is told the largest body taken and every handler's retry
+    /// policy now (what it
     /// describes and declares may depend on them: a RabbitMQ topology sizes
     /// its delay queues to the longest delay); what it refuses is reported
     /// by [`run_until`](Self::run_until), before the first delivery.
@@ -131,12 +135,13 @@ where
                 let _ = source.accept_retry_policy(&policy);
             }
         }
+        source.limit_body(DEFAULT_MAX_PAYLOAD_BYTES);
         Self {
             source,
             store,
             routes,
             max_in_flight: 256,
-            max_payload_bytes: 1024 * 1024,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
             circuit: CircuitPolicy::off(),
@@ -151,9 +156,12 @@ where
         self
     }
 
-    /// Payloads larger than this are dead-lettered as poison unread.
+    /// Payloads larger than this are dead-lettered as poison unread. The
+    /// source is told at once: a structured-mode CloudEvent whose body is
+    /// larger is not parsed, and is dead-lettered as too large too.
     pub fn with_max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
+        self.source.limit_body(n);
         self
     }
 

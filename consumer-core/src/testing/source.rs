@@ -71,6 +71,8 @@ pub struct FaultySource<S> {
     incarnation: Arc<Incarnation>,
     /// The policies told so far, told again to a restarted source.
     policies: Vec<crate::retry::RetryPolicy>,
+    /// The body limit told, told again to a restarted source.
+    max_body: Option<usize>,
 }
 
 impl<S> std::fmt::Debug for FaultySource<S> {
@@ -92,6 +94,7 @@ impl<S: Source> FaultySource<S> {
             restart: None,
             incarnation: Arc::default(),
             policies: Vec::new(),
+            max_body: None,
         }
     }
 
@@ -119,6 +122,9 @@ impl<S: Source> FaultySource<S> {
             if let Err(reason) = fresh.accept_retry_policy(policy) {
                 return Err(Error::Config(reason));
             }
+        }
+        if let Some(max) = self.max_body {
+            fresh.limit_body(max);
         }
         self.inner = Some(fresh);
         self.incarnation = Arc::default();
@@ -162,6 +168,13 @@ impl<S: Source> Source for FaultySource<S> {
         match &mut self.inner {
             Some(s) => s.accept_retry_policy(policy),
             None => Ok(()),
+        }
+    }
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.max_body = Some(max_bytes);
+        if let Some(s) = &mut self.inner {
+            s.limit_body(max_bytes);
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
@@ -268,6 +268,7 @@ impl KafkaSourceBuilder {
 
         let topics = Arc::new(self.topics);
         let (tx, rx) = mpsc::unbounded_channel();
+        let max_body = Arc::new(AtomicUsize::new(usize::MAX));
         let poller = Poller::new(
             consumer,
             Arc::clone(&shared),
@@ -275,6 +276,7 @@ impl KafkaSourceBuilder {
             Arc::clone(&topics),
             self.max_per_partition,
             self.max_poll_stall,
+            Arc::clone(&max_body),
         );
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let ended = Arc::clone(&shared);
@@ -305,6 +307,7 @@ impl KafkaSourceBuilder {
             }),
             thread: Some(done),
             close_timeout: self.close_timeout,
+            max_body,
             server: first_broker(&self.brokers),
             group: self.group_id,
         })

@@ -69,7 +69,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use consumer_backend::{Envelope, Source};
@@ -126,6 +126,9 @@ pub struct KafkaSource {
     /// Reports the poll thread's end (and its result).
     thread: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
     close_timeout: Duration,
+    /// The largest body whose attributes the poll thread reads
+    /// (`Source::limit_body`).
+    max_body: Arc<AtomicUsize>,
     group: String,
     /// The first bootstrap broker, for `server.address`/`server.port`.
     server: Option<(String, u16)>,
@@ -175,6 +178,10 @@ impl KafkaSource {
 
 impl Source for KafkaSource {
     type Acker = KafkaAcker;
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.max_body.store(max_bytes, Ordering::Relaxed);
+    }
 
     fn system(&self) -> &'static str {
         "kafka"

@@ -1,7 +1,7 @@
 //! The poll thread: takes records, holds off or pauses full partitions,
 //! parks retry copies until due, stores positions.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,9 @@ pub(super) struct Poller {
     max_per_partition: usize,
     max_poll_stall: Duration,
     interned: Vec<Arc<str>>,
+    /// The largest body whose attributes are read, as the source was told
+    /// (`Source::limit_body`); read at each record.
+    max_body: Arc<AtomicUsize>,
 }
 
 /// Most records one poll round hands to the runtime at once.
@@ -43,6 +46,7 @@ impl Poller {
         topics: Arc<Topics>,
         max_per_partition: usize,
         max_poll_stall: Duration,
+        max_body: Arc<AtomicUsize>,
     ) -> Self {
         Self {
             consumer,
@@ -52,6 +56,7 @@ impl Poller {
             max_per_partition,
             max_poll_stall,
             interned: Vec::new(),
+            max_body,
         }
     }
 
@@ -211,7 +216,12 @@ impl Poller {
             .to_millis()
             .filter(|ms| *ms > 0)
             .unwrap_or_else(now_ms);
-        let envelope = Arc::new(headers::envelope_of(record, Arc::clone(&tp.topic).into()));
+        let max_body = self.max_body.load(Ordering::Relaxed);
+        let envelope = Arc::new(headers::envelope_of(
+            record,
+            Arc::clone(&tp.topic).into(),
+            max_body,
+        ));
         let due = if self.topics.retry_topic() == Some(&*tp.topic) {
             due_in(&envelope.headers)
                 .map(|said| self.bounded(said, produced_ms, &envelope, &tp, offset))

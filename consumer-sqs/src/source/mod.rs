@@ -79,6 +79,8 @@ pub struct SqsSource {
     heartbeat: JoinHandle<()>,
     depth_interval: Duration,
     channel: Channel,
+    /// The largest body whose attributes are read ([`Source::limit_body`]).
+    max_body: usize,
 }
 
 impl std::fmt::Debug for SqsSource {
@@ -313,6 +315,7 @@ impl SqsSourceBuilder {
             "consuming"
         );
         Ok(SqsSource {
+            max_body: usize::MAX,
             channel: Channel::from(shared.queues.queue.name()),
             shared,
             pending: None,
@@ -479,8 +482,14 @@ impl SqsSource {
                 ..Origin::default()
             };
             let message_id = m.message_id.clone();
-            let mut envelope =
-                Envelope::from_parts(payload, headers, key.clone(), origin, || message_id.clone());
+            let mut envelope = Envelope::from_parts_within(
+                self.max_body,
+                payload,
+                headers,
+                key.clone(),
+                origin,
+                || message_id.clone(),
+            );
             envelope.defects.extend(defects);
             let earlier = rc
                 .saturating_sub(1)
@@ -502,6 +511,10 @@ impl SqsSource {
 
 impl Source for SqsSource {
     type Acker = SqsAcker;
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.max_body = max_bytes;
+    }
 
     fn system(&self) -> &'static str {
         "aws_sqs"

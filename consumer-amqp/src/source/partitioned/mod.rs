@@ -281,7 +281,12 @@ impl PartitionedSource {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let payload = Bytes::copy_from_slice(&delivery.data);
-        let envelope = headers::to_envelope(topology.queue(), &delivery, payload);
+        let envelope = headers::to_envelope_within(
+            self.options.max_body,
+            topology.queue(),
+            &delivery,
+            payload,
+        );
         let envelope = Arc::new(self.keyed(envelope, topology.queue()));
         let acker = AmqpAcker::new(
             delivery.acker,
@@ -309,6 +314,10 @@ impl PartitionedSource {
 
 impl Source for PartitionedSource {
     type Acker = AmqpAcker;
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.options.max_body = max_bytes;
+    }
 
     fn system(&self) -> &'static str {
         "rabbitmq"
