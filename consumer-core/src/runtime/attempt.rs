@@ -139,7 +139,22 @@ where
             // delivery's context when no attempt ran).
             let (outcome, cx) = match self.precheck(&envelope) {
                 Err(e) => (Outcome::Failed(Failure::new(FailureKind::Poison, e)), None),
-                Ok(()) => self.attempt(handler, &envelope).await,
+                Ok(()) => {
+                    // The handler's turn, when it has limits; shutdown
+                    // releases a delivery still waiting for one.
+                    let turn = if self.limits.is_empty() {
+                        None
+                    } else {
+                        tokio::select! {
+                            biased;
+                            turn = self.limits.enter(name) => Some(turn),
+                            () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
+                        }
+                    };
+                    let attempted = self.attempt(handler, &envelope).await;
+                    drop(turn);
+                    attempted
+                }
             };
             self.record_circuit(&circuit, name, &envelope.id, admission, &outcome);
             let failure = match outcome {

@@ -21,6 +21,7 @@
 mod attempt;
 pub(crate) mod circuit;
 mod lanes;
+mod limits;
 pub(crate) mod observe;
 mod settle;
 mod worker;
@@ -36,6 +37,7 @@ use tokio::task::JoinSet;
 
 pub use attempt::InputError;
 pub use circuit::CircuitPolicy;
+pub use limits::HandlerLimit;
 
 use crate::envelope::Envelope;
 use crate::error::Error;
@@ -84,6 +86,7 @@ pub struct Consumer<Src, S, R> {
     shutdown_timeout: Duration,
     settle_timeout: Duration,
     circuit: CircuitPolicy,
+    limits: Vec<(&'static str, HandlerLimit)>,
     stats: Arc<Stats>,
     meter: Option<Meter>,
 }
@@ -145,6 +148,7 @@ where
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
             circuit: CircuitPolicy::off(),
+            limits: Vec::new(),
             stats: Arc::default(),
             meter: None,
         }
@@ -191,6 +195,17 @@ where
         self
     }
 
+    /// Limits handler `name`'s attempts: how many at once, how many per
+    /// period (see [`HandlerLimit`]). A delivery waiting for its handler's
+    /// turn keeps its lane, its in-flight permit and its attempt; the
+    /// consumer refuses to start when no handler has that name. Set again,
+    /// a handler's limit replaces the one before.
+    pub fn with_handler_limit(mut self, name: &'static str, limit: HandlerLimit) -> Self {
+        self.limits.retain(|(n, _)| *n != name);
+        self.limits.push((name, limit));
+        self
+    }
+
     /// Where this consumer's instruments come from (see
     /// [`metrics`](crate::metrics)); by default the global meter provider's,
     /// as installed when `run_until` starts.
@@ -222,6 +237,16 @@ where
     /// Refuses, before the first delivery, what could only fail at run
     /// time; tells the source every handler's retry policy.
     fn check(&mut self) -> Result<(), Error> {
+        let handlers = self.routes.handlers();
+        if let Some((name, _)) = self
+            .limits
+            .iter()
+            .find(|(name, _)| !handlers.iter().any(|h| h.name() == *name))
+        {
+            return Err(Error::Config(format!(
+                "`with_handler_limit` names the handler `{name}`, which this consumer does not run"
+            )));
+        }
         for handler in self.routes.handlers() {
             for policy in handler.retry_policies() {
                 if self.store.retention() <= policy.max_window() {
@@ -326,6 +351,7 @@ where
             spans,
             max_payload_bytes: self.max_payload_bytes,
             circuits: circuit::Circuits::new(self.circuit),
+            limits: limits::Limits::new(&self.limits),
             stopping,
         };
         (source, worker)

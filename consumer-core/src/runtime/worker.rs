@@ -29,6 +29,8 @@ pub(super) struct Worker<S, R, A> {
     pub(super) max_payload_bytes: usize,
     /// Each handler's circuit.
     pub(super) circuits: super::circuit::Circuits,
+    /// The limited handlers' limits.
+    pub(super) limits: super::limits::Limits,
     pub(super) stopping: Stopping,
 }
 
