@@ -1,0 +1,143 @@
+//! [`Jobs`]: enqueueing jobs, in the caller's transaction or on their own.
+
+use consumer_core::Message;
+use consumer_core::envelope::names;
+use consumer_core::error::Error;
+use consumer_core::outbox::InTransaction;
+use consumer_core::store::headers_json;
+use sqlx::Pool;
+
+use super::publisher::JobPublisher;
+use super::source::JobSource;
+use super::statements::{self, NewJob};
+use super::wake::Wake;
+use super::{DEFAULT_QUEUE, JobDatabase};
+
+/// A job queue's handle: which queue (named queues share one table) and
+/// the in-process wake-up of the workers made from it. Cheap to clone.
+///
+/// A job is a framework [`Message`]: `Message::json("SendWelcome", &job)`,
+/// with a key where jobs of that key must run in order. Workers hand it to
+/// the same `#[handler]`s and routers a broker's messages go to.
+#[derive(Debug, Clone)]
+pub struct Jobs {
+    queue: String,
+    wake: Wake,
+}
+
+impl Default for Jobs {
+    fn default() -> Self {
+        Self::new(DEFAULT_QUEUE)
+    }
+}
+
+impl Jobs {
+    /// The handle of `queue`.
+    pub fn new(queue: impl Into<String>) -> Self {
+        Self {
+            queue: queue.into(),
+            wake: Wake::default(),
+        }
+    }
+
+    /// The handle of another queue, sharing this one's in-process wake-up
+    /// (one enqueue rings the workers of both).
+    #[must_use]
+    pub fn with_queue(&self, queue: impl Into<String>) -> Self {
+        Self {
+            queue: queue.into(),
+            wake: self.wake.clone(),
+        }
+    }
+
+    /// The queue's name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Writes `message` as a job in the caller's transaction (a sqlx
+    /// `Transaction`, or a `#[handler]`'s `tx`) and returns its id: the job
+    /// exists if and only if that transaction commits.
+    ///
+    /// No `NOTIFY` is sent from inside the transaction (it would make every
+    /// writer's commit queue on PostgreSQL's notification lock): workers
+    /// see the job at their next poll, or at once if [`notify`](Self::notify)
+    /// is called after the commit.
+    pub async fn enqueue<C>(&self, tx: &mut C, message: Message) -> Result<String, Error>
+    where
+        C: InTransaction + ?Sized,
+        C::Database: JobDatabase,
+    {
+        insert::<C::Database>(tx.connection(), &self.queue, &message).await
+    }
+
+    /// Writes `message` as a job in a transaction of its own and wakes the
+    /// workers (of this process, and on PostgreSQL of every process) once
+    /// it has committed; returns its id.
+    pub async fn enqueue_now<DB: JobDatabase>(
+        &self,
+        pool: &Pool<DB>,
+        message: Message,
+    ) -> Result<String, Error> {
+        let mut tx = pool.begin().await?;
+        let id = insert::<DB>(&mut tx, &self.queue, &message).await?;
+        tx.commit().await?;
+        self.notify(pool).await?;
+        Ok(id)
+    }
+
+    /// Wakes the workers of this queue now: call it after committing a
+    /// transaction that [enqueued](Self::enqueue), for a start in
+    /// milliseconds rather than at the next poll. The wake-up is a hint,
+    /// sent outside any transaction; a lost one costs one poll interval.
+    pub async fn notify<DB: JobDatabase>(&self, pool: &Pool<DB>) -> Result<(), Error> {
+        self.wake.ring();
+        DB::announce(pool, &self.queue).await?;
+        Ok(())
+    }
+
+    /// The workers' source of this queue on `pool`.
+    pub fn source<DB: JobDatabase>(&self, pool: Pool<DB>) -> JobSource<DB> {
+        JobSource::new(pool, self.queue.clone().into(), self.wake.clone())
+    }
+
+    /// A [`Publisher`](consumer_core::Publisher) that enqueues each message
+    /// on the queue its destination names, one transaction per batch.
+    pub fn publisher<DB: JobDatabase>(&self, pool: Pool<DB>) -> JobPublisher<DB> {
+        JobPublisher::new(pool, self.wake.clone())
+    }
+
+    /// Jobs of this queue not finished yet: waiting, running, or waiting
+    /// to retry.
+    pub async fn pending<DB: JobDatabase>(&self, pool: &Pool<DB>) -> Result<i64, Error> {
+        let mut conn = pool.acquire().await?;
+        Ok(statements::pending::<DB>(&mut conn, &self.queue).await?)
+    }
+}
+
+/// Inserts `message` on `queue` through `conn`; its id (`ce_id`, or a new
+/// UUIDv7 for a message without one).
+pub(crate) async fn insert<DB: JobDatabase>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    message: &Message,
+) -> Result<String, Error> {
+    let id = match message.headers.get(names::ID) {
+        Ok(Some(id)) if !id.is_empty() => id.to_owned(),
+        _ => uuid::Uuid::now_v7().to_string(),
+    };
+    if let Some(key) = &message.key {
+        DB::lock_key(conn, queue, key).await?;
+    }
+    let headers = headers_json(&message.headers);
+    let job = NewJob {
+        queue,
+        id: &id,
+        key: message.key.as_deref(),
+        headers: &headers,
+        payload: &message.payload,
+        delay_ms: 0,
+    };
+    statements::insert::<DB>(conn, &job).await?;
+    Ok(id)
+}

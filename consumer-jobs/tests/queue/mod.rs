@@ -1,0 +1,229 @@
+//! The queue's own promises, written once over the database and run by
+//! `queue_postgres.rs` and `queue_sqlite.rs`: a rolled-back enqueue leaves
+//! no job, a lease that ends hands its job to another worker, and each
+//! key's jobs run in order while keys run in parallel.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use consumer_core::source::{Acker, Source};
+use consumer_core::{Envelope, Message};
+use consumer_jobs::{JobDatabase, JobSource, Jobs};
+use sqlx::Pool;
+
+/// Every wait in these tests ends within this, or the test fails.
+pub const WITHIN: Duration = Duration::from_secs(20);
+
+pub async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(WITHIN, f)
+        .await
+        .unwrap_or_else(|_| panic!("not done within {WITHIN:?}"))
+}
+
+pub async fn next<DB: JobDatabase>(
+    source: &mut JobSource<DB>,
+) -> (Arc<Envelope>, consumer_jobs::JobAcker<DB>) {
+    within(source.recv())
+        .await
+        .unwrap_or_else(|e| panic!("recv: {e}"))
+        .unwrap_or_else(|| panic!("the source closed"))
+}
+
+fn job(key: &str, n: u32) -> Message {
+    Message::json("Step", &serde_json::json!({ "key": key, "n": n }))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_key(key)
+}
+
+fn step_of(envelope: &Envelope) -> (String, u32) {
+    let v: serde_json::Value =
+        serde_json::from_slice(&envelope.payload).unwrap_or_else(|e| panic!("{e}"));
+    let key = v["key"].as_str().unwrap_or_default().to_owned();
+    let n = v["n"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(u32::MAX);
+    (key, n)
+}
+
+pub async fn an_enqueue_rolled_back_with_its_transaction_leaves_no_job<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    let jobs = Jobs::new("rollback");
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    jobs.enqueue(&mut tx, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    let id = jobs
+        .enqueue(&mut tx, job("k", 2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tx.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    jobs.notify(&pool).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1
+    );
+
+    let mut source = jobs.source(pool.clone());
+    let (envelope, acker) = next(&mut source).await;
+    assert_eq!(envelope.id, id);
+    assert_eq!(
+        step_of(&envelope),
+        ("k".to_owned(), 2),
+        "only the committed job"
+    );
+    assert_eq!((envelope.attempt, envelope.key.as_deref()), (1, Some("k")));
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0,
+        "an ack deletes the job"
+    );
+    source.close().await;
+}
+
+pub async fn a_worker_whose_lease_ended_gives_its_job_to_another<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("lease");
+    let lease = Duration::from_millis(300);
+    jobs.enqueue_now(&pool, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut first = jobs.source(pool.clone()).with_lease(lease);
+    let (taken, stale) = next(&mut first).await;
+
+    // While the first worker's heartbeat renews its lease (several leases
+    // long), nobody else gets the job.
+    let mut second = jobs
+        .source(pool.clone())
+        .with_lease(lease)
+        .with_poll_interval(Duration::from_millis(20));
+    let waited = tokio::time::timeout(lease * 4, second.recv()).await;
+    assert!(waited.is_err(), "a renewed lease keeps the job");
+
+    // The first worker dies: no heartbeat any more, no settle.
+    drop(first);
+    let (again, acker) = next(&mut second).await;
+    assert_eq!(again.id, taken.id, "the same job, delivered again");
+
+    // The dead worker's late ack touches nothing of the new delivery.
+    stale.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    second.close().await;
+}
+
+/// What the workers saw: per key the steps in the order they started, the
+/// keys running now, and the most keys that ran at once.
+#[derive(Default)]
+struct Seen {
+    order: HashMap<String, Vec<u32>>,
+    running: HashSet<String>,
+    most_at_once: usize,
+    done: usize,
+}
+
+pub async fn per_key_order_holds_with_many_keys_in_parallel<DB: JobDatabase>(
+    pool: Pool<DB>,
+    workers: usize,
+) {
+    const KEYS: u32 = 20;
+    const STEPS: u32 = 8;
+    let jobs = Jobs::new("order");
+    let publisher = jobs.publisher(pool.clone());
+    // Interleaved, in one batch per step: every key's step n before its n+1.
+    for n in 0..STEPS {
+        let batch: Vec<_> = (0..KEYS)
+            .map(|k| consumer_core::Outgoing {
+                destination: "order".into(),
+                message: job(&format!("key-{k}"), n),
+            })
+            .collect();
+        for r in consumer_core::Publisher::publish(&publisher, &batch).await {
+            r.unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    // The first two jobs taken wait for each other: they meet only if two
+    // keys run at once (a queue that ran keys one at a time fails here).
+    let rendezvous = Arc::new(tokio::sync::Barrier::new(2));
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let total = usize::try_from(KEYS * STEPS).unwrap_or(usize::MAX);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers {
+        let mut source = jobs
+            .source(pool.clone())
+            .with_batch_size(4)
+            .with_poll_interval(Duration::from_millis(20));
+        let seen = Arc::clone(&seen);
+        let (rendezvous, taken) = (Arc::clone(&rendezvous), Arc::clone(&taken));
+        tasks.spawn(async move {
+            loop {
+                if seen.lock().unwrap_or_else(|e| e.into_inner()).done >= total {
+                    break;
+                }
+                let Ok(Ok(Some((envelope, acker)))) =
+                    tokio::time::timeout(Duration::from_millis(200), source.recv()).await
+                else {
+                    continue;
+                };
+                let (key, n) = step_of(&envelope);
+                {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    assert!(s.running.insert(key.clone()), "{key} ran twice at once");
+                    s.most_at_once = s.most_at_once.max(s.running.len());
+                    s.order.entry(key.clone()).or_default().push(n);
+                }
+                if taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+                    within(rendezvous.wait()).await;
+                }
+                tokio::task::yield_now().await;
+                {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    s.running.remove(&key);
+                    s.done += 1;
+                }
+                acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+            }
+            source.close().await;
+        });
+    }
+    within(async {
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap_or_else(|e| panic!("a worker failed: {e}"));
+        }
+    })
+    .await;
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let in_order: Vec<u32> = (0..STEPS).collect();
+    for k in 0..KEYS {
+        assert_eq!(s.order.get(&format!("key-{k}")), Some(&in_order), "key-{k}");
+    }
+    assert!(
+        s.most_at_once > 1,
+        "keys ran one at a time: {}",
+        s.most_at_once
+    );
+}
