@@ -1,10 +1,11 @@
 //! [`Jobs`]: enqueueing jobs, in the caller's transaction or on their own.
 
-use consumer_core::Message;
 use consumer_core::envelope::names;
 use consumer_core::error::Error;
 use consumer_core::outbox::InTransaction;
 use consumer_core::store::headers_json;
+use consumer_core::trace::Sends;
+use consumer_core::{Message, Outgoing};
 use sqlx::Pool;
 
 use super::publisher::JobPublisher;
@@ -68,7 +69,27 @@ impl Jobs {
         C: InTransaction + ?Sized,
         C::Database: JobDatabase,
     {
-        insert::<C::Database>(tx.connection(), &self.queue, &message).await
+        let batch = [Outgoing {
+            destination: self.queue.clone(),
+            message,
+        }];
+        // The enqueue is the job's send: its span, a child of the caller's
+        // context, is the parent of the worker's.
+        let sends = Sends::start(super::SYSTEM, &batch);
+        let Some(out) = sends.batch().first() else {
+            return Err(Error::Config("an empty batch of one job".into()));
+        };
+        let result = insert::<C::Database>(tx.connection(), &self.queue, &out.message).await;
+        let outcome = match &result {
+            Ok(_) => Ok(()),
+            Err(e) => Err(consumer_core::backend::Error::broker(
+                consumer_core::backend::BrokerErrorKind::Unavailable,
+                e.to_string(),
+                None,
+            )),
+        };
+        sends.finish(&[outcome]);
+        result
     }
 
     /// Writes `message` as a job in a transaction of its own and wakes the
@@ -80,7 +101,7 @@ impl Jobs {
         message: Message,
     ) -> Result<String, Error> {
         let mut tx = pool.begin().await?;
-        let id = insert::<DB>(&mut tx, &self.queue, &message).await?;
+        let id = self.enqueue(&mut tx, message).await?;
         tx.commit().await?;
         self.notify(pool).await?;
         Ok(id)

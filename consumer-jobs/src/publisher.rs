@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use consumer_core::backend::{BrokerErrorKind, Error};
+use consumer_core::trace::Sends;
 use consumer_core::{Outgoing, Publisher};
 use sqlx::Pool;
 
@@ -14,10 +15,19 @@ use super::wake::Wake;
 /// Enqueues each message on the queue its destination names, all of a
 /// batch in one transaction (every result is the commit's), then wakes the
 /// workers. Made by [`Jobs::publisher`](super::Jobs::publisher).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct JobPublisher<DB: JobDatabase> {
     pool: Pool<DB>,
     wake: Wake,
+}
+
+impl<DB: JobDatabase> Clone for JobPublisher<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            wake: self.wake.clone(),
+        }
+    }
 }
 
 impl<DB: JobDatabase> JobPublisher<DB> {
@@ -49,6 +59,15 @@ impl<DB: JobDatabase> Publisher for JobPublisher<DB> {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
+        let sends = Sends::start(self.system(), batch);
+        let results = self.publish_unspanned(sends.batch()).await;
+        sends.finish(&results);
+        results
+    }
+}
+
+impl<DB: JobDatabase> JobPublisher<DB> {
+    async fn publish_unspanned(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
         match self.publish_all(batch).await {
             Ok(()) => batch.iter().map(|_| Ok(())).collect(),
             Err(e) => {

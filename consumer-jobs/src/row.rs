@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use consumer_core::Envelope;
-use consumer_core::envelope::{Headers, Origin, Position, names};
+use consumer_core::envelope::{Headers, Origin, Position};
 use consumer_core::store::headers_from_json;
 
 /// One claimed job.
@@ -23,17 +23,17 @@ pub(crate) struct JobRow {
     pub headers: String,
     /// The body.
     pub payload: Vec<u8>,
-    /// The attempt this delivery is (1 for the first).
-    pub attempt: i64,
 }
 
 impl JobRow {
-    /// The envelope the runtime handles: the row's headers with its
-    /// attempt, its key, and its queue and `seq` as origin. Headers the
-    /// queue cannot read back (a row written by hand) leave the message
-    /// without them, which the runtime reports as the message's defect.
+    /// The envelope the runtime handles: the row's headers (a retry's
+    /// carry its attempt, as the retry copy wrote them: the `attempt`
+    /// column is the operator's copy, and a message's own malformed
+    /// attempt header stays the defect it is), its key, and its queue and
+    /// `seq` as origin. Headers the queue cannot read back (a row written
+    /// by hand) leave the message without them.
     pub(crate) fn envelope(self, queue: &Arc<str>) -> Arc<Envelope> {
-        let mut headers = headers_from_json(&self.headers).unwrap_or_else(|| {
+        let headers = headers_from_json(&self.headers).unwrap_or_else(|| {
             tracing::warn!(
                 target: "consumer::jobs",
                 seq = self.seq,
@@ -41,7 +41,6 @@ impl JobRow {
             );
             Headers::new()
         });
-        headers.insert(names::ATTEMPT, self.attempt.max(1).to_string());
         let origin = Origin {
             channel: Arc::clone(queue).into(),
             position: Position::from(self.seq.to_string()),

@@ -26,7 +26,7 @@ static CLAIM: Statement = Statement::new(
          AND (j.job_key IS NULL OR NOT EXISTS (SELECT 1 FROM consumer_jobs e \
               WHERE e.queue = j.queue AND e.job_key = j.job_key AND e.seq < j.seq)) \
        ORDER BY j.run_at, j.seq LIMIT $4 {skip_locked}) \
-     RETURNING seq, claims, id, job_key, {headers::text}, payload, attempt",
+     RETURNING seq, claims, id, job_key, {headers::text}, payload",
 );
 
 static DELETE: Statement =
@@ -109,7 +109,6 @@ pub(crate) async fn claim<DB: Dialect>(
                 key: c.maybe_text()?,
                 headers: c.text()?,
                 payload: c.bytes()?,
-                attempt: c.int()?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
