@@ -1,23 +1,24 @@
 //! [`Jobs`]: enqueueing jobs, in the caller's transaction or on their own.
 
+use consumer_core::Outgoing;
 use consumer_core::envelope::names;
 use consumer_core::error::Error;
 use consumer_core::outbox::InTransaction;
 use consumer_core::store::headers_json;
 use consumer_core::trace::Sends;
-use consumer_core::{Message, Outgoing};
 use sqlx::Pool;
 
+use super::job::{Enqueued, Job};
 use super::publisher::JobPublisher;
 use super::source::JobSource;
-use super::statements::{self, NewJob};
+use super::statements::{self, JobInsert};
 use super::wake::Wake;
 use super::{DEFAULT_QUEUE, JobDatabase};
 
 /// A job queue's handle: which queue (named queues share one table) and
 /// the in-process wake-up of the workers made from it. Cheap to clone.
 ///
-/// A job is a framework [`Message`]: `Message::json("SendWelcome", &job)`,
+/// A job is a framework [`Message`](consumer_core::Message): `Message::json("SendWelcome", &job)`,
 /// with a key where jobs of that key must run in order. Workers hand it to
 /// the same `#[handler]`s and routers a broker's messages go to.
 #[derive(Debug, Clone)]
@@ -56,19 +57,26 @@ impl Jobs {
         &self.queue
     }
 
-    /// Writes `message` as a job in the caller's transaction (a sqlx
-    /// `Transaction`, or a `#[handler]`'s `tx`) and returns its id: the job
-    /// exists if and only if that transaction commits.
+    /// Writes `job` (a [`Message`](consumer_core::Message), or a [`Job`] with its due time,
+    /// priority or unique key) in the caller's transaction (a sqlx
+    /// `Transaction`, or a `#[handler]`'s `tx`): the job exists if and only
+    /// if that transaction commits.
     ///
     /// No `NOTIFY` is sent from inside the transaction (it would make every
     /// writer's commit queue on PostgreSQL's notification lock): workers
     /// see the job at their next poll, or at once if [`notify`](Self::notify)
     /// is called after the commit.
-    pub async fn enqueue<C>(&self, tx: &mut C, message: Message) -> Result<String, Error>
+    pub async fn enqueue<C>(&self, tx: &mut C, job: impl Into<Job>) -> Result<Enqueued, Error>
     where
         C: InTransaction + ?Sized,
         C::Database: JobDatabase,
     {
+        let Job {
+            message,
+            due,
+            priority,
+            unique_key,
+        } = job.into();
         let batch = [Outgoing {
             destination: self.queue.clone(),
             message,
@@ -79,7 +87,13 @@ impl Jobs {
         let Some(out) = sends.batch().first() else {
             return Err(Error::Config("an empty batch of one job".into()));
         };
-        let result = insert::<C::Database>(tx.connection(), &self.queue, &out.message).await;
+        let job = Job {
+            message: out.message.clone(),
+            due,
+            priority,
+            unique_key,
+        };
+        let result = insert::<C::Database>(tx.connection(), &self.queue, &job).await;
         let outcome = match &result {
             Ok(_) => Ok(()),
             Err(e) => Err(consumer_core::backend::Error::broker(
@@ -92,19 +106,19 @@ impl Jobs {
         result
     }
 
-    /// Writes `message` as a job in a transaction of its own and wakes the
-    /// workers (of this process, and on PostgreSQL of every process) once
-    /// it has committed; returns its id.
+    /// Writes `job` in a transaction of its own and wakes the workers (of
+    /// this process, and on PostgreSQL of every process) once it has
+    /// committed.
     pub async fn enqueue_now<DB: JobDatabase>(
         &self,
         pool: &Pool<DB>,
-        message: Message,
-    ) -> Result<String, Error> {
+        job: impl Into<Job>,
+    ) -> Result<Enqueued, Error> {
         let mut tx = pool.begin().await?;
-        let id = self.enqueue(&mut tx, message).await?;
+        let enqueued = self.enqueue(&mut tx, job).await?;
         tx.commit().await?;
         self.notify(pool).await?;
-        Ok(id)
+        Ok(enqueued)
     }
 
     /// Wakes the workers of this queue now: call it after committing a
@@ -136,13 +150,14 @@ impl Jobs {
     }
 }
 
-/// Inserts `message` on `queue` through `conn`; its id (`ce_id`, or a new
-/// UUIDv7 for a message without one).
+/// Inserts `job` on `queue` through `conn`, its id its message's `ce_id`
+/// or a new UUIDv7.
 pub(crate) async fn insert<DB: JobDatabase>(
     conn: &mut DB::Connection,
     queue: &str,
-    message: &Message,
-) -> Result<String, Error> {
+    job: &Job,
+) -> Result<Enqueued, Error> {
+    let message = &job.message;
     let id = match message.headers.get(names::ID) {
         Ok(Some(id)) if !id.is_empty() => id.to_owned(),
         _ => uuid::Uuid::now_v7().to_string(),
@@ -151,14 +166,21 @@ pub(crate) async fn insert<DB: JobDatabase>(
         DB::lock_key(conn, queue, key).await?;
     }
     let headers = headers_json(&message.headers);
-    let job = NewJob {
+    let (at_ms, delay_ms) = job.due_millis();
+    let row = JobInsert {
         queue,
         id: &id,
         key: message.key.as_deref(),
         headers: &headers,
         payload: &message.payload,
-        delay_ms: 0,
+        at_ms,
+        delay_ms,
+        priority: job.priority,
+        unique_key: job.unique_key.as_deref(),
     };
-    statements::insert::<DB>(conn, &job).await?;
-    Ok(id)
+    Ok(if statements::insert::<DB>(conn, &row).await? {
+        Enqueued::Added { id }
+    } else {
+        Enqueued::AlreadyPending
+    })
 }

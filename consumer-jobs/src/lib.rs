@@ -52,6 +52,15 @@
 //!   retry keeps the lease while the runtime waits. A dead letter goes to
 //!   the store's dead-letter table (`consumer_dead_letters`), where
 //!   `consumer dead-letters` lists it.
+//! * **Scheduling, priorities, uniqueness.** A [`Job`] falls due at an
+//!   instant or after a delay ([`Job::with_due`]), goes before the due jobs
+//!   of lower priority ([`Job::with_priority`]; a key's order still comes
+//!   first), and may be unique in its queue while pending
+//!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]).
+//!   Named queues share the table ([`Jobs::new`]); each queue's workers
+//!   are a consumer of their own, with its own concurrency.
+//! * **Retention.** An acked job's row is deleted: the table holds only
+//!   work not done, and finished jobs need no pruning.
 //! * **Wake-ups.** An idle worker waits for a wake-up or its poll interval:
 //!   [`Jobs::notify`] (called by [`Jobs::enqueue_now`] and the publisher
 //!   after their commit) rings the workers of this process and, on
@@ -63,6 +72,7 @@
 
 mod acker;
 mod database;
+mod job;
 mod jobs;
 mod lease;
 #[cfg(feature = "postgres")]
@@ -78,6 +88,7 @@ mod wake;
 
 pub use acker::{DEAD_LETTER_REFUSAL, JobAcker};
 pub use database::JobDatabase;
+pub use job::{Enqueued, Job};
 pub use jobs::Jobs;
 pub use publisher::JobPublisher;
 pub use source::JobSource;

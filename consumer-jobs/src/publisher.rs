@@ -9,6 +9,7 @@ use consumer_core::{Outgoing, Publisher};
 use sqlx::Pool;
 
 use super::JobDatabase;
+use super::job::Job;
 use super::jobs::insert;
 use super::wake::Wake;
 
@@ -38,7 +39,7 @@ impl<DB: JobDatabase> JobPublisher<DB> {
     async fn publish_all(&self, batch: &[Outgoing]) -> Result<(), consumer_core::Error> {
         let mut tx = self.pool.begin().await?;
         for out in batch {
-            insert::<DB>(&mut tx, &out.destination, &out.message).await?;
+            insert::<DB>(&mut tx, &out.destination, &Job::new(out.message.clone())).await?;
         }
         tx.commit().await?;
         self.wake.ring();

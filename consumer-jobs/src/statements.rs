@@ -8,12 +8,16 @@ use sqlx::{AssertSqlSafe, SqlSafeStr};
 
 use super::row::JobRow;
 
+/// A job due at `$6` (Unix ms) or, without one, `$7` ms from now; a job
+/// whose unique key `$9` is pending already in its queue is not written.
 static INSERT: Statement = Statement::new(
-    "INSERT INTO consumer_jobs (queue, id, job_key, headers, payload, attempt, run_at, created_at) \
-     VALUES ($1, $2, $3, {$4::jsonb}, $5, 1, {later $6}, {now})",
+    "INSERT INTO consumer_jobs \
+       (queue, id, job_key, headers, payload, attempt, run_at, priority, unique_key, created_at) \
+     VALUES ($1, $2, $3, {$4::jsonb}, $5, 1, coalesce({at $6}, {later $7}), $8, $9, {now}) \
+     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING",
 );
 
-/// The `$4` oldest due jobs of queue `$1` that no worker holds (or whose
+/// The `$4` due jobs of queue `$1`, highest priority then oldest first, that no worker holds (or whose
 /// holder's lease has ended), none behind an earlier job of its key (one
 /// running or waiting to retry holds the key's next back), leased to `$2`
 /// for `$3` ms. The subquery's rows are locked `SKIP LOCKED` on PostgreSQL,
@@ -25,7 +29,7 @@ static CLAIM: Statement = Statement::new(
          AND (j.lease_until IS NULL OR j.lease_until < {now}) \
          AND (j.job_key IS NULL OR NOT EXISTS (SELECT 1 FROM consumer_jobs e \
               WHERE e.queue = j.queue AND e.job_key = j.job_key AND e.seq < j.seq)) \
-       ORDER BY j.run_at, j.seq LIMIT $4 {skip_locked}) \
+       ORDER BY j.priority DESC, j.run_at, j.seq LIMIT $4 {skip_locked}) \
      RETURNING seq, claims, id, job_key, {headers::text}, payload",
 );
 
@@ -46,13 +50,18 @@ static RESCHEDULE: Statement = Statement::new(
 static PENDING: Statement = Statement::new("SELECT count(*) FROM consumer_jobs WHERE queue = $1");
 
 /// What [`insert`] writes.
-pub(crate) struct NewJob<'a> {
+pub(crate) struct JobInsert<'a> {
     pub queue: &'a str,
     pub id: &'a str,
     pub key: Option<&'a str>,
     pub headers: &'a str,
     pub payload: &'a [u8],
+    /// Due at this instant (Unix ms), or
+    pub at_ms: Option<i64>,
+    /// this long after the insert (ms).
     pub delay_ms: i64,
+    pub priority: i32,
+    pub unique_key: Option<&'a str>,
 }
 
 /// Creates or upgrades `consumer_jobs`, tracked in
@@ -70,21 +79,23 @@ pub(crate) async fn migrate<DB: Dialect>(
 }
 
 /// Writes one job on `conn` (the caller's transaction, or a connection of
-/// its own).
+/// its own); `false` when its unique key is pending already.
 pub(crate) async fn insert<DB: Dialect>(
     conn: &mut DB::Connection,
-    job: &NewJob<'_>,
-) -> Result<(), sqlx::Error> {
+    job: &JobInsert<'_>,
+) -> Result<bool, sqlx::Error> {
     let args = args![
         job.queue,
         job.id,
         job.key,
         job.headers,
         job.payload,
-        job.delay_ms
+        job.at_ms,
+        job.delay_ms,
+        job.priority,
+        job.unique_key
     ];
-    DB::execute(conn, INSERT.sql::<DB>(), args).await?;
-    Ok(())
+    Ok(DB::execute(conn, INSERT.sql::<DB>(), args).await? == 1)
 }
 
 /// Claims up to `batch` jobs of `queue` for `holder`, leased for

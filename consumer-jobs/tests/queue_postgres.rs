@@ -28,3 +28,63 @@ async fn a_worker_whose_lease_ended_gives_its_job_to_another() {
 async fn per_key_order_holds_with_many_keys_in_parallel() {
     queue::per_key_order_holds_with_many_keys_in_parallel(pool().await, 4).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_job_waits_until_due_and_higher_priorities_go_first() {
+    queue::a_scheduled_job_waits_until_due_and_higher_priorities_go_first(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_job_is_written_once_while_pending() {
+    queue::a_unique_job_is_written_once_while_pending(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_gives_back_what_was_claimed_and_not_handed_out() {
+    queue::close_gives_back_what_was_claimed_and_not_handed_out(pool().await).await;
+}
+
+/// A job enqueued through another handle (another process: no in-process
+/// wake-up reaches this worker) starts through `LISTEN/NOTIFY`, long before
+/// the worker's poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_enqueued_elsewhere_wakes_a_listening_worker_at_once() {
+    use consumer_core::source::Source;
+    let pool = pool().await;
+    let (here, elsewhere) = (
+        consumer_jobs::Jobs::new("wake"),
+        consumer_jobs::Jobs::new("wake"),
+    );
+    let poll = std::time::Duration::from_secs(60);
+    let first = consumer_core::Message::raw(&b"{}"[..]);
+    elsewhere
+        .enqueue_now(&pool, first)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = here.source(pool.clone()).with_poll_interval(poll);
+    // The first receive starts the listener, then finds the job there.
+    let (_, acker) = queue::next(&mut source).await;
+    consumer_core::source::Acker::ack(acker)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let waiting = tokio::spawn(async move {
+        let received = source.recv().await;
+        (received.map(|r| r.is_some()), std::time::Instant::now())
+    });
+    let second = consumer_core::Message::raw(&b"{}"[..]);
+    let sent = std::time::Instant::now();
+    elsewhere
+        .enqueue_now(&pool, second)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (received, at) = queue::within(waiting)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(received, Ok(true)));
+    let took = at.duration_since(sent);
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "woken after {took:?}, not by NOTIFY"
+    );
+}

@@ -38,3 +38,18 @@ async fn a_worker_whose_lease_ended_gives_its_job_to_another() {
 async fn per_key_order_holds_with_many_keys_in_parallel() {
     queue::per_key_order_holds_with_many_keys_in_parallel(pool().await, 4).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_job_waits_until_due_and_higher_priorities_go_first() {
+    queue::a_scheduled_job_waits_until_due_and_higher_priorities_go_first(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_job_is_written_once_while_pending() {
+    queue::a_unique_job_is_written_once_while_pending(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_gives_back_what_was_claimed_and_not_handed_out() {
+    queue::close_gives_back_what_was_claimed_and_not_handed_out(pool().await).await;
+}

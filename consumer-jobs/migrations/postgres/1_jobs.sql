@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS consumer_jobs (
     headers      JSONB       NOT NULL,
     payload      BYTEA       NOT NULL,
     attempt      INTEGER     NOT NULL DEFAULT 1,
+    priority     INTEGER     NOT NULL DEFAULT 0,
+    unique_key   TEXT        NULL,
     run_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     claims       INTEGER     NOT NULL DEFAULT 0,
@@ -23,8 +25,12 @@ CREATE TABLE IF NOT EXISTS consumer_jobs (
     lease_until  TIMESTAMPTZ NULL,
     last_error   TEXT        NULL
 ) WITH (fillfactor = 80);
--- What the claim reads: a queue's jobs by due time.
-CREATE INDEX IF NOT EXISTS consumer_jobs_due ON consumer_jobs (queue, run_at, seq);
+-- What the claim reads: a queue's jobs by priority, then due time.
+CREATE INDEX IF NOT EXISTS consumer_jobs_due ON consumer_jobs (queue, priority DESC, run_at, seq);
 -- What the per-key order reads: whether an earlier job of the key is left.
 CREATE INDEX IF NOT EXISTS consumer_jobs_keyed ON consumer_jobs (queue, job_key, seq)
     WHERE job_key IS NOT NULL;
+-- Unique jobs: one job per unique key while it is pending (an acked
+-- job's row is gone, so the key is free again).
+CREATE UNIQUE INDEX IF NOT EXISTS consumer_jobs_unique ON consumer_jobs (queue, unique_key)
+    WHERE unique_key IS NOT NULL;

@@ -10,6 +10,8 @@ CREATE TABLE IF NOT EXISTS consumer_jobs (
     headers      TEXT    NOT NULL,
     payload      BLOB    NOT NULL,
     attempt      INTEGER NOT NULL DEFAULT 1,
+    priority     INTEGER NOT NULL DEFAULT 0,
+    unique_key   TEXT    NULL,
     run_at       INTEGER NOT NULL,
     created_at   INTEGER NOT NULL,
     claims       INTEGER NOT NULL DEFAULT 0,
@@ -17,6 +19,8 @@ CREATE TABLE IF NOT EXISTS consumer_jobs (
     lease_until  INTEGER NULL,
     last_error   TEXT    NULL
 );
-CREATE INDEX IF NOT EXISTS consumer_jobs_due ON consumer_jobs (queue, run_at, seq);
+CREATE INDEX IF NOT EXISTS consumer_jobs_due ON consumer_jobs (queue, priority DESC, run_at, seq);
 CREATE INDEX IF NOT EXISTS consumer_jobs_keyed ON consumer_jobs (queue, job_key, seq)
     WHERE job_key IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS consumer_jobs_unique ON consumer_jobs (queue, unique_key)
+    WHERE unique_key IS NOT NULL;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use consumer_core::source::{Acker, Source};
 use consumer_core::{Envelope, Message};
-use consumer_jobs::{JobDatabase, JobSource, Jobs};
+use consumer_jobs::{Enqueued, Job, JobDatabase, JobSource, Jobs};
 use sqlx::Pool;
 
 /// Every wait in these tests ends within this, or the test fails.
@@ -78,7 +78,7 @@ pub async fn an_enqueue_rolled_back_with_its_transaction_leaves_no_job<DB: JobDa
 
     let mut source = jobs.source(pool.clone());
     let (envelope, acker) = next(&mut source).await;
-    assert_eq!(envelope.id, id);
+    assert_eq!(Some(envelope.id.as_str()), id.id());
     assert_eq!(
         step_of(&envelope),
         ("k".to_owned(), 2),
@@ -226,4 +226,148 @@ pub async fn per_key_order_holds_with_many_keys_in_parallel<DB: JobDatabase>(
         "keys ran one at a time: {}",
         s.most_at_once
     );
+}
+
+fn unkeyed(n: u32) -> Message {
+    Message::json("Step", &serde_json::json!({ "key": "", "n": n }))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn a_scheduled_job_waits_until_due_and_higher_priorities_go_first<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    let jobs = Jobs::new("scheduled");
+    let delay = Duration::from_millis(800);
+    let enqueued_at = std::time::Instant::now();
+    let later = Job::new(unkeyed(1)).with_due(delay).with_priority(100);
+    jobs.enqueue_now(&pool, later)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    jobs.enqueue_now(&pool, unkeyed(2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let urgent = Job::new(unkeyed(3)).with_priority(9);
+    jobs.enqueue_now(&pool, urgent)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let past = time::OffsetDateTime::now_utc() - Duration::from_secs(60);
+    let overdue = Job::new(unkeyed(4)).with_due(past);
+    jobs.enqueue_now(&pool, overdue)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let mut source = jobs
+        .source(pool.clone())
+        .with_batch_size(1)
+        .with_poll_interval(Duration::from_millis(20));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let (envelope, acker) = next(&mut source).await;
+        let n = step_of(&envelope).1;
+        if n == 1 {
+            assert!(
+                enqueued_at.elapsed() >= delay - Duration::from_millis(50),
+                "a job due in {delay:?} ran after {:?}",
+                enqueued_at.elapsed()
+            );
+        }
+        order.push(n);
+        acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        order,
+        [3, 4, 2, 1],
+        "priority first, then due time (the overdue one before the one due now); a job not due waits whatever its priority"
+    );
+    source.close().await;
+}
+
+pub async fn a_unique_job_is_written_once_while_pending<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("unique");
+    let unique = |n| Job::new(unkeyed(n)).unique_while_pending("digest-7");
+    let first = jobs
+        .enqueue_now(&pool, unique(1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.id().is_some(), "{first:?}");
+    let again = jobs
+        .enqueue_now(&pool, unique(2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again, Enqueued::AlreadyPending);
+    let other = Jobs::new("elsewhere");
+    let elsewhere = other
+        .enqueue_now(&pool, unique(3))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(elsewhere.id().is_some(), "unique per queue: {elsewhere:?}");
+
+    let mut source = jobs.source(pool.clone());
+    let (envelope, acker) = next(&mut source).await;
+    assert_eq!(step_of(&envelope).1, 1);
+    let running = jobs
+        .enqueue_now(&pool, unique(4))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        running,
+        Enqueued::AlreadyPending,
+        "a running job is pending"
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    let after = jobs
+        .enqueue_now(&pool, unique(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        after.id().is_some(),
+        "the key is free once the job is done: {after:?}"
+    );
+    source.close().await;
+}
+
+pub async fn close_gives_back_what_was_claimed_and_not_handed_out<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("close");
+    for n in 0..5 {
+        jobs.enqueue_now(&pool, unkeyed(n))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // A lease far longer than the test: only a release gives jobs back.
+    let lease = Duration::from_secs(600);
+    let mut first = jobs
+        .source(pool.clone())
+        .with_batch_size(5)
+        .with_lease(lease);
+    let (_running, acker) = next(&mut first).await;
+    first.close().await;
+
+    let mut second = jobs
+        .source(pool.clone())
+        .with_lease(lease)
+        .with_poll_interval(Duration::from_millis(20));
+    let mut rest = Vec::new();
+    for _ in 0..4 {
+        let (envelope, a) = next(&mut second).await;
+        rest.push(step_of(&envelope).1);
+        a.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        rest.len(),
+        4,
+        "the four never handed out came back at close"
+    );
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1,
+        "the running one is held"
+    );
+    acker.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let (envelope, a) = next(&mut second).await;
+    assert!(
+        !rest.contains(&step_of(&envelope).1),
+        "the released one, once"
+    );
+    a.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    second.close().await;
 }
