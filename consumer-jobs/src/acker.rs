@@ -146,16 +146,15 @@ impl<DB: JobDatabase> consumer_core::source::Acker for JobAcker<DB> {
             .acquire()
             .await
             .map_err(|e| unavailable("retry", e))?;
-        let moved = statements::reschedule::<DB>(
-            &mut conn,
-            self.seq,
-            self.claims,
-            &headers,
-            i64::from(copy.attempt),
+        let retry = statements::Retry {
+            headers: &headers,
+            attempt: i64::from(copy.attempt),
             due_ms,
-        )
-        .await
-        .map_err(|e| unavailable("rescheduling a job", e))?;
+            error: copy.error.as_deref(),
+        };
+        let moved = statements::reschedule::<DB>(&mut conn, self.seq, self.claims, &retry)
+            .await
+            .map_err(|e| unavailable("rescheduling a job", e))?;
         if !moved {
             self.lost("retry");
         }

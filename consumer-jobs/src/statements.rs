@@ -43,7 +43,7 @@ static RELEASE: Statement = Statement::new(
 
 static RESCHEDULE: Statement = Statement::new(
     "UPDATE consumer_jobs SET headers = {$3::jsonb}, attempt = $4, run_at = {at $5}, \
-       lease_holder = NULL, lease_until = NULL \
+       last_error = $6, lease_holder = NULL, lease_until = NULL \
      WHERE seq = $1 AND claims = $2",
 );
 
@@ -147,17 +147,30 @@ pub(crate) async fn release<DB: Dialect>(
     Ok(DB::execute(conn, RELEASE.sql::<DB>(), args![seq, claims]).await? == 1)
 }
 
-/// Makes a job due again at `due_ms` as attempt `attempt`, with the retry
-/// copy's `headers`; its lease ends.
+/// What [`reschedule`] writes: the retry copy's.
+pub(crate) struct Retry<'a> {
+    pub headers: &'a str,
+    pub attempt: i64,
+    pub due_ms: i64,
+    pub error: Option<&'a str>,
+}
+
+/// Makes a job due again as its retry says (its headers, attempt, due
+/// time and last error); its lease ends.
 pub(crate) async fn reschedule<DB: Dialect>(
     conn: &mut DB::Connection,
     seq: i64,
     claims: i64,
-    headers: &str,
-    attempt: i64,
-    due_ms: i64,
+    retry: &Retry<'_>,
 ) -> Result<bool, sqlx::Error> {
-    let args = args![seq, claims, headers, attempt, due_ms];
+    let args = args![
+        seq,
+        claims,
+        retry.headers,
+        retry.attempt,
+        retry.due_ms,
+        retry.error
+    ];
     Ok(DB::execute(conn, RESCHEDULE.sql::<DB>(), args).await? == 1)
 }
 

@@ -88,3 +88,8 @@ async fn a_job_enqueued_elsewhere_wakes_a_listening_worker_at_once() {
         "woken after {took:?}, not by NOTIFY"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
+    queue::a_retry_reschedules_the_job_with_its_attempt_and_error(pool().await).await;
+}

@@ -53,3 +53,8 @@ async fn a_unique_job_is_written_once_while_pending() {
 async fn close_gives_back_what_was_claimed_and_not_handed_out() {
     queue::close_gives_back_what_was_claimed_and_not_handed_out(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
+    queue::a_retry_reschedules_the_job_with_its_attempt_and_error(pool().await).await;
+}

@@ -371,3 +371,68 @@ pub async fn close_gives_back_what_was_claimed_and_not_handed_out<DB: JobDatabas
     a.ack().await.unwrap_or_else(|e| panic!("{e}"));
     second.close().await;
 }
+
+pub async fn a_retry_reschedules_the_job_with_its_attempt_and_error<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    use consumer_core::sql::{Columns, Statement};
+    static ROW: Statement = Statement::new("SELECT attempt, last_error FROM consumer_jobs");
+
+    let jobs = Jobs::new("retry");
+    jobs.enqueue_now(&pool, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = jobs
+        .source(pool.clone())
+        .with_poll_interval(Duration::from_millis(20));
+    let (envelope, mut acker) = next(&mut source).await;
+    let delay = Duration::from_millis(400);
+    let copy = consumer_core::backend::RetryCopy::new(
+        &envelope,
+        2,
+        time::OffsetDateTime::now_utc(),
+        delay,
+    )
+    .with_error("the partner timed out");
+    let retried_at = std::time::Instant::now();
+    acker
+        .publish_retry(&copy)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1,
+        "the ack after a retry leaves the rescheduled job"
+    );
+    let mut conn = pool.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+    let row = DB::fetch_optional(&mut conn, ROW.sql::<DB>(), &[])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the job's row"));
+    let mut c = Columns::<DB>::of(&row);
+    let attempt = c.int().unwrap_or_else(|e| panic!("{e}"));
+    let error = c.maybe_text().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (attempt, error.as_deref()),
+        (2, Some("the partner timed out"))
+    );
+    drop(conn);
+
+    let (again, acker) = next(&mut source).await;
+    assert!(
+        retried_at.elapsed() >= delay - Duration::from_millis(50),
+        "retried after {:?}, before its delay",
+        retried_at.elapsed()
+    );
+    assert_eq!(
+        (again.id.as_str(), again.attempt),
+        (envelope.id.as_str(), 2)
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    source.close().await;
+}
