@@ -47,7 +47,9 @@ impl Job {
     /// Not claimed before it falls due: [`Due::at`] an instant (a past one
     /// is due at once) or [`Due::after`] a delay (a `Duration` or an
     /// `OffsetDateTime` converts). A delay is counted by the database's
-    /// clock on PostgreSQL, by this process's on SQLite.
+    /// clock on PostgreSQL, by this process's on SQLite. A keyed job that
+    /// waits for its due time holds the later jobs of its key back, as one
+    /// waiting to retry does.
     #[must_use]
     pub fn with_due(mut self, due: impl Into<Due>) -> Self {
         self.due = Some(due.into());
