@@ -72,6 +72,7 @@
 
 mod acker;
 mod database;
+mod gauges;
 mod job;
 mod jobs;
 mod lease;
@@ -88,6 +89,7 @@ mod wake;
 
 pub use acker::{DEAD_LETTER_REFUSAL, JobAcker};
 pub use database::JobDatabase;
+pub use gauges::Backlog;
 pub use job::{Enqueued, Job};
 pub use jobs::Jobs;
 pub use publisher::JobPublisher;

@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::acker::JobAcker;
+use super::gauges::{Backlog, JobGauges, LastCount};
 use super::lease::{Heartbeat, Held, millis};
 use super::row::JobRow;
 use super::wake::Wake;
@@ -39,6 +40,8 @@ pub struct JobSource<DB: JobDatabase> {
     batch: i64,
     lease: Duration,
     poll: Duration,
+    count_every: Duration,
+    last_count: Arc<LastCount>,
     held: Held,
     ready: VecDeque<JobRow>,
     claiming: Option<Claimed>,
@@ -57,6 +60,7 @@ pub struct JobSource<DB: JobDatabase> {
 struct Started {
     _heartbeat: Heartbeat,
     listener: Option<JoinHandle<()>>,
+    counter: JoinHandle<()>,
 }
 
 impl Drop for Started {
@@ -64,6 +68,7 @@ impl Drop for Started {
         if let Some(task) = &self.listener {
             task.abort();
         }
+        self.counter.abort();
     }
 }
 
@@ -88,6 +93,8 @@ impl<DB: JobDatabase> JobSource<DB> {
             batch: 16,
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
+            count_every: Duration::from_secs(15),
+            last_count: Arc::default(),
             held: Held::default(),
             ready: VecDeque::new(),
             claiming: None,
@@ -124,6 +131,45 @@ impl<DB: JobDatabase> JobSource<DB> {
         self
     }
 
+    /// How often the source counts its queue's jobs for the gauges
+    /// (ready, waiting, running: one indexed count; default every 15 s).
+    #[must_use]
+    pub fn with_count_interval(mut self, every: Duration) -> Self {
+        self.count_every = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Counts the queue's jobs by state now, and hands the count to the
+    /// gauges (the source does this every count interval while it runs).
+    pub async fn read_backlog(&self) -> Result<Backlog, consumer_core::Error> {
+        let mut conn = self.pool.acquire().await?;
+        let backlog = statements::backlog::<DB>(&mut conn, &self.queue).await?;
+        self.last_count.record(backlog);
+        Ok(backlog)
+    }
+
+    fn spawn_counter(&self) -> JoinHandle<()> {
+        let (pool, queue) = (self.pool.clone(), Arc::clone(&self.queue));
+        let (last, every) = (Arc::clone(&self.last_count), self.count_every);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let counted = match pool.acquire().await {
+                    Ok(mut conn) => statements::backlog::<DB>(&mut conn, &queue).await,
+                    Err(e) => Err(e),
+                };
+                match counted {
+                    Ok(backlog) => last.record(backlog),
+                    Err(e) => {
+                        tracing::debug!(target: "consumer::jobs", error = %e, "counting jobs failed");
+                    }
+                }
+            }
+        })
+    }
+
     async fn start(&mut self) {
         if self.started.is_some() {
             return;
@@ -138,6 +184,7 @@ impl<DB: JobDatabase> JobSource<DB> {
         self.started = Some(Started {
             _heartbeat: heartbeat,
             listener,
+            counter: self.spawn_counter(),
         });
     }
 
@@ -236,6 +283,13 @@ impl<DB: JobDatabase> consumer_core::source::Source for JobSource<DB> {
 
     fn system(&self) -> &'static str {
         super::SYSTEM
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn consumer_core::backend::SourceGauges>> {
+        Some(Arc::new(JobGauges {
+            queue: Arc::clone(&self.queue),
+            last: Arc::clone(&self.last_count),
+        }))
     }
 
     /// A retry reschedules the job's row: any delay can be held.

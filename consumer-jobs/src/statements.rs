@@ -47,6 +47,15 @@ static RESCHEDULE: Statement = Statement::new(
      WHERE seq = $1 AND claims = $2",
 );
 
+/// Jobs of queue `$1`: all, those held under a lease not ended, and those
+/// not due yet.
+static COUNT: Statement = Statement::new(
+    "SELECT count(*), \
+       coalesce(sum(CASE WHEN lease_until IS NOT NULL AND lease_until >= {now} THEN 1 ELSE 0 END), 0), \
+       coalesce(sum(CASE WHEN run_at > {now} THEN 1 ELSE 0 END), 0) \
+     FROM consumer_jobs WHERE queue = $1",
+);
+
 static PENDING: Statement = Statement::new("SELECT count(*) FROM consumer_jobs WHERE queue = $1");
 
 /// What [`insert`] writes.
@@ -209,4 +218,21 @@ pub(crate) async fn pending<DB: Dialect>(
     let row = DB::fetch_optional(conn, PENDING.sql::<DB>(), args![queue]).await?;
     let row = row.ok_or(sqlx::Error::RowNotFound)?;
     Columns::<DB>::of(&row).int()
+}
+
+/// Jobs of `queue` by state.
+pub(crate) async fn backlog<DB: Dialect>(
+    conn: &mut DB::Connection,
+    queue: &str,
+) -> Result<crate::Backlog, sqlx::Error> {
+    let row = DB::fetch_optional(conn, COUNT.sql::<DB>(), args![queue]).await?;
+    let row = row.ok_or(sqlx::Error::RowNotFound)?;
+    let mut c = Columns::<DB>::of(&row);
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let (all, running, waiting) = (count(c.int()?), count(c.int()?), count(c.int()?));
+    Ok(crate::Backlog {
+        ready: all.saturating_sub(running).saturating_sub(waiting),
+        waiting,
+        running,
+    })
 }

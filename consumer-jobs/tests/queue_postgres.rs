@@ -93,3 +93,8 @@ async fn a_job_enqueued_elsewhere_wakes_a_listening_worker_at_once() {
 async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
     queue::a_retry_reschedules_the_job_with_its_attempt_and_error(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauges_count_ready_waiting_and_running_jobs() {
+    queue::the_gauges_count_ready_waiting_and_running_jobs(pool().await).await;
+}

@@ -58,3 +58,8 @@ async fn close_gives_back_what_was_claimed_and_not_handed_out() {
 async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
     queue::a_retry_reschedules_the_job_with_its_attempt_and_error(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauges_count_ready_waiting_and_running_jobs() {
+    queue::the_gauges_count_ready_waiting_and_running_jobs(pool().await).await;
+}

@@ -436,3 +436,51 @@ pub async fn a_retry_reschedules_the_job_with_its_attempt_and_error<DB: JobDatab
     );
     source.close().await;
 }
+
+pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(pool: Pool<DB>) {
+    use consumer_core::backend::{QueueRole, SourceReadings};
+    let jobs = Jobs::new("gauges");
+    for n in 0..2 {
+        jobs.enqueue_now(&pool, unkeyed(n))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let later = Job::new(unkeyed(9)).with_due(Duration::from_secs(3600));
+    jobs.enqueue_now(&pool, later)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = jobs.source(pool.clone()).with_batch_size(1);
+    let gauges = source
+        .gauges()
+        .unwrap_or_else(|| panic!("the source has gauges"));
+    let mut before = SourceReadings::default();
+    gauges.observe(&mut before);
+    assert!(
+        before.queues_read().is_empty(),
+        "nothing counted, nothing read"
+    );
+
+    let (_running, acker) = next(&mut source).await;
+    let backlog = source
+        .read_backlog()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((backlog.ready, backlog.waiting, backlog.running), (1, 1, 1));
+    let mut readings = SourceReadings::default();
+    gauges.observe(&mut readings);
+    let read: Vec<(QueueRole, u64)> = readings
+        .queues_read()
+        .iter()
+        .map(|q| (q.role, q.depth))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (QueueRole::Work, 1),
+            (QueueRole::Delay, 1),
+            (QueueRole::InFlight, 1)
+        ]
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
+}
