@@ -292,6 +292,19 @@ impl<DB: JobDatabase> consumer_core::source::Source for JobSource<DB> {
         }))
     }
 
+    /// The queue, for the service's AsyncAPI document: a retry comes back
+    /// on it (its row rescheduled); dead letters go to the store's table,
+    /// which is no channel.
+    fn channels(&self) -> Option<consumer_core::backend::SourceChannels> {
+        use consumer_core::backend::{ChannelDescription, SourceChannels};
+        Some(SourceChannels {
+            input: ChannelDescription::new(super::SYSTEM, String::from(&*self.queue)),
+            retry: None,
+            retries_return_on_input: true,
+            dead_letter: None,
+        })
+    }
+
     /// A retry reschedules the job's row: any delay can be held.
     fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {
         Ok(())

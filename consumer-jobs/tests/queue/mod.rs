@@ -77,6 +77,10 @@ pub async fn an_enqueue_rolled_back_with_its_transaction_leaves_no_job<DB: JobDa
     );
 
     let mut source = jobs.source(pool.clone());
+    let channels = source
+        .channels()
+        .unwrap_or_else(|| panic!("the source's channels"));
+    assert_eq!(channels.input.address, "rollback");
     let (envelope, acker) = next(&mut source).await;
     assert_eq!(Some(envelope.id.as_str()), id.id());
     assert_eq!(
