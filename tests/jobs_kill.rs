@@ -6,6 +6,10 @@
 //! the handler's transaction, absorbs a job whose effect committed before
 //! its worker died unacked.
 //!
+//! A second test stops a worker (SIGSTOP) inside a job until its lease has
+//! ended and another worker has taken the job, then lets it go on: the job
+//! still takes effect once.
+//!
 //! The workers are child processes (this test binary re-run with
 //! `--ignored --exact child_worker`). Needs PostgreSQL (`DATABASE_URL`).
 
@@ -35,8 +39,26 @@ struct Step {
     n: u32,
 }
 
+/// The worker's own pool, for what it writes outside the handler's
+/// transaction.
+static POOL: std::sync::OnceLock<sqlx::PgPool> = std::sync::OnceLock::new();
+
+/// The key of the job the pause test stops its worker in.
+const PAUSED: &str = "paused";
+
 #[handler]
 async fn apply(step: Step, tx: &mut PgTx) -> Result<(), sqlx::Error> {
+    if step.key == PAUSED
+        && let Some(pool) = POOL.get()
+    {
+        // Says, outside the transaction, that the job is running; then
+        // gives the test time to stop this process before it commits.
+        sqlx::query("INSERT INTO entered (pid) VALUES ($1)")
+            .bind(i64::from(std::process::id()))
+            .execute(pool)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     sqlx::query("INSERT INTO effects (key, n) VALUES ($1, $2)")
         .bind(&step.key)
         .bind(i64::from(step.n))
@@ -55,6 +77,7 @@ async fn child_worker() {
         return;
     };
     let pool = pool_in(&schema, 6).await;
+    let _ = POOL.set(pool.clone());
     let source = Jobs::new(QUEUE)
         .source(pool.clone())
         .with_lease(Duration::from_secs(1))
@@ -80,22 +103,107 @@ fn spawn_worker(schema: &str) -> Child {
         .expect("spawn worker process")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_killed_while_jobs_run_lose_nothing_and_apply_nothing_twice() {
-    let FreshSchema { pool, schema } = FreshSchema::create("jk", 8)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+/// The queue's table, the effects, and where a paused job says it runs.
+async fn create_tables(pool: &sqlx::PgPool) {
     Store::new(pool.clone())
         .with_extension(JobTables)
         .migrate()
         .await
         .expect("the queue's table");
-    sqlx::query(
+    for ddl in [
         "CREATE TABLE effects (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, n BIGINT NOT NULL)",
+        "CREATE TABLE entered (pid BIGINT NOT NULL)",
+    ] {
+        sqlx::query(ddl).execute(pool).await.expect("a test table");
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill(1)");
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+/// Polls `query` (a count) until it reaches `at_least`, within 30 s.
+async fn wait_count(pool: &sqlx::PgPool, query: &str, at_least: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_owned()))
+            .fetch_one(pool)
+            .await
+            .expect("count");
+        if n >= at_least {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{query}: {n}, never {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_past_its_lease_and_woken_does_not_apply_its_job_twice() {
+    let FreshSchema { pool, schema } = FreshSchema::create("jp", 8)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    create_tables(&pool).await;
+    let mut first = spawn_worker(&schema);
+    let jobs = Jobs::new(QUEUE);
+    let step = Message::json(
+        "Step",
+        &Step {
+            key: PAUSED.into(),
+            n: 0,
+        },
     )
-    .execute(&pool)
-    .await
-    .expect("effects");
+    .expect("json")
+    .with_key(PAUSED);
+    jobs.enqueue_now(&pool, step).await.expect("enqueue");
+
+    wait_count(&pool, "SELECT count(*) FROM entered", 1).await;
+    signal(&first, "STOP");
+    // Its lease (1 s) ends; another worker claims the job (a second claim)
+    // and waits on the stopped one's uncommitted dedup row.
+    let mut second = spawn_worker(&schema);
+    wait_count(
+        &pool,
+        "SELECT coalesce(max(claims), 0)::bigint FROM consumer_jobs",
+        2,
+    )
+    .await;
+    signal(&first, "CONT");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while jobs.pending(&pool).await.expect("pending") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job was never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for w in [&mut first, &mut second] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM effects WHERE key = $1")
+        .bind(PAUSED)
+        .fetch_one(&pool)
+        .await
+        .expect("effects");
+    assert_eq!(applied, 1, "the job took effect once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_while_jobs_run_lose_nothing_and_apply_nothing_twice() {
+    let FreshSchema { pool, schema } = FreshSchema::create("jk", 8)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    create_tables(&pool).await;
 
     let mut workers: Vec<Child> = (0..3).map(|_| spawn_worker(&schema)).collect();
     // Each key's steps enqueued in order, keys interleaved, by two writers.
