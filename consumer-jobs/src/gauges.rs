@@ -6,7 +6,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use std::time::Duration;
+
 use consumer_core::backend::{QueueRole, SourceGauges, SourceReadings};
+use sqlx::Pool;
+use tokio::task::JoinHandle;
+
+use super::{JobDatabase, statements};
 
 /// A queue's jobs not finished, by state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,4 +66,31 @@ impl SourceGauges for JobGauges {
             readings.queue(Arc::clone(&self.queue), role, n.load(Ordering::Relaxed));
         }
     }
+}
+
+/// Counts `queue`'s jobs into `last` every `every`, until aborted (with
+/// its source).
+pub(crate) fn count_every<DB: JobDatabase>(
+    pool: Pool<DB>,
+    queue: Arc<str>,
+    last: Arc<LastCount>,
+    every: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let counted = match pool.acquire().await {
+                Ok(mut conn) => statements::backlog::<DB>(&mut conn, &queue).await,
+                Err(e) => Err(e),
+            };
+            match counted {
+                Ok(backlog) => last.record(backlog),
+                Err(e) => {
+                    tracing::debug!(target: "consumer::jobs", error = %e, "counting jobs failed");
+                }
+            }
+        }
+    })
 }

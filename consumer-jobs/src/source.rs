@@ -12,7 +12,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::acker::JobAcker;
-use super::gauges::{Backlog, JobGauges, LastCount};
+use super::gauges::{Backlog, JobGauges, LastCount, count_every};
 use super::lease::{Heartbeat, Held, millis};
 use super::row::JobRow;
 use super::wake::Wake;
@@ -148,28 +148,6 @@ impl<DB: JobDatabase> JobSource<DB> {
         Ok(backlog)
     }
 
-    fn spawn_counter(&self) -> JoinHandle<()> {
-        let (pool, queue) = (self.pool.clone(), Arc::clone(&self.queue));
-        let (last, every) = (Arc::clone(&self.last_count), self.count_every);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let counted = match pool.acquire().await {
-                    Ok(mut conn) => statements::backlog::<DB>(&mut conn, &queue).await,
-                    Err(e) => Err(e),
-                };
-                match counted {
-                    Ok(backlog) => last.record(backlog),
-                    Err(e) => {
-                        tracing::debug!(target: "consumer::jobs", error = %e, "counting jobs failed");
-                    }
-                }
-            }
-        })
-    }
-
     async fn start(&mut self) {
         if self.started.is_some() {
             return;
@@ -184,7 +162,12 @@ impl<DB: JobDatabase> JobSource<DB> {
         self.started = Some(Started {
             _heartbeat: heartbeat,
             listener,
-            counter: self.spawn_counter(),
+            counter: count_every(
+                self.pool.clone(),
+                Arc::clone(&self.queue),
+                Arc::clone(&self.last_count),
+                self.count_every,
+            ),
         });
     }
 
