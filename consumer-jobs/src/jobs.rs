@@ -84,8 +84,11 @@ impl Jobs {
         // The enqueue is the job's send: its span, a child of the caller's
         // context, is the parent of the worker's.
         let sends = Sends::start(super::SYSTEM, &batch);
+        // `Sends` hands back the batch it was given, message for message.
         let Some(out) = sends.batch().first() else {
-            return Err(Error::Config("an empty batch of one job".into()));
+            return Err(Error::Config(
+                "the enqueue's send span returned no message: nothing was written".into(),
+            ));
         };
         let job = Job {
             message: out.message.clone(),
