@@ -42,4 +42,12 @@ pub trait JobDatabase: StoreDatabase + OutboxDatabase {
         pool: &Pool<Self>,
         queue: &str,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// [`announce`](Self::announce) from inside a transaction on `conn`:
+    /// delivered when it commits, never if it rolls back (PostgreSQL queues
+    /// the notification with the transaction).
+    fn announce_in(
+        conn: &mut Self::Connection,
+        queue: &str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }

@@ -65,8 +65,9 @@
 //!   [`Jobs::notify`] (called by [`Jobs::enqueue_now`] and the publisher
 //!   after their commit) rings the workers of this process and, on
 //!   PostgreSQL, `NOTIFY`s every process's (`LISTEN` on [`CHANNEL`]). No
-//!   `NOTIFY` is sent from inside a writer's transaction: it would serialise
-//!   every writer's commit on PostgreSQL's notification lock.
+//!   `NOTIFY` is sent from inside a writer's transaction unless asked for
+//!   ([`Jobs::with_notify_in_transaction`]): it serialises every such
+//!   writer's commit on PostgreSQL's notification lock.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

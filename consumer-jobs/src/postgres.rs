@@ -42,10 +42,15 @@ impl JobDatabase for Postgres {
     }
 
     async fn announce(pool: &Pool<Self>, queue: &str) -> Result<(), sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        Self::announce_in(&mut conn, queue).await
+    }
+
+    async fn announce_in(conn: &mut PgConnection, queue: &str) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)
             .bind(consumer_core::sql::storable(queue))
-            .execute(pool)
+            .execute(conn)
             .await?;
         Ok(())
     }

@@ -25,4 +25,8 @@ impl JobDatabase for Sqlite {
     async fn announce(_pool: &Pool<Self>, _queue: &str) -> Result<(), sqlx::Error> {
         Ok(())
     }
+
+    async fn announce_in(_conn: &mut SqliteConnection, _queue: &str) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
 }

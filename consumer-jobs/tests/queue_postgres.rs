@@ -98,3 +98,44 @@ async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
 async fn the_gauges_count_ready_waiting_and_running_jobs() {
     queue::the_gauges_count_ready_waiting_and_running_jobs(pool().await).await;
 }
+
+/// A job enqueued by a handle that notifies from inside the transaction
+/// wakes a listening worker when that transaction commits, with no
+/// `notify` after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_notified_from_its_transaction_wakes_a_worker_at_commit() {
+    use consumer_core::source::{Acker, Source};
+    let pool = pool().await;
+    let here = consumer_jobs::Jobs::new("in-tx");
+    let writer = consumer_jobs::Jobs::new("in-tx").with_notify_in_transaction();
+    let poll = std::time::Duration::from_secs(60);
+    writer
+        .enqueue_now(&pool, consumer_core::Message::raw(&b"{}"[..]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = here.source(pool.clone()).with_poll_interval(poll);
+    let (_, acker) = queue::next(&mut source).await; // the listener is up
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+
+    let waiting = tokio::spawn(async move {
+        let received = source.recv().await.map(|r| r.map(|(e, _)| e.id.clone()));
+        (received, std::time::Instant::now())
+    });
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    let enqueued = writer
+        .enqueue(&mut tx, consumer_core::Message::raw(&b"{}"[..]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let committed = std::time::Instant::now();
+    tx.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    let (received, at) = queue::within(waiting)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let received = received.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(received.as_deref(), enqueued.id());
+    let took = at.duration_since(committed);
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "woken after {took:?}, not at commit"
+    );
+}
