@@ -26,6 +26,13 @@ pub mod batches {}
 #[doc = include_str!("../docs/guide/sagas.md")]
 pub mod sagas {}
 
+#[cfg_attr(all(feature = "jobs", feature = "sqlite"), doc = include_str!("../docs/guide/jobs.md"))]
+#[cfg_attr(
+    not(all(feature = "jobs", feature = "sqlite")),
+    doc = "This page is built with the `jobs` and `sqlite` features (`cargo doc --all-features`)."
+)]
+pub mod jobs {}
+
 #[cfg_attr(all(feature = "amqp", feature = "kafka"), doc = include_str!("../docs/guide/scale_out.md"))]
 #[cfg_attr(
     not(all(feature = "amqp", feature = "kafka")),

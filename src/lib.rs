@@ -193,6 +193,13 @@ pub use consumer_saga as saga;
 #[cfg_attr(docsrs, doc(cfg(feature = "saga")))]
 pub use consumer_saga::Saga;
 
+/// Background jobs on the database: `Jobs` (enqueue in the caller's
+/// transaction), `JobSource` (claims with leases, per-key order),
+/// `JobPublisher`, `JobTables` (the `consumer-jobs` crate).
+#[cfg(feature = "jobs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "jobs")))]
+pub use consumer_jobs as jobs;
+
 /// The RabbitMQ backend: `AmqpSource`, `AmqpPublisher`, declared topology.
 #[cfg(feature = "amqp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]

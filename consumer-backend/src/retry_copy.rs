@@ -25,6 +25,10 @@ pub struct RetryCopy {
     pub delay: Duration,
     /// When the copy is due (now plus the delay).
     pub due: OffsetDateTime,
+    /// Why the attempt failed (the handler's error as displayed), where
+    /// the runtime set it ([`with_error`](Self::with_error)): a backend that
+    /// keeps the delivery in place (the database's job queue) records it.
+    pub error: Option<String>,
 }
 
 impl RetryCopy {
@@ -57,7 +61,15 @@ impl RetryCopy {
             first_failure,
             delay,
             due,
+            error: None,
         }
+    }
+
+    /// The copy, with why its attempt failed.
+    #[must_use]
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
     }
 }
 

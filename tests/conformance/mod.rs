@@ -10,6 +10,8 @@ pub mod amqp;
 #[cfg(feature = "amqp")]
 pub mod amqp_partitioned;
 pub mod broker;
+#[cfg(feature = "jobs")]
+pub mod jobs;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod links;

@@ -526,6 +526,11 @@ fn spans_follow_the_messaging_conventions(
             assert!(attribute(&process, "messaging.message.id").is_some());
             assert_eq!(attribute(&process, "messaging.consumer.group.name"), None);
         }
+        "consumer_jobs" => {
+            // The database's job queue: no partitions, no consumer groups.
+            assert!(attribute(&process, "messaging.message.id").is_some());
+            assert_eq!(attribute(&process, "messaging.consumer.group.name"), None);
+        }
         _ => {
             assert!(attribute(&process, "messaging.destination.partition.id").is_some());
         }

@@ -274,7 +274,8 @@ where
             delay,
             error: &failure.error,
         });
-        let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay);
+        let copy = RetryCopy::new(&envelope, record.attempts + 1, record.first_failure, delay)
+            .with_error(failure.error.to_string());
         let mut acker = acker;
         if policy.mode() == RetryMode::Redeliver {
             let copied = self.settler.redeliver(name, &envelope, acker, &copy);

@@ -14,7 +14,8 @@
 //! | `{at $2}` | `to_timestamp($2::double precision / 1000)` | `$2` | a time given in Unix ms |
 //! | `{ms col}` | `(extract(epoch FROM col) * 1000)::bigint` | `col` | a time read back as Unix ms |
 //! | `{later $3}` | `now() + ($3::bigint * interval '1 millisecond')` | now + `$3` | `$3` ms from now |
-//! //! | `{x::type}` | `x::type` | `x` | a cast only PostgreSQL's types need (`jsonb`, `uuid`, `text`) |
+//! | `{skip_locked}` | `FOR UPDATE SKIP LOCKED` | nothing | a claim's locks: SQLite's single writer already keeps two claims apart |
+//! | `{x::type}` | `x::type` | `x` | a cast only PostgreSQL's types need (`jsonb`, `uuid`, `text`) |
 //!
 //! Text bound on PostgreSQL passes through [`storable`]
 //! (it refuses NUL); integers read back widen to `i64` whatever the

@@ -47,6 +47,7 @@ impl Dialect for Postgres {
                 out.push_str(arg);
                 out.push_str(") * 1000)::bigint");
             }
+            "skip_locked" => out.push_str("FOR UPDATE SKIP LOCKED"),
             "later" => {
                 out.push_str("now() + (");
                 out.push_str(arg);

@@ -41,7 +41,7 @@ mod tests {
     use sqlx::{Postgres, Sqlite};
 
     const T: &str = "UPDATE t SET at = {now}, due = {at $2}, next = {later $3}, doc = {$4::jsonb} \
-                     WHERE id IN (SELECT id FROM t WHERE {ms created_at} < $1)";
+                     WHERE id IN (SELECT id FROM t WHERE {ms created_at} < $1 {skip_locked})";
 
     #[test]
     fn postgres_keeps_its_types_and_clock() {
@@ -49,7 +49,7 @@ mod tests {
             render::<Postgres>(T),
             "UPDATE t SET at = now(), due = to_timestamp($2::double precision / 1000), \
              next = now() + ($3::bigint * interval '1 millisecond'), doc = $4::jsonb \
-             WHERE id IN (SELECT id FROM t WHERE (extract(epoch FROM created_at) * 1000)::bigint < $1)"
+             WHERE id IN (SELECT id FROM t WHERE (extract(epoch FROM created_at) * 1000)::bigint < $1 FOR UPDATE SKIP LOCKED)"
         );
     }
 
@@ -60,7 +60,7 @@ mod tests {
             render::<Sqlite>(T),
             format!(
                 "UPDATE t SET at = {now}, due = $2, next = ({now} + $3), doc = $4 \
-                 WHERE id IN (SELECT id FROM t WHERE created_at < $1)"
+                 WHERE id IN (SELECT id FROM t WHERE created_at < $1 )"
             )
         );
     }

@@ -42,6 +42,9 @@ impl Dialect for Sqlite {
         match name {
             "now" => out.push_str(NOW_MS),
             "at" | "ms" => out.push_str(arg),
+            // One writer at a time: what it reads cannot be claimed by
+            // another before it writes.
+            "skip_locked" => {}
             "later" => {
                 out.push('(');
                 out.push_str(NOW_MS);

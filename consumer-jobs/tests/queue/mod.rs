@@ -1,0 +1,490 @@
+//! The queue's own promises, written once over the database and run by
+//! `queue_postgres.rs` and `queue_sqlite.rs`: a rolled-back enqueue leaves
+//! no job, a lease that ends hands its job to another worker, and each
+//! key's jobs run in order while keys run in parallel.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use consumer_core::source::{Acker, Source};
+use consumer_core::{Envelope, Message};
+use consumer_jobs::{Enqueued, Job, JobDatabase, JobSource, Jobs};
+use sqlx::Pool;
+
+/// Every wait in these tests ends within this, or the test fails.
+pub const WITHIN: Duration = Duration::from_secs(20);
+
+pub async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(WITHIN, f)
+        .await
+        .unwrap_or_else(|_| panic!("not done within {WITHIN:?}"))
+}
+
+pub async fn next<DB: JobDatabase>(
+    source: &mut JobSource<DB>,
+) -> (Arc<Envelope>, consumer_jobs::JobAcker<DB>) {
+    within(source.recv())
+        .await
+        .unwrap_or_else(|e| panic!("recv: {e}"))
+        .unwrap_or_else(|| panic!("the source closed"))
+}
+
+fn job(key: &str, n: u32) -> Message {
+    Message::json("Step", &serde_json::json!({ "key": key, "n": n }))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_key(key)
+}
+
+fn step_of(envelope: &Envelope) -> (String, u32) {
+    let v: serde_json::Value =
+        serde_json::from_slice(&envelope.payload).unwrap_or_else(|e| panic!("{e}"));
+    let key = v["key"].as_str().unwrap_or_default().to_owned();
+    let n = v["n"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(u32::MAX);
+    (key, n)
+}
+
+pub async fn an_enqueue_rolled_back_with_its_transaction_leaves_no_job<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    let jobs = Jobs::new("rollback");
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    jobs.enqueue(&mut tx, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    let id = jobs
+        .enqueue(&mut tx, job("k", 2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tx.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    jobs.notify(&pool).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1
+    );
+
+    let mut source = jobs.source(pool.clone());
+    let channels = source
+        .channels()
+        .unwrap_or_else(|| panic!("the source's channels"));
+    assert_eq!(channels.input.address, "rollback");
+    let (envelope, acker) = next(&mut source).await;
+    assert_eq!(Some(envelope.id.as_str()), id.id());
+    assert_eq!(
+        step_of(&envelope),
+        ("k".to_owned(), 2),
+        "only the committed job"
+    );
+    assert_eq!((envelope.attempt, envelope.key.as_deref()), (1, Some("k")));
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0,
+        "an ack deletes the job"
+    );
+    source.close().await;
+}
+
+pub async fn a_worker_whose_lease_ended_gives_its_job_to_another<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("lease");
+    let lease = Duration::from_millis(300);
+    jobs.enqueue_now(&pool, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut first = jobs.source(pool.clone()).with_lease(lease);
+    let (taken, stale) = next(&mut first).await;
+
+    // While the first worker's heartbeat renews its lease (several leases
+    // long), nobody else gets the job.
+    let mut second = jobs
+        .source(pool.clone())
+        .with_lease(lease)
+        .with_poll_interval(Duration::from_millis(20));
+    let waited = tokio::time::timeout(lease * 4, second.recv()).await;
+    assert!(waited.is_err(), "a renewed lease keeps the job");
+
+    // The first worker dies: no heartbeat any more, no settle.
+    drop(first);
+    let (again, acker) = next(&mut second).await;
+    assert_eq!(again.id, taken.id, "the same job, delivered again");
+
+    // The dead worker's late ack touches nothing of the new delivery.
+    stale.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    second.close().await;
+}
+
+/// What the workers saw: per key the steps in the order they started, the
+/// keys running now, and the most keys that ran at once.
+#[derive(Default)]
+struct Seen {
+    order: HashMap<String, Vec<u32>>,
+    running: HashSet<String>,
+    most_at_once: usize,
+    done: usize,
+}
+
+pub async fn per_key_order_holds_with_many_keys_in_parallel<DB: JobDatabase>(
+    pool: Pool<DB>,
+    workers: usize,
+) {
+    const KEYS: u32 = 20;
+    const STEPS: u32 = 8;
+    let jobs = Jobs::new("order");
+    let publisher = jobs.publisher(pool.clone());
+    // Interleaved, in one batch per step: every key's step n before its n+1.
+    for n in 0..STEPS {
+        let batch: Vec<_> = (0..KEYS)
+            .map(|k| consumer_core::Outgoing {
+                destination: "order".into(),
+                message: job(&format!("key-{k}"), n),
+            })
+            .collect();
+        for r in consumer_core::Publisher::publish(&publisher, &batch).await {
+            r.unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    // The first two jobs taken wait for each other: they meet only if two
+    // keys run at once (a queue that ran keys one at a time fails here).
+    let rendezvous = Arc::new(tokio::sync::Barrier::new(2));
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let total = usize::try_from(KEYS * STEPS).unwrap_or(usize::MAX);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers {
+        let mut source = jobs
+            .source(pool.clone())
+            .with_batch_size(4)
+            .with_poll_interval(Duration::from_millis(20));
+        let seen = Arc::clone(&seen);
+        let (rendezvous, taken) = (Arc::clone(&rendezvous), Arc::clone(&taken));
+        tasks.spawn(async move {
+            loop {
+                if seen.lock().unwrap_or_else(|e| e.into_inner()).done >= total {
+                    break;
+                }
+                let Ok(Ok(Some((envelope, acker)))) =
+                    tokio::time::timeout(Duration::from_millis(200), source.recv()).await
+                else {
+                    continue;
+                };
+                let (key, n) = step_of(&envelope);
+                {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    assert!(s.running.insert(key.clone()), "{key} ran twice at once");
+                    s.most_at_once = s.most_at_once.max(s.running.len());
+                    s.order.entry(key.clone()).or_default().push(n);
+                }
+                if taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+                    within(rendezvous.wait()).await;
+                }
+                tokio::task::yield_now().await;
+                {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    s.running.remove(&key);
+                    s.done += 1;
+                }
+                acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+            }
+            source.close().await;
+        });
+    }
+    within(async {
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap_or_else(|e| panic!("a worker failed: {e}"));
+        }
+    })
+    .await;
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let in_order: Vec<u32> = (0..STEPS).collect();
+    for k in 0..KEYS {
+        assert_eq!(s.order.get(&format!("key-{k}")), Some(&in_order), "key-{k}");
+    }
+    assert!(
+        s.most_at_once > 1,
+        "keys ran one at a time: {}",
+        s.most_at_once
+    );
+}
+
+fn unkeyed(n: u32) -> Message {
+    Message::json("Step", &serde_json::json!({ "key": "", "n": n }))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn a_scheduled_job_waits_until_due_and_higher_priorities_go_first<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    let jobs = Jobs::new("scheduled");
+    let delay = Duration::from_millis(800);
+    let enqueued_at = std::time::Instant::now();
+    let later = Job::new(unkeyed(1)).with_due(delay).with_priority(100);
+    jobs.enqueue_now(&pool, later)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    jobs.enqueue_now(&pool, unkeyed(2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let urgent = Job::new(unkeyed(3)).with_priority(9);
+    jobs.enqueue_now(&pool, urgent)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let past = time::OffsetDateTime::now_utc() - Duration::from_secs(60);
+    let overdue = Job::new(unkeyed(4)).with_due(past);
+    jobs.enqueue_now(&pool, overdue)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let mut source = jobs
+        .source(pool.clone())
+        .with_batch_size(1)
+        .with_poll_interval(Duration::from_millis(20));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let (envelope, acker) = next(&mut source).await;
+        let n = step_of(&envelope).1;
+        if n == 1 {
+            assert!(
+                enqueued_at.elapsed() >= delay - Duration::from_millis(50),
+                "a job due in {delay:?} ran after {:?}",
+                enqueued_at.elapsed()
+            );
+        }
+        order.push(n);
+        acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        order,
+        [3, 4, 2, 1],
+        "priority first, then due time (the overdue one before the one due now); a job not due waits whatever its priority"
+    );
+    source.close().await;
+}
+
+pub async fn a_unique_job_is_written_once_while_pending<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("unique");
+    let unique = |n| Job::new(unkeyed(n)).unique_while_pending("digest-7");
+    let first = jobs
+        .enqueue_now(&pool, unique(1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.id().is_some(), "{first:?}");
+    let again = jobs
+        .enqueue_now(&pool, unique(2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again, Enqueued::AlreadyPending);
+    let other = Jobs::new("elsewhere");
+    let elsewhere = other
+        .enqueue_now(&pool, unique(3))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(elsewhere.id().is_some(), "unique per queue: {elsewhere:?}");
+
+    let mut source = jobs.source(pool.clone());
+    let (envelope, acker) = next(&mut source).await;
+    assert_eq!(step_of(&envelope).1, 1);
+    let running = jobs
+        .enqueue_now(&pool, unique(4))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        running,
+        Enqueued::AlreadyPending,
+        "a running job is pending"
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    let after = jobs
+        .enqueue_now(&pool, unique(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        after.id().is_some(),
+        "the key is free once the job is done: {after:?}"
+    );
+    source.close().await;
+}
+
+pub async fn close_gives_back_what_was_claimed_and_not_handed_out<DB: JobDatabase>(pool: Pool<DB>) {
+    let jobs = Jobs::new("close");
+    for n in 0..5 {
+        jobs.enqueue_now(&pool, unkeyed(n))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // A lease far longer than the test: only a release gives jobs back.
+    let lease = Duration::from_secs(600);
+    let mut first = jobs
+        .source(pool.clone())
+        .with_batch_size(5)
+        .with_lease(lease);
+    let (_running, acker) = next(&mut first).await;
+    first.close().await;
+
+    let mut second = jobs
+        .source(pool.clone())
+        .with_lease(lease)
+        .with_poll_interval(Duration::from_millis(20));
+    let mut rest = Vec::new();
+    for _ in 0..4 {
+        let (envelope, a) = next(&mut second).await;
+        rest.push(step_of(&envelope).1);
+        a.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        rest.len(),
+        4,
+        "the four never handed out came back at close"
+    );
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1,
+        "the running one is held"
+    );
+    acker.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let (envelope, a) = next(&mut second).await;
+    assert!(
+        !rest.contains(&step_of(&envelope).1),
+        "the released one, once"
+    );
+    a.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    second.close().await;
+}
+
+pub async fn a_retry_reschedules_the_job_with_its_attempt_and_error<DB: JobDatabase>(
+    pool: Pool<DB>,
+) {
+    use consumer_core::sql::{Columns, Statement};
+    static ROW: Statement = Statement::new("SELECT attempt, last_error FROM consumer_jobs");
+
+    let jobs = Jobs::new("retry");
+    jobs.enqueue_now(&pool, job("k", 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = jobs
+        .source(pool.clone())
+        .with_poll_interval(Duration::from_millis(20));
+    let (envelope, mut acker) = next(&mut source).await;
+    let delay = Duration::from_millis(400);
+    let copy = consumer_core::backend::RetryCopy::new(
+        &envelope,
+        2,
+        time::OffsetDateTime::now_utc(),
+        delay,
+    )
+    .with_error("the partner timed out");
+    let retried_at = std::time::Instant::now();
+    acker
+        .publish_retry(&copy)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        1,
+        "the ack after a retry leaves the rescheduled job"
+    );
+    let mut conn = pool.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+    let row = DB::fetch_optional(&mut conn, ROW.sql::<DB>(), &[])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the job's row"));
+    let mut c = Columns::<DB>::of(&row);
+    let attempt = c.int().unwrap_or_else(|e| panic!("{e}"));
+    let error = c.maybe_text().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (attempt, error.as_deref()),
+        (2, Some("the partner timed out"))
+    );
+    drop(conn);
+
+    let (again, acker) = next(&mut source).await;
+    assert!(
+        retried_at.elapsed() >= delay - Duration::from_millis(50),
+        "retried after {:?}, before its delay",
+        retried_at.elapsed()
+    );
+    assert_eq!(
+        (again.id.as_str(), again.attempt),
+        (envelope.id.as_str(), 2)
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    source.close().await;
+}
+
+pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(pool: Pool<DB>) {
+    use consumer_core::backend::{QueueRole, SourceReadings};
+    let jobs = Jobs::new("gauges");
+    for n in 0..2 {
+        jobs.enqueue_now(&pool, unkeyed(n))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let later = Job::new(unkeyed(9)).with_due(Duration::from_secs(3600));
+    jobs.enqueue_now(&pool, later)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut source = jobs.source(pool.clone()).with_batch_size(1);
+    let gauges = source
+        .gauges()
+        .unwrap_or_else(|| panic!("the source has gauges"));
+    let mut before = SourceReadings::default();
+    gauges.observe(&mut before);
+    assert!(
+        before.queues_read().is_empty(),
+        "nothing counted, nothing read"
+    );
+
+    let (_running, acker) = next(&mut source).await;
+    let backlog = source
+        .read_backlog()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((backlog.ready, backlog.waiting, backlog.running), (1, 1, 1));
+    let mut readings = SourceReadings::default();
+    gauges.observe(&mut readings);
+    let read: Vec<(QueueRole, u64)> = readings
+        .queues_read()
+        .iter()
+        .map(|q| (q.role, q.depth))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (QueueRole::Work, 1),
+            (QueueRole::Delay, 1),
+            (QueueRole::InFlight, 1)
+        ]
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
+}
