@@ -32,7 +32,9 @@ impl JobRow {
     /// attempt header stays the defect it is), its key, and its queue and
     /// `seq` as origin. Headers the queue cannot read back (a row written
     /// by hand) leave the message without them.
-    pub(crate) fn envelope(self, queue: &Arc<str>) -> Arc<Envelope> {
+    /// A structured-mode body over `max_body` bytes is left unparsed for
+    /// the runtime's size check (`Source::limit_body`).
+    pub(crate) fn envelope(self, queue: &Arc<str>, max_body: usize) -> Arc<Envelope> {
         let headers = headers_from_json(&self.headers).unwrap_or_else(|| {
             tracing::warn!(
                 target: "consumer::jobs",
@@ -47,7 +49,8 @@ impl JobRow {
             ..Origin::default()
         };
         let id = self.id;
-        Arc::new(Envelope::from_parts(
+        Arc::new(Envelope::from_parts_within(
+            max_body,
             self.payload.into(),
             headers,
             self.key,

@@ -53,6 +53,8 @@ pub struct JobSource<DB: JobDatabase> {
     /// watch would end each wait at once.
     _hub: Wake,
     started: Option<Started>,
+    /// The largest body whose attributes are read (`Source::limit_body`).
+    max_body: usize,
 }
 
 /// What runs beside a source once it receives: the heartbeat and the
@@ -103,6 +105,7 @@ impl<DB: JobDatabase> JobSource<DB> {
             wake: wake.subscribe(),
             _hub: wake,
             started: None,
+            max_body: usize::MAX,
         }
     }
 
@@ -207,7 +210,7 @@ impl<DB: JobDatabase> JobSource<DB> {
             self.held.clone(),
             Arc::clone(&self.nudge),
         );
-        (row.envelope(&self.queue), acker)
+        (row.envelope(&self.queue, self.max_body), acker)
     }
 
     async fn next(&mut self) -> Result<(Arc<Envelope>, JobAcker<DB>), Error> {
@@ -263,6 +266,10 @@ fn claim_failed(why: &str) -> Error {
 
 impl<DB: JobDatabase> consumer_core::source::Source for JobSource<DB> {
     type Acker = JobAcker<DB>;
+
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.max_body = max_bytes;
+    }
 
     fn system(&self) -> &'static str {
         super::SYSTEM

@@ -22,8 +22,13 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// How far one handler's attempts are limited: see the
-/// [module docs](self). `HandlerLimit::default()` limits nothing.
+/// How far one handler's attempts are limited, set with
+/// [`Consumer::with_handler_limit`](super::Consumer::with_handler_limit):
+/// at most so many at once, at most so many started per period (evenly
+/// spaced, `burst` of them ahead after a quiet spell, on tokio's clock). A
+/// delivery waiting for its handler's turn keeps its lane, its in-flight
+/// permit and its attempt; shutdown releases it to the broker.
+/// `HandlerLimit::default()` limits nothing.
 ///
 /// ```
 /// use std::time::Duration;
