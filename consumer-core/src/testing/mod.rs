@@ -54,3 +54,8 @@ mod subscriber;
 #[cfg(feature = "postgres")]
 pub use postgres::{FreshSchema, ServiceUnavailable, database_url};
 pub use spans::{in_memory_spans, trace_id_of};
+
+#[cfg(feature = "sqlite")]
+mod kit;
+#[cfg(feature = "sqlite")]
+pub use kit::{Delivery, KitError, Outcome, Published, Sent, TestKit, TestKitBuilder};
