@@ -152,6 +152,7 @@ where
     /// Tells `tap` every event this consumer emits (the test kit's
     /// listener).
     #[cfg(feature = "testing")]
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the kit runs on SQLite
     pub(crate) fn with_tap(mut self, tap: Arc<dyn observe::tap::Tap>) -> Self {
         self.tap = Some(tap);
         self
