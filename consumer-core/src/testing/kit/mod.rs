@@ -1,44 +1,8 @@
-//! The application test kit (feature `testing`, with `sqlite`): the
-//! handlers, routers and sagas a service runs, on the memory broker and an
-//! in-memory SQLite store, on a virtual clock, with what happened to each
-//! message, what was published and what was dead-lettered there to assert
-//! on. A tracked session in Wolverine's sense: send, then wait until the
-//! whole cascade has settled.
-//!
-//! The guide's [testing page](../../consumer/guide/testing/index.html)
-//! shows it at work; in short:
-//!
-//! ```
-//! # #[cfg(feature = "sqlite")] {
-//! use consumer_core::testing::TestKit;
-//! use consumer_core::{Message, Router, SqliteStore};
-//! # async fn demo(router: Router<SqliteStore>) -> Result<(), Box<dyn std::error::Error>> {
-//! let mut kit = TestKit::new().await?;
-//! kit.router("orders", router);
-//! let order = serde_json::json!({ "order_id": "o-1" });
-//! kit.deliver("orders", Message::json("OrderPlaced", &order)?.with_key("o-1"))
-//!     .await?
-//!     .assert_processed();
-//! kit.settle().await?; // what it published, relayed and consumed in turn
-//! # Ok(())
-//! # }
-//! # }
-//! ```
-//!
-//! **The clock.** The kit pauses Tokio's clock (so it needs the
-//! current-thread runtime `#[tokio::test]` gives): a handler's retry
-//! backoff, a retry copy's delay, a scheduled event and a saga's timeout
-//! all wait on it, and take no wall time. The stores read the same clock
-//! (`testing` makes their "now" follow Tokio's), so [`TestKit::settle`]
-//! and [`TestKit::advance`] fire scheduled events and saga timeouts by
-//! moving it. Every wait is bounded by a wall-clock timeout
-//! ([`TestKitBuilder::with_timeout`], 10 s by default) whose error names
-//! what is still in flight.
-//!
-//! **Outcomes** come from the runtime's own events: the kit installs a
-//! listener on each consumer's observer (a field that exists only with
-//! `testing`, and costs one untaken branch per event when no kit is
-//! installed).
+//! The application test kit: [`TestKit`] and what it reports. Its parts:
+//! the virtual clock (`clock`), the listener on the runtime's observer
+//! (`track`), the relay's recording publisher (`published`), the cascade's
+//! settling (`settle`), a message's outcome (`delivery`), the errors
+//! (`error`).
 
 mod clock;
 mod delivery;
@@ -71,8 +35,48 @@ use track::{Place, Tracker};
 /// The default wall-clock bound on each wait.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A service's parts on the memory broker and an in-memory SQLite store,
-/// on a virtual clock, watched: see the [module](self).
+/// The application test kit (feature `testing`, with `sqlite`): the
+/// handlers, routers and sagas a service runs, on the memory broker and an
+/// in-memory SQLite store, on a virtual clock, with what happened to each
+/// message, what was published and what was dead-lettered there to assert
+/// on. A tracked session in Wolverine's sense: send, then wait until the
+/// whole cascade has settled.
+///
+/// The `consumer` crate's guide shows it at work on its page "Testing your
+/// service"; in short:
+///
+/// ```
+/// use consumer_core::testing::TestKit;
+/// use consumer_core::{Message, Router, SqliteStore};
+/// # async fn demo(router: Router<SqliteStore>) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut kit = TestKit::new().await?;
+/// kit.router("orders", router);
+/// let order = serde_json::json!({ "order_id": "o-1" });
+/// kit.deliver("orders", Message::json("OrderPlaced", &order)?.with_key("o-1"))
+///     .await?
+///     .assert_processed();
+/// kit.settle().await?; // what it published, relayed and consumed in turn
+/// # Ok(())
+/// # }
+/// ```
+///
+/// **The clock.** The kit pauses Tokio's clock (so it needs the
+/// current-thread runtime `#[tokio::test]` gives): a handler's retry
+/// backoff, a retry copy's delay, a scheduled event and a saga's timeout
+/// all wait on it, and take no wall time. The stores read the same clock
+/// (`testing` makes their "now" follow Tokio's), so [`TestKit::settle`]
+/// and [`TestKit::advance`] fire scheduled events and saga timeouts by
+/// moving it. While SQLite's thread answers a query the clock moves on
+/// in steps of 10 ms, as if the database were a little slow (a clock that
+/// jumped there could fire a pool's timeout mid-query). Every wait is bounded by a wall-clock timeout
+/// ([`TestKitBuilder::with_timeout`], 10 s by default) whose error names
+/// what is still in flight.
+///
+/// **Outcomes** come from the runtime's own events: the kit installs a
+/// listener on each consumer's observer (a field that exists only with
+/// `testing`, and costs one untaken branch per event when no kit is
+/// installed).
+
 pub struct TestKit {
     broker: MemoryBroker,
     pool: SqlitePool,
