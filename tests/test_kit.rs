@@ -275,3 +275,34 @@ async fn a_wait_that_does_not_end_names_what_is_pending() -> Result<(), Box<dyn 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_relay_publishes_twice_or_fails_for_a_while_and_the_cascade_still_settles_once()
+-> Result<(), Box<dyn std::error::Error>> {
+    let kit = shop().await?;
+    kit.relay_faults().duplicate_next_publishes(1);
+    kit.send("orders", placed("o-1", 1200)?).await?;
+    kit.settle().await?;
+    let accepted: Vec<&str> = kit
+        .deliveries()
+        .iter()
+        .filter(|d| d.event_type.as_deref() == Some("OrderAccepted"))
+        .map(|d| {
+            if d.is_processed() {
+                "processed"
+            } else {
+                "duplicate"
+            }
+        })
+        .collect();
+    assert_eq!(accepted, ["processed", "duplicate"]);
+
+    kit.relay_faults().fail_next_publishes(3);
+    kit.send("orders", placed("o-2", 900)?).await?;
+    kit.settle().await?;
+    let (notices,): (i64,) = sqlx::query_as("SELECT count(*) FROM notices")
+        .fetch_one(kit.pool())
+        .await?;
+    assert_eq!(notices, 2);
+    Ok(())
+}

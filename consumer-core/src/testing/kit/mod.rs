@@ -27,6 +27,7 @@ pub use published::Published;
 use crate::dead_letter::DeadLetter;
 use crate::envelope::Message;
 use crate::router::{OneHandler, Routes};
+use crate::testing::Faults;
 use crate::{Consumer, Handler, MemoryBroker, Outbox, OutboxRelay, SqliteStore};
 use clock::{Ticker, WallDeadline};
 use published::Recording;
@@ -83,6 +84,7 @@ pub struct TestKit {
     store: SqliteStore,
     tracker: Arc<Tracker>,
     recording: Recording,
+    faults: Faults,
     relays: Vec<(Outbox, OutboxRelay<sqlx::Sqlite, Recording>)>,
     topics: Vec<String>,
     consumers: JoinSet<()>,
@@ -158,8 +160,10 @@ impl TestKitBuilder {
         let store = (self.store)(SqliteStore::new(pool.clone()));
         store.migrate().await?;
         let broker = MemoryBroker::new(self.partitions);
+        let faults = Faults::new();
         Ok(TestKit {
-            recording: Recording::new(broker.clone()),
+            recording: Recording::new(broker.clone(), faults.clone()),
+            faults,
             broker,
             pool,
             store,
@@ -266,6 +270,16 @@ impl TestKit {
             .with_source("test-kit");
         self.relays.push((outbox, relay));
         Ok(self)
+    }
+
+    /// The faults of the relays' publisher, to arm: publish the next
+    /// events twice ([`Faults::duplicate_next_publishes`], as after a lost
+    /// confirm) or fail them ([`Faults::fail_next_publishes`], a broker
+    /// that is down for a while; the relay retries them on the virtual
+    /// clock). A handler's own dependencies take the fault kit's wrappers
+    /// the same way, where the test builds them.
+    pub fn relay_faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Publishes `message` to `topic` (build it with [`Message::json`] and

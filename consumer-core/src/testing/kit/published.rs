@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use crate::MemoryBroker;
 use crate::envelope::{Message, names};
 use crate::publish::{Outgoing, Publisher};
+use crate::testing::{Faults, FaultyPublisher};
 use consumer_backend::Error;
 
 /// One message the outbox relay published, as the broker took it.
@@ -47,19 +48,25 @@ impl Published {
     }
 }
 
-/// The memory broker as the relay's publisher, keeping what it took.
+/// The memory broker as the relay's publisher, keeping what it took,
+/// behind the fault kit's publisher (which does nothing until armed).
 #[derive(Clone)]
 pub(super) struct Recording {
-    broker: MemoryBroker,
+    broker: Arc<FaultyPublisher<MemoryBroker>>,
     log: Arc<Mutex<Vec<Published>>>,
 }
 
 impl Recording {
-    pub(super) fn new(broker: MemoryBroker) -> Self {
+    pub(super) fn new(broker: MemoryBroker, faults: Faults) -> Self {
         Self {
-            broker,
+            broker: Arc::new(FaultyPublisher::new(broker, faults)),
             log: Arc::default(),
         }
+    }
+
+    /// How many messages the broker took so far.
+    pub(super) fn count(&self) -> usize {
+        self.lock().len()
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Published>> {
@@ -78,7 +85,7 @@ impl Publisher for Recording {
     }
 
     async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), Error>> {
-        let results = Publisher::publish(&self.broker, batch).await;
+        let results = Publisher::publish(&*self.broker, batch).await;
         let mut log = self.lock();
         for (o, result) in batch.iter().zip(&results) {
             if result.is_ok() {
