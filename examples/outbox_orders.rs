@@ -26,7 +26,11 @@ pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
         .with_event::<OrderPlaced>("OrderPlaced")
 });
 
+// The message types carry no doc comments: schemars would make them the
+// schemas' descriptions, and the AsyncAPI document and the contract
+// snapshots would change with them. They are `pub` for the kit's test.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[allow(missing_docs)]
 pub struct PlaceOrder {
     pub order_id: String,
     pub customer: String,
@@ -34,15 +38,19 @@ pub struct PlaceOrder {
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[allow(missing_docs)]
 pub struct OrderPlaced {
     pub order_id: String,
     pub customer: String,
 }
 
+/// What the handlers fail with: all of it transient.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
+    /// A query failed.
     #[error("database error")]
     Db(#[from] sqlx::Error),
+    /// The outbox write failed.
     #[error("outbox error")]
     Outbox(#[from] consumer::Error),
 }

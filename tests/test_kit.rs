@@ -306,3 +306,19 @@ async fn the_relay_publishes_twice_or_fails_for_a_while_and_the_cascade_still_se
     assert_eq!(notices, 2);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_message_to_a_topic_nobody_reads_fails_at_once() -> Result<(), Box<dyn std::error::Error>>
+{
+    let kit = shop().await?;
+    let error = kit
+        .deliver("nowhere", placed("o-1", 1)?)
+        .await
+        .err()
+        .ok_or("an outcome from nowhere")?;
+    assert!(
+        matches!(&error, KitError::NoConsumer { topic } if topic == "nowhere"),
+        "{error}"
+    );
+    Ok(())
+}

@@ -15,6 +15,13 @@ pub enum KitError {
         /// Why it stopped.
         error: String,
     },
+    /// The kit waited for the outcome of a message on a topic none of its
+    /// consumers reads.
+    #[error("no consumer of the kit reads `{topic}`: add one with `handler` or `router` first")]
+    NoConsumer {
+        /// The topic.
+        topic: String,
+    },
     /// A wait did not end within the kit's wall-clock timeout; `pending`
     /// names what was still in flight.
     #[error("{waiting} did not happen within {timeout:?} (wall clock); still pending: {}", .pending.join("; "))]

@@ -77,7 +77,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// listener on each consumer's observer (a field that exists only with
 /// `testing`, and costs one untaken branch per event when no kit is
 /// installed).
-
 pub struct TestKit {
     broker: MemoryBroker,
     pool: SqlitePool,
@@ -310,9 +309,13 @@ impl TestKit {
     /// Waits for what became of `sent`: processed, a duplicate, or
     /// dead-lettered, after however many retries its handler's policy
     /// made on the virtual clock. Does not relay the outbox (see
-    /// [`TestKit::settle`]).
+    /// [`TestKit::settle`]). Fails at once when no consumer of the kit
+    /// reads its topic.
     pub async fn outcome(&self, sent: &Sent) -> Result<Delivery, KitError> {
         let place = sent.place.clone();
+        if !self.topics.contains(&place.topic) {
+            return Err(KitError::NoConsumer { topic: place.topic });
+        }
         let tracker = &self.tracker;
         self.bounded(format!("the outcome of {sent}"), async {
             tokio::select! {
