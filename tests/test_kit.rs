@@ -322,3 +322,29 @@ async fn a_message_to_a_topic_nobody_reads_fails_at_once() -> Result<(), Box<dyn
     );
     Ok(())
 }
+
+/// Fails its first two attempts; its retries go back through the broker.
+#[handler(
+    event_type = "OrderPlaced",
+    idempotency_key = o.order_id,
+    retry = exponential(base = "2s", max_delay = "10s", attempts = 5, mode = redeliver),
+)]
+async fn record_by_redelivery(o: OrderPlaced, ctx: &MessageContext) -> Result<(), ShopError> {
+    if ctx.attempt() < 3 {
+        return Err(ShopError::Gateway(ctx.attempt()));
+    }
+    let _ = o;
+    Ok(())
+}
+
+#[tokio::test]
+async fn retry_copies_through_the_broker_are_one_delivery() -> Result<(), Box<dyn std::error::Error>>
+{
+    let mut kit = TestKit::new().await?;
+    kit.handler("orders", record_by_redelivery);
+    let delivery = kit.deliver("orders", placed("o-1", 100)?).await?;
+    delivery.assert_processed().assert_retried(2);
+    assert_eq!(delivery.attempts, 3);
+    assert_eq!(kit.deliveries().len(), 1);
+    Ok(())
+}
