@@ -9,6 +9,9 @@
 //!
 //! Its handlers are tested with the test kit in `tests/outbox_orders.rs`.
 
+#[path = "shop/mod.rs"]
+mod shop;
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -18,6 +21,10 @@ use consumer::{
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+// The shop's event, the one every example writes and reads (`pub(crate)`
+// for the kit's test: exported, it would need doc comments, which would
+// become its schema's description in every example's documents).
+pub(crate) use shop::OrderPlaced;
 
 /// Where `place_order` writes its events.
 pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
@@ -26,22 +33,15 @@ pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
         .with_event::<OrderPlaced>("OrderPlaced")
 });
 
-// The message types carry no doc comments: schemars would make them the
-// schemas' descriptions, and the AsyncAPI document and the contract
-// snapshots would change with them. They are `pub` for the kit's test.
+// The command carries no doc comments: schemars would make them its
+// schema's description, and the AsyncAPI document and the contract
+// snapshots would change with it. It is `pub` for the kit's test.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[allow(missing_docs)]
 pub struct PlaceOrder {
     pub order_id: String,
     pub customer: String,
     pub cents: i64,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-#[allow(missing_docs)]
-pub struct OrderPlaced {
-    pub order_id: String,
-    pub customer: String,
 }
 
 /// What the handlers fail with: all of it transient.
