@@ -34,6 +34,8 @@ pub struct Delivery {
     pub message_id: String,
     /// The topic it was consumed from.
     pub topic: String,
+    /// Its partition key.
+    pub key: Option<String>,
     /// Its CloudEvents type, when it has one.
     pub event_type: Option<String>,
     /// The handler that took it, once one did.

@@ -141,6 +141,7 @@ impl Tracker {
             delivery: Delivery {
                 message_id: envelope.id.clone(),
                 topic: envelope.origin.channel.as_str().to_owned(),
+                key: envelope.key.clone(),
                 event_type: envelope.kind.clone(),
                 handler: None,
                 attempts: 0,
