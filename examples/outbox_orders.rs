@@ -6,6 +6,11 @@
 //! ```sh
 //! cargo run --example outbox_orders
 //! ```
+//!
+//! Its handlers are tested with the test kit in `tests/outbox_orders.rs`.
+
+#[path = "shop/mod.rs"]
+mod shop;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -16,38 +21,43 @@ use consumer::{
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+// The shop's event, the one every example writes and reads (`pub(crate)`
+// for the kit's test: exported, it would need doc comments, which would
+// become its schema's description in every example's documents).
+pub(crate) use shop::OrderPlaced;
 
 /// Where `place_order` writes its events.
-static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
+pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| {
     Outbox::new()
         .with_default_destination("order-events")
         .with_event::<OrderPlaced>("OrderPlaced")
 });
 
+// The command carries no doc comments: schemars would make them its
+// schema's description, and the AsyncAPI document and the contract
+// snapshots would change with it. It is `pub` for the kit's test.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct PlaceOrder {
-    order_id: String,
-    customer: String,
-    cents: i64,
+#[allow(missing_docs)]
+pub struct PlaceOrder {
+    pub order_id: String,
+    pub customer: String,
+    pub cents: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct OrderPlaced {
-    order_id: String,
-    customer: String,
-}
-
+/// What the handlers fail with: all of it transient.
 #[derive(Debug, thiserror::Error)]
-enum AppError {
+pub enum AppError {
+    /// A query failed.
     #[error("database error")]
     Db(#[from] sqlx::Error),
+    /// The outbox write failed.
     #[error("outbox error")]
     Outbox(#[from] consumer::Error),
 }
 
 /// Command handler: the order row and its event commit together, or not at all.
 #[handler(idempotency_key = cmd.order_id)]
-async fn place_order(cmd: PlaceOrder, tx: &mut SqliteTx) -> Result<(), AppError> {
+pub async fn place_order(cmd: PlaceOrder, tx: &mut SqliteTx) -> Result<(), AppError> {
     sqlx::query("INSERT INTO orders (order_id, customer, cents) VALUES ($1, $2, $3)")
         .bind(&cmd.order_id)
         .bind(&cmd.customer)
@@ -69,7 +79,7 @@ async fn place_order(cmd: PlaceOrder, tx: &mut SqliteTx) -> Result<(), AppError>
 
 /// Event handler, downstream: deduplicated on the event id (the default key).
 #[handler]
-async fn notify_customer(
+pub async fn notify_customer(
     event: OrderPlaced,
     tx: &mut SqliteTx,
     ctx: &MessageContext,
@@ -82,6 +92,11 @@ async fn notify_customer(
         .await?;
     Ok(())
 }
+
+/// The application's own tables: orders, and the notifications downstream.
+pub const TABLES: &str =
+    "CREATE TABLE orders (order_id TEXT PRIMARY KEY, customer TEXT, cents INTEGER);
+     CREATE TABLE notifications (event_id TEXT PRIMARY KEY, customer TEXT, text TEXT);";
 
 /// The service `main` runs (and `tests/asyncapi.rs` documents): commands
 /// into orders and outbox events, the relay, and the events into
@@ -120,12 +135,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let store = SqliteStore::new(pool.clone());
     store.migrate().await?; // dedup tables and the default outbox tables
-    sqlx::raw_sql(
-        "CREATE TABLE orders (order_id TEXT PRIMARY KEY, customer TEXT, cents INTEGER);
-         CREATE TABLE notifications (event_id TEXT PRIMARY KEY, customer TEXT, text TEXT);",
-    )
-    .execute(&pool)
-    .await?;
+    sqlx::raw_sql(TABLES).execute(&pool).await?;
 
     let broker = MemoryBroker::new(4);
     for (id, customer, cents) in [

@@ -15,7 +15,7 @@
 //! ```
 
 #[path = "shop/mod.rs"]
-mod shop;
+pub(crate) mod shop;
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use consumer::{
 use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
 
 /// Every event of an order goes to one topic, keyed by the order.
-static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| shop::outbox("order-events"));
+pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| shop::outbox("order-events"));
 
 #[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
 async fn reserve_stock(e: OrderPlaced, tx: &mut SqliteTx) -> Result<(), ShopError> {
@@ -65,17 +65,22 @@ pub fn shop_service<P: Publisher>(
     publisher: P,
 ) -> anyhow::Result<Shop> {
     let relay = OutboxRelay::new(pool, OUTBOX.clone(), publisher).with_source("quickstart");
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
     Ok(shop::service(
         relay,
         broker.source("order-events"),
         store,
-        router,
+        orders_router()?,
     ))
+}
+
+/// The router `orders`: the shop's three handlers on SQLite (and what
+/// `tests/quickstart_handlers.rs` tests with the kit).
+pub fn orders_router() -> Result<Router<SqliteStore>, consumer::Error> {
+    Router::builder("orders")
+        .route(reserve_stock)
+        .route(capture_payment)
+        .route(notify_customer)
+        .build()
 }
 
 #[tokio::main]

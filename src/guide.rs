@@ -49,6 +49,14 @@ pub mod scale_out {}
 #[cfg_attr(docsrs, doc(cfg(feature = "asyncapi")))]
 pub mod contracts {}
 
+#[cfg_attr(feature = "testing", doc = include_str!("../docs/guide/testing.md"))]
+#[cfg_attr(
+    not(feature = "testing"),
+    doc = "This page is built with the `testing` feature (`cargo doc --all-features`)."
+)]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing {}
+
 #[doc = include_str!("../docs/guide/observability.md")]
 pub mod observability {}
 

@@ -72,6 +72,7 @@
 //! [router and service](guide::router_and_service), the
 //! [transactional outbox](guide::outbox), [batches](guide::batches),
 //! [sagas](guide::sagas), [scale-out](guide::scale_out), [contracts](guide::contracts),
+//! [testing your service](guide::testing),
 //! [observability](guide::observability), [operations](guide::operations)
 //! (the `consumer` command-line tool),
 //! [connecting securely](guide::secure_connections) (TLS, SASL, secrets),

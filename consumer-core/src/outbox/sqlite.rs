@@ -13,8 +13,9 @@ fn sql(template: &str, table: &str) -> AssertSqlSafe<String> {
     AssertSqlSafe(template.replace("{t}", table))
 }
 
+/// The stores' clock, which a test's virtual clock moves (`store::clock`).
 fn now_ms() -> i64 {
-    i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+    crate::store::now_ms()
 }
 
 const BUMP: &str = "INSERT INTO {t}_aggregates (aggregate_type, aggregate_id, last_version) VALUES (?1, ?2, 1) \

@@ -89,6 +89,8 @@ pub struct Consumer<Src, S, R> {
     limits: Vec<(&'static str, HandlerLimit)>,
     stats: Arc<Stats>,
     meter: Option<Meter>,
+    #[cfg(feature = "testing")]
+    tap: Option<Arc<dyn observe::tap::Tap>>,
 }
 
 impl<Src, S, H> Consumer<Src, S, OneHandler<H>>
@@ -151,7 +153,18 @@ where
             limits: Vec::new(),
             stats: Arc::default(),
             meter: None,
+            #[cfg(feature = "testing")]
+            tap: None,
         }
+    }
+
+    /// Tells `tap` every event this consumer emits (the test kit's
+    /// listener).
+    #[cfg(feature = "testing")]
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the kit runs on SQLite
+    pub(crate) fn with_tap(mut self, tap: Arc<dyn observe::tap::Tap>) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// Most deliveries held at once (the memory bound).
@@ -335,6 +348,8 @@ where
             server: source.server().map(|(a, p)| (Box::from(a), p)),
         };
         let observer = Observer::new(metrics, self.stats);
+        #[cfg(feature = "testing")]
+        let observer = observer.with_tap(self.tap);
         let settler = Settler {
             store: self.store.clone(),
             observer: observer.clone(),

@@ -25,6 +25,7 @@ pub use tx::PgTx;
 pub use tx::SqliteTx;
 pub use tx::Tx;
 
+pub(crate) mod clock;
 mod database;
 mod dedup;
 mod extension;
@@ -48,7 +49,7 @@ pub const MIGRATIONS_TABLE: &str = "_consumer_migrations";
 /// Milliseconds since the Unix epoch, as the store's time columns are
 /// written and compared (0 before it).
 pub fn now_ms() -> i64 {
-    i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+    i64::try_from(clock::now().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
 }
 
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]

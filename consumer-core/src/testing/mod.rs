@@ -1,5 +1,13 @@
-//! Test and benchmark support (feature `testing`): fault injection over any
-//! backend, a fresh PostgreSQL schema per test, spans exported to memory.
+//! Test and benchmark support (feature `testing`): the application test
+//! kit, fault injection over any backend, a fresh PostgreSQL schema per
+//! test, spans exported to memory.
+//!
+//! An application tests its handlers, routers and sagas with [`TestKit`]
+//! (with `sqlite`): on the memory broker and an in-memory SQLite store, on
+//! a virtual clock, each message's [`Delivery`] heard from the runtime's
+//! own events, what the outbox relay [`Published`], what was
+//! dead-lettered. The rest of this module is the framework's own test
+//! support, which an application may use too:
 //!
 //! One set of fault-injecting wrappers, written once: [`FaultySource`] and its
 //! [`FaultyAcker`] wrap any [`Source`](crate::source::Source) and its acker;
@@ -54,3 +62,8 @@ mod subscriber;
 #[cfg(feature = "postgres")]
 pub use postgres::{FreshSchema, ServiceUnavailable, database_url};
 pub use spans::{in_memory_spans, trace_id_of};
+
+#[cfg(feature = "sqlite")]
+mod kit;
+#[cfg(feature = "sqlite")]
+pub use kit::{Delivery, KitError, Outcome, Published, Sent, TestKit, TestKitBuilder};

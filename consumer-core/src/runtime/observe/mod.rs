@@ -17,6 +17,8 @@
 mod counters;
 mod instruments;
 mod logs;
+#[cfg(feature = "testing")]
+pub(crate) mod tap;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,6 +199,8 @@ pub(crate) enum StepThen {
 pub(crate) struct Observer {
     instruments: Arc<ConsumerMetrics>,
     counters: Arc<Stats>,
+    #[cfg(feature = "testing")]
+    tap: Option<Arc<dyn tap::Tap>>,
 }
 
 impl Observer {
@@ -204,7 +208,16 @@ impl Observer {
         Self {
             instruments,
             counters,
+            #[cfg(feature = "testing")]
+            tap: None,
         }
+    }
+
+    /// Tells `tap` everything this observer emits, after the listeners.
+    #[cfg(feature = "testing")]
+    pub(crate) fn with_tap(mut self, tap: Option<Arc<dyn tap::Tap>>) -> Self {
+        self.tap = tap;
+        self
     }
 
     /// Records `what` with every listener, in the module's order.
@@ -212,6 +225,10 @@ impl Observer {
         instruments::on(&self.instruments, &what);
         counters::on(&self.counters, &what);
         logs::on(&what);
+        #[cfg(feature = "testing")]
+        if let Some(tap) = &self.tap {
+            tap.on(&what);
+        }
     }
 
     /// The counters as they are now.
