@@ -67,7 +67,7 @@ async fn make_sagas(pool: &sqlx::PgPool) {
     let saga = SagaBuilder::new(Orders, Outbox::new())
         .on("Open", id, NotFound::Start, open)
         .on("Cancel", id, NotFound::Ignore, cancel)
-        .on("RefundFailed", id, NotFound::Ignore, refund_failed)
+        .on_compensating("RefundFailed", id, NotFound::Ignore, refund_failed)
         .on_timeout("Expire", expire)
         .build()
         .expect("saga");
