@@ -40,6 +40,7 @@ pub mod error;
 pub mod lease;
 pub mod publisher;
 pub mod shards;
+pub mod source;
 mod stream_name;
 
 /// The SDK this backend runs on, for an application that configures its
@@ -48,4 +49,5 @@ pub use aws_sdk_kinesis;
 pub use connection::KinesisClient;
 pub use error::{Error, Result};
 pub use publisher::{KinesisPublisher, KinesisPublisherBuilder};
+pub use source::{KinesisAcker, KinesisSource, KinesisSourceBuilder, KinesisStats};
 pub use stream_name::StreamName;

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
 use consumer_backend::{Message, Outgoing, Publisher, RetryPolicy, names};
-use consumer_kinesis::client::{ApiFuture, AwsKinesis, KinesisApi, PutEntry, PutOutcome};
+use consumer_kinesis::client::{
+    ApiFuture, AwsKinesis, IteratorStart, KinesisApi, PutEntry, PutOutcome, RecordsPage,
+};
 use consumer_kinesis::shards::{self, Readiness, ShardInfo};
 use consumer_kinesis::{KinesisClient, KinesisPublisher, envelope};
 
@@ -268,6 +270,23 @@ impl KinesisApi for Throttling {
                 })
                 .collect())
         })
+    }
+
+    fn list_shards<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, Vec<shards::ShardInfo>> {
+        self.real.list_shards(stream)
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard_id: &'a str,
+        start: &'a IteratorStart,
+    ) -> ApiFuture<'a, String> {
+        self.real.shard_iterator(stream, shard_id, start)
+    }
+
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ApiFuture<'a, RecordsPage> {
+        self.real.get_records(iterator, limit)
     }
 }
 
