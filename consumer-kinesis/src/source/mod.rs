@@ -139,6 +139,18 @@ impl<S: LeaseStore> KinesisSource<S> {
     }
 }
 
+/// Dropped without [`close`](Source::close) (a crash, a panic): the lease
+/// loop stops at once and gives nothing back; the leases expire after
+/// their duration and other instances take them, from the last
+/// checkpoints.
+impl<S: LeaseStore> Drop for KinesisSource<S> {
+    fn drop(&mut self) {
+        if let Some((_, handle)) = self.running.take() {
+            handle.abort();
+        }
+    }
+}
+
 impl<S: LeaseStore> Source for KinesisSource<S> {
     type Acker = KinesisAcker;
 

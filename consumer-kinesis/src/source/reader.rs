@@ -213,6 +213,7 @@ impl Reader {
         let stats = &self.reading.stats;
         if is_expired_iterator(&e) {
             self.iterator = None;
+            StatsInner::add(&stats.iterators_renewed, 1);
             return Next::Go;
         }
         if !e.kind().is_retriable() {
