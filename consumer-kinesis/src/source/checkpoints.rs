@@ -23,8 +23,13 @@ impl<S: LeaseStore> LeaseLoop<S> {
                 self.lose(&shard);
                 continue;
             }
-            let safe = held.session.ledger().safe_checkpoint();
-            let stopped = held.reader.is_finished() && safe != Some(Checkpoint::ShardEnd);
+            let (safe, end_read) = {
+                let ledger = held.session.ledger();
+                (ledger.safe_checkpoint(), ledger.is_end_read())
+            };
+            // A reader that read its closed shard to the end waits for the
+            // last settles; one that stopped otherwise gave up.
+            let stopped = held.reader.is_finished() && !end_read;
             if let Some(checkpoint) = safe.filter(|c| Some(c) != held.written.as_ref())
                 && !self.write(&shard, checkpoint).await
             {
