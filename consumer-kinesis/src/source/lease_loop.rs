@@ -218,6 +218,11 @@ impl<S: LeaseStore> LeaseLoop<S> {
             Ok(Some(_)) => {
                 StatsInner::add(&self.stats().leases_taken, 1);
                 tracing::info!(target: "consumer::kinesis", shard = %shard, steal, ?start, "took a shard's lease");
+                // A lease this instance held but let lapse (its renewals
+                // failed) is a new session: the old reader must not go on.
+                if let Some(old) = self.held.remove(shard) {
+                    old.reader.abort();
+                }
                 let session = Arc::new(Session::new(shard.clone(), start, until));
                 let reader = tokio::spawn(reader::read(
                     Arc::clone(&self.reading),
