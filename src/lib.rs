@@ -216,9 +216,10 @@ pub use consumer_kafka as kafka;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub use consumer_sqs as sqs;
 
-/// The Amazon Kinesis backend, first part: `KinesisPublisher` (order per
-/// key across partial `PutRecords` failures), the record `envelope`, the
-/// `shards` graph, `lease`s and checkpoints. No consuming source yet.
+/// The Amazon Kinesis backend: `KinesisSource` (shard leases, checkpoints
+/// only past settled records, children after their parents),
+/// `KinesisPublisher` (order per key across partial `PutRecords`
+/// failures), the record `envelope`, the `shards` graph, `lease`s.
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use consumer_kinesis as kinesis;
