@@ -224,6 +224,12 @@ pub use consumer_sqs as sqs;
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use consumer_kinesis as kinesis;
 
+/// The Kinesis backend's leases and checkpoints in the store's database:
+/// `SqlLeaseStore` on PostgreSQL or SQLite.
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub use consumer_kinesis_store as kinesis_store;
+
 // The SQS guide's Rust blocks, compiled as doctests.
 #[cfg(all(doctest, feature = "sqs"))]
 #[doc = include_str!("../docs/guide/sqs.md")]
