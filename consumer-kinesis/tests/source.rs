@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_kinesis::primitives::Blob;
 use consumer_backend::{
     Acker, BrokerErrorKind, Envelope, Message, Outgoing, Publisher, RetryMode, RetryPolicy, Source,
+    SourceReadings,
 };
 use consumer_kinesis::client::{
     ApiError, ApiFuture, AwsKinesis, IteratorStart, KinesisApi, PutEntry, PutOutcome, RecordsPage,
@@ -233,6 +234,14 @@ async fn kinesis_source_keeps_key_order_and_checkpoints_only_past_settled_record
             want,
             "not past the held record"
         );
+        // The gauges: one held shard; 21 records from the unsettled one on
+        // (what a restart reads again, as Kafka counts from its position).
+        let gauges = source.gauges().expect("a Kinesis source has gauges");
+        let mut readings = SourceReadings::default();
+        gauges.observe(&mut readings);
+        let held_shard = &readings.partitions_read()[0];
+        assert_eq!((held_shard.partition, held_shard.lag), (0, 21));
+        assert!(held_shard.oldest_age > Duration::ZERO, "{held_shard:?}");
         let last = sequence(&plain.0);
         held.1.ack().await.expect("ack");
         let want = Some(Checkpoint::At(last));

@@ -159,6 +159,9 @@ impl KinesisApi for AwsKinesis {
                     sequence_number: r.sequence_number().to_owned(),
                     partition_key: r.partition_key().to_owned(),
                     data: Bytes::copy_from_slice(r.data().as_ref()),
+                    arrival: r
+                        .approximate_arrival_timestamp()
+                        .and_then(|t| std::time::SystemTime::try_from(*t).ok()),
                 })
                 .collect();
             Ok(RecordsPage {

@@ -72,6 +72,8 @@ pub struct ReadRecord {
     pub partition_key: String,
     /// Its data: the envelope and the payload, or a plain producer's bytes.
     pub data: Bytes,
+    /// When Kinesis took it (`ApproximateArrivalTimestamp`).
+    pub arrival: Option<std::time::SystemTime>,
 }
 
 /// One `GetRecords` answer.

@@ -1,7 +1,7 @@
 //! [`KinesisSourceBuilder`]: how a [`KinesisSource`] reads, and where its
 //! dead letters go.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consumer_backend::{Channel, Publisher};
@@ -199,6 +199,7 @@ impl<S: LeaseStore> KinesisSourceBuilder<S> {
             poll_interval: self.poll_interval,
             batch_size: self.batch_size,
             max_unsettled: self.max_unsettled,
+            held: Mutex::default(),
         });
         let lease_loop = LeaseLoop::new(
             Arc::new(self.store),

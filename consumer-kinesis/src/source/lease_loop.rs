@@ -236,6 +236,7 @@ impl<S: LeaseStore> LeaseLoop<S> {
                         written: checkpoint,
                     },
                 );
+                self.count_held();
             }
             Ok(None) => {}
             Err(e) => {
@@ -255,9 +256,21 @@ impl<S: LeaseStore> LeaseLoop<S> {
         self.count_held();
     }
 
+    /// Publishes which shards are held: the count, and the sessions the
+    /// gauges read.
     pub(super) fn count_held(&self) {
         self.stats()
             .leases_held
             .store(self.held.len() as u64, Ordering::Relaxed);
+        let mut shown = self
+            .reading
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *shown = self
+            .held
+            .iter()
+            .map(|(shard, held)| (shard.clone(), Arc::clone(&held.session)))
+            .collect();
     }
 }

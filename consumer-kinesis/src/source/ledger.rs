@@ -14,6 +14,7 @@
 //! again and a late settle of the old epoch moves nothing.
 
 use std::collections::VecDeque;
+use std::time::SystemTime;
 
 use crate::client::IteratorStart;
 use crate::lease::Checkpoint;
@@ -31,6 +32,7 @@ enum State {
 #[derive(Debug)]
 struct Slot {
     sequence_number: String,
+    arrival: Option<SystemTime>,
     state: State,
 }
 
@@ -82,11 +84,13 @@ impl Ledger {
         self.slots.len()
     }
 
-    /// Records a record just read; its index, for its acker.
-    pub(crate) fn admit(&mut self, sequence_number: &str) -> u64 {
+    /// Records a record just read (Kinesis took it at `arrival`); its
+    /// index, for its acker.
+    pub(crate) fn admit(&mut self, sequence_number: &str, arrival: Option<SystemTime>) -> u64 {
         let index = self.front + self.slots.len() as u64;
         self.slots.push_back(Slot {
             sequence_number: sequence_number.to_owned(),
+            arrival,
             state: State::Held,
         });
         self.held += 1;
@@ -161,6 +165,14 @@ impl Ledger {
             .map_or_else(|| self.start.clone(), IteratorStart::AfterSequence)
     }
 
+    /// When Kinesis took the oldest record read and not settled.
+    pub(crate) fn oldest_arrival(&self) -> Option<SystemTime> {
+        self.slots
+            .iter()
+            .find(|s| s.state != State::Done)
+            .and_then(|s| s.arrival)
+    }
+
     /// The closed shard was read to its end.
     pub(crate) fn end_read(&mut self) {
         self.end_read = true;
@@ -193,7 +205,11 @@ mod tests {
     #[test]
     fn the_checkpoint_never_passes_an_unsettled_record() {
         let mut l = Ledger::new(IteratorStart::TrimHorizon);
-        let (a, b, c) = (l.admit("10"), l.admit("20"), l.admit("30"));
+        let (a, b, c) = (
+            l.admit("10", None),
+            l.admit("20", None),
+            l.admit("30", None),
+        );
         assert_eq!(l.safe_checkpoint(), None);
         assert!(!l.settle(0, c), "30 settles before 10 and 20");
         assert!(!l.settle(0, b));
@@ -207,7 +223,11 @@ mod tests {
     #[test]
     fn a_released_record_is_read_again_once_nothing_is_held() {
         let mut l = Ledger::new(IteratorStart::AfterSequence("5".to_owned()));
-        let (a, b, c) = (l.admit("10"), l.admit("20"), l.admit("30"));
+        let (a, b, c) = (
+            l.admit("10", None),
+            l.admit("20", None),
+            l.admit("30", None),
+        );
         l.settle(0, a);
         l.release(0, b);
         assert!(!l.needs_rewind(), "30 is still held");
@@ -217,7 +237,7 @@ mod tests {
         assert_eq!(l.rewind(), IteratorStart::AfterSequence("10".to_owned()));
         assert_eq!((l.epoch(), l.len()), (1, 0));
         assert!(!l.settle(0, c), "a settle of the old epoch is ignored");
-        let again = l.admit("20");
+        let again = l.admit("20", None);
         assert!(l.settle(1, again));
         assert_eq!(l.safe_checkpoint(), at("20"));
     }
@@ -225,7 +245,7 @@ mod tests {
     #[test]
     fn a_rewind_before_anything_settled_starts_where_the_session_did() {
         let mut l = Ledger::new(IteratorStart::AfterSequence("5".to_owned()));
-        let a = l.admit("10");
+        let a = l.admit("10", None);
         l.release(0, a);
         assert_eq!(l.rewind(), IteratorStart::AfterSequence("5".to_owned()));
     }
@@ -233,7 +253,7 @@ mod tests {
     #[test]
     fn a_closed_shard_ends_once_read_and_settled_to_its_end() {
         let mut l = Ledger::new(IteratorStart::TrimHorizon);
-        let a = l.admit("10");
+        let a = l.admit("10", None);
         l.end_read();
         assert_eq!(l.safe_checkpoint(), None);
         l.settle(0, a);

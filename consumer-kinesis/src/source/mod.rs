@@ -38,6 +38,7 @@ mod acker;
 mod builder;
 mod checkpoints;
 mod dead_letter;
+mod gauges;
 mod lease_loop;
 mod ledger;
 mod reader;
@@ -48,7 +49,7 @@ mod stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer_backend::{Envelope, Source};
+use consumer_backend::{Envelope, Source, SourceGauges};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -156,6 +157,13 @@ impl<S: LeaseStore> Source for KinesisSource<S> {
 
     fn system(&self) -> &'static str {
         "aws_kinesis"
+    }
+
+    fn gauges(&self) -> Option<Arc<dyn SourceGauges>> {
+        Some(Arc::new(gauges::KinesisGauges {
+            reading: Arc::clone(&self.reading),
+            stream: Arc::from(self.stream()),
+        }))
     }
 
     fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {

@@ -17,8 +17,9 @@
 //! * **Bound**: at most `max_unsettled` records of the shard read and not
 //!   settled; a full reader waits for a settle.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consumer_backend::{Channel, Envelope, RetryPolicy};
@@ -59,6 +60,8 @@ pub(crate) struct Reading {
     pub(crate) poll_interval: Duration,
     pub(crate) batch_size: i32,
     pub(crate) max_unsettled: usize,
+    /// The shards held now, for the gauges (the lease loop keeps it).
+    pub(crate) held: Mutex<BTreeMap<String, Arc<Session>>>,
 }
 
 /// Reads `session`'s shard until it is read to its end, the runtime is
@@ -161,14 +164,21 @@ impl Reader {
         self.failures = 0;
         let stats = &self.reading.stats;
         let behind = page.millis_behind_latest.unwrap_or(0);
+        let behind_ms = u64::try_from(behind).unwrap_or(0);
         stats
             .millis_behind_latest
-            .store(u64::try_from(behind).unwrap_or(0), Ordering::Relaxed);
+            .store(behind_ms, Ordering::Relaxed);
+        self.session
+            .millis_behind
+            .store(behind_ms, Ordering::Relaxed);
         let got_any = !page.records.is_empty();
         for record in &page.records {
             let (epoch, index) = {
                 let mut ledger = self.session.ledger();
-                (ledger.epoch(), ledger.admit(&record.sequence_number))
+                (
+                    ledger.epoch(),
+                    ledger.admit(&record.sequence_number, record.arrival),
+                )
             };
             let envelope = envelope_of(&self.reading.channel, &self.session.shard_id, record);
             let acker = KinesisAcker {

@@ -53,6 +53,7 @@ mod tests {
             sequence_number: "4959".to_owned(),
             partition_key: "order-7".to_owned(),
             data: Bytes::from(data),
+            arrival: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! [`Session`]: one shard while this instance holds its lease: its ledger,
 //! and the signal its reader waits on.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -20,6 +21,8 @@ pub(crate) struct Session {
     pub(crate) changed: Notify,
     /// When the lease ends unless renewed, as this instance last stored it.
     held_until: Mutex<SystemTime>,
+    /// `MillisBehindLatest` of the shard's last read.
+    pub(crate) millis_behind: AtomicU64,
 }
 
 impl Session {
@@ -29,6 +32,7 @@ impl Session {
             ledger: Mutex::new(Ledger::new(start)),
             changed: Notify::new(),
             held_until: Mutex::new(held_until),
+            millis_behind: AtomicU64::new(0),
         }
     }
 

@@ -164,6 +164,7 @@ impl KinesisApi for FakeKinesis {
                     sequence_number: sequence_number.clone(),
                     partition_key: entry.partition_key,
                     data: entry.data,
+                    arrival: Some(std::time::SystemTime::now()),
                 });
                 out.push(PutOutcome::Stored {
                     shard_id: shard.id.clone(),
