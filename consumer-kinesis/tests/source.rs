@@ -24,7 +24,9 @@ use consumer_kinesis::client::{
 };
 use consumer_kinesis::lease::{Checkpoint, LeaseStore, MemoryLeaseStore};
 use consumer_kinesis::shards::ShardInfo;
-use consumer_kinesis::{KinesisAcker, KinesisClient, KinesisPublisher, KinesisSource};
+use consumer_kinesis::{
+    KinesisAcker, KinesisClient, KinesisPublisher, KinesisSource, KinesisStats,
+};
 
 use common::{DEADLINE, endpoint, list_shards, with_stream};
 
@@ -468,6 +470,56 @@ async fn kinesis_source_refuses_retries_through_the_broker_at_start() {
         source
             .accept_retry_policy(&RetryPolicy::DEFAULT)
             .expect("in place is served");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinesis_three_instances_rebalance_as_one_is_killed_and_restarted_repeatedly() {
+    with_stream("src-churn", 6, |_sdk, stream| async move {
+        let store = Store::default();
+        let faults = Arc::default();
+        let mut running = Vec::new();
+        for owner in ["a", "b", "c"] {
+            let source = test_source(&stream, &store, owner, &faults).await;
+            let stats = source.stats();
+            running.push((stats, run(source)));
+        }
+        let held = |running: &Vec<(KinesisStats, _)>| -> Vec<u64> {
+            running
+                .iter()
+                .map(|(s, _): &(KinesisStats, _)| s.snapshot().leases_held)
+                .collect()
+        };
+        for round in 0..3 {
+            eventually(&format!("round {round}: two shards each"), || async {
+                held(&running) == [2, 2, 2]
+            })
+            .await;
+            // The last instance is killed: its leases expire, the others
+            // take them; then it comes back and gets its share again.
+            let (_, (crash, task)) = running.pop().expect("three");
+            let _ = crash.send(true);
+            task.await.expect("stops");
+            eventually(&format!("round {round}: three shards each"), || async {
+                held(&running) == [3, 3]
+            })
+            .await;
+            let owner = format!("c{round}");
+            let source = test_source(&stream, &store, &owner, &faults).await;
+            let stats = source.stats();
+            running.push((stats, run(source)));
+        }
+        eventually("two shards each at the end", || async {
+            held(&running) == [2, 2, 2]
+        })
+        .await;
+        for (_, (stop, task)) in running {
+            let _ = stop.send(false);
+            task.await.expect("closes");
+        }
+        let leases = store.leases().await.expect("in memory");
+        assert!(leases.iter().all(|l| l.owner.is_none()), "{leases:?}");
     })
     .await;
 }
