@@ -224,10 +224,20 @@ impl<S: LeaseStore> LeaseLoop<S> {
                     old.reader.abort();
                 }
                 let session = Arc::new(Session::new(shard.clone(), start, until));
-                let reader = tokio::spawn(reader::read(
-                    Arc::clone(&self.reading),
-                    Arc::clone(&session),
-                ));
+                // A stolen lease's previous owner reads on until its next
+                // renewal fails (a third of the duration) and finishes what
+                // it handed out: reading at once could run a key's later
+                // record before it finishes the earlier one.
+                let wait = if steal {
+                    self.lease_duration / 3 + self.checkpoint_interval
+                } else {
+                    Duration::ZERO
+                };
+                let (reading, read) = (Arc::clone(&self.reading), Arc::clone(&session));
+                let reader = tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    reader::read(reading, read).await;
+                });
                 self.held.insert(
                     shard.clone(),
                     Held {

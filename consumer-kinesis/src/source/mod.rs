@@ -13,7 +13,11 @@
 //!   ([`balance`](crate::lease::balance)) of the shards that may be read
 //!   now, free or expired leases first, then one from an instance over its
 //!   share. A lease it fails to renew stops its shard's reader; on
-//!   [`close`](Source::close) it releases every lease.
+//!   [`close`](Source::close) it releases every lease. A stolen shard is
+//!   read after a third of the lease duration (and a checkpoint interval),
+//!   the time its previous owner takes to notice and stop; a record that
+//!   owner still runs after that is the one window in which a steal can
+//!   put a key out of order (dedup absorbs what both read).
 //! * **Reading** (a reader per held shard): `GetRecords` within the
 //!   per-shard limit, backing off when throttled, iterators obtained again
 //!   before they expire; see [`MIN_CALL_INTERVAL`].
