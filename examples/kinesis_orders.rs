@@ -62,12 +62,12 @@ async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError
 }
 
 /// Creates `stream` with `shards` shards unless it exists, and waits until
-/// it is active.
+/// it is active; when it was created (Unix seconds).
 async fn ensure_stream(
     sdk: &aws_sdk_kinesis::Client,
     stream: &str,
     shards: i32,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i64> {
     let exists = sdk
         .describe_stream_summary()
         .stream_name(stream)
@@ -91,7 +91,10 @@ async fn ensure_stream(
             .stream_description_summary()
             .map(|s| s.stream_status().clone());
         if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
-            return Ok(());
+            let created = summary
+                .stream_description_summary()
+                .map_or(0, |s| s.stream_creation_timestamp().secs());
+            return Ok(created);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -149,12 +152,16 @@ async fn main() -> anyhow::Result<()> {
     };
     let sdk = aws.client().clone();
     let client = KinesisClient::from_sdk(sdk.clone());
+    let mut created = 0;
     for (name, shards) in [(&stream, 2), (&dead_letters, 1)] {
-        ensure_stream(&sdk, name, shards).await.map_err(|e| {
+        let at = ensure_stream(&sdk, name, shards).await.map_err(|e| {
             anyhow::anyhow!(
                 "{e} (is a Kinesis emulator running at {endpoint}? scripts/services sqs starts moto there)"
             )
         })?;
+        if name == &stream {
+            created = at;
+        }
     }
 
     // A schema of its own, so the store's, the outbox's and the leases'
@@ -173,7 +180,9 @@ async fn main() -> anyhow::Result<()> {
     let store = PgStore::new(pool.clone());
     store.migrate().await?;
     sqlx::query(shop::HISTORY_DDL).execute(&pool).await?;
-    let leases = SqlLeaseStore::new(pool.clone(), "shop", stream.as_str());
+    // Leases and checkpoints of this stream as created: a stream deleted and
+    // created again under its name (an emulator restarted) starts afresh.
+    let leases = SqlLeaseStore::new(pool.clone(), format!("shop-{created}"), stream.as_str());
     leases.migrate().await?;
 
     let outbox = shop::outbox(&stream);
