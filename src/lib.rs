@@ -78,7 +78,7 @@
 //! and one page per backend:
 //! [memory broker](guide::memory_broker), [RabbitMQ](guide::rabbitmq),
 //! [partitioned RabbitMQ queues](guide::rabbitmq_partitions),
-//! [Kafka](guide::kafka), [SQS](guide::sqs).
+//! [Kafka](guide::kafka), [SQS](guide::sqs), [Kinesis](guide::kinesis).
 //!
 //! # Where things are
 //!
