@@ -1,6 +1,7 @@
 //! [`KinesisSourceBuilder`]: how a [`KinesisSource`] reads, and where its
 //! dead letters go.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -200,6 +201,7 @@ impl<S: LeaseStore> KinesisSourceBuilder<S> {
             batch_size: self.batch_size,
             max_unsettled: self.max_unsettled,
             held: Mutex::default(),
+            max_body: AtomicUsize::new(usize::MAX),
         });
         let lease_loop = LeaseLoop::new(
             Arc::new(self.store),

@@ -170,6 +170,12 @@ impl<S: LeaseStore> Source for KinesisSource<S> {
         }))
     }
 
+    fn limit_body(&mut self, max_bytes: usize) {
+        self.reading
+            .max_body
+            .store(max_bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn check_redelivery(&self, _longest_delay: Duration) -> Result<(), String> {
         Err(format!(
             "Kinesis has no per-record redelivery, so the source of stream `{}` cannot retry through the broker: set the handler's retry mode to `in_place` (the key's lane waits and the shard's checkpoint stays below the record)",

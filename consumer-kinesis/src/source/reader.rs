@@ -18,7 +18,7 @@
 //!   settled; a full reader waits for a settle.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,6 +60,9 @@ pub(crate) struct Reading {
     pub(crate) poll_interval: Duration,
     pub(crate) batch_size: i32,
     pub(crate) max_unsettled: usize,
+    /// The largest body whose attributes are read
+    /// ([`Source::limit_body`](consumer_backend::Source::limit_body)).
+    pub(crate) max_body: AtomicUsize,
     /// The shards held now, for the gauges (the lease loop keeps it).
     pub(crate) held: Mutex<BTreeMap<String, Arc<Session>>>,
 }
@@ -180,7 +183,12 @@ impl Reader {
                     ledger.admit(&record.sequence_number, record.arrival),
                 )
             };
-            let envelope = envelope_of(&self.reading.channel, &self.session.shard_id, record);
+            let envelope = envelope_of(
+                &self.reading.channel,
+                &self.session.shard_id,
+                record,
+                self.reading.max_body.load(Ordering::Relaxed),
+            );
             let acker = KinesisAcker {
                 session: Arc::clone(&self.session),
                 epoch,
