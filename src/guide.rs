@@ -98,6 +98,14 @@ pub mod kafka {}
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub mod sqs {}
 
+#[cfg_attr(feature = "kinesis", doc = include_str!("../docs/guide/kinesis.md"))]
+#[cfg_attr(
+    not(feature = "kinesis"),
+    doc = "This page is built with the `kinesis` feature (`cargo doc --all-features`)."
+)]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub mod kinesis {}
+
 #[cfg_attr(
     all(feature = "amqp", feature = "kafka", feature = "tls"),
     doc = include_str!("../docs/guide/secure_connections.md")

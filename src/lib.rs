@@ -79,7 +79,7 @@
 //! and one page per backend:
 //! [memory broker](guide::memory_broker), [RabbitMQ](guide::rabbitmq),
 //! [partitioned RabbitMQ queues](guide::rabbitmq_partitions),
-//! [Kafka](guide::kafka), [SQS](guide::sqs).
+//! [Kafka](guide::kafka), [SQS](guide::sqs), [Kinesis](guide::kinesis).
 //!
 //! # Where things are
 //!
@@ -217,12 +217,19 @@ pub use consumer_kafka as kafka;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub use consumer_sqs as sqs;
 
-/// The Amazon Kinesis backend, first part: `KinesisPublisher` (order per
-/// key across partial `PutRecords` failures), the record `envelope`, the
-/// `shards` graph, `lease`s and checkpoints. No consuming source yet.
+/// The Amazon Kinesis backend: `KinesisSource` (shard leases, checkpoints
+/// only past settled records, children after their parents),
+/// `KinesisPublisher` (order per key across partial `PutRecords`
+/// failures), the record `envelope`, the `shards` graph, `lease`s.
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use consumer_kinesis as kinesis;
+
+/// The Kinesis backend's leases and checkpoints in the store's database:
+/// `SqlLeaseStore` on PostgreSQL or SQLite.
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub use consumer_kinesis_store as kinesis_store;
 
 // The SQS guide's Rust blocks, compiled as doctests.
 #[cfg(all(doctest, feature = "sqs"))]

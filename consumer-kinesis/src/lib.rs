@@ -1,6 +1,6 @@
 //! The Amazon Kinesis backend of the `consumer` framework, on
-//! `aws-sdk-kinesis` (first part: publishing, the record envelope, the
-//! shard graph, leases and checkpoints; the consuming source follows).
+//! `aws-sdk-kinesis`: publishing, the record envelope, the shard graph,
+//! leases and checkpoints, and the consuming source.
 //!
 //! ```no_run
 //! use consumer_backend::{Message, Outgoing, Publisher};
@@ -27,8 +27,12 @@
 //!   sent again with backoff while each key keeps its order.
 //! * [`shards`]: which shards may be read now, children after their
 //!   parents across a split or a merge.
+//! * [`KinesisSource`]: reads the shards this instance holds leases on,
+//!   hands records to the runtime keyed by partition key, and checkpoints
+//!   a shard only past records settled with every earlier one.
 //! * [`lease`]: a lease and a checkpoint per shard, fair shares across
-//!   instances ([`lease::LeaseStore`], in memory for now).
+//!   instances ([`lease::LeaseStore`]: in memory here; in the store's
+//!   database with the `consumer-kinesis-store` crate).
 //! * [`client`]: the calls behind a small trait, for fault injection.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -40,6 +44,7 @@ pub mod error;
 pub mod lease;
 pub mod publisher;
 pub mod shards;
+pub mod source;
 mod stream_name;
 
 /// The SDK this backend runs on, for an application that configures its
@@ -48,4 +53,5 @@ pub use aws_sdk_kinesis;
 pub use connection::KinesisClient;
 pub use error::{Error, Result};
 pub use publisher::{KinesisPublisher, KinesisPublisherBuilder};
+pub use source::{KinesisAcker, KinesisSource, KinesisSourceBuilder, KinesisStats};
 pub use stream_name::StreamName;

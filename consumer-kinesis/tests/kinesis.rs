@@ -13,109 +13,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::ShardIteratorType;
 use consumer_backend::{Message, Outgoing, Publisher, RetryPolicy, names};
-use consumer_kinesis::client::{ApiFuture, AwsKinesis, KinesisApi, PutEntry, PutOutcome};
+use consumer_kinesis::client::{
+    ApiFuture, AwsKinesis, IteratorStart, KinesisApi, PutEntry, PutOutcome, RecordsPage,
+};
 use consumer_kinesis::shards::{self, Readiness, ShardInfo};
 use consumer_kinesis::{KinesisClient, KinesisPublisher, envelope};
 
-/// How long moto gets to make a stream active or hand records back.
-const DEADLINE: Duration = Duration::from_secs(30);
+mod common;
+use common::{DEADLINE, list_shards, wait_active, with_stream};
 
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-fn endpoint() -> String {
-    std::env::var("KINESIS_ENDPOINT")
-        .or_else(|_| std::env::var("AWS_ENDPOINT_URL_KINESIS"))
-        .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned())
-}
-
-fn sdk() -> aws_sdk_kinesis::Client {
-    let config = consumer_aws::local_config(endpoint(), "consumer-kinesis-tests");
-    aws_sdk_kinesis::Client::new(&config)
-}
-
-/// A stream of the test's own, created with `shards` shards and active.
-/// Fails with a sentence naming moto when Kinesis does not answer.
-async fn create_stream(client: &aws_sdk_kinesis::Client, tag: &str, shards: i32) -> String {
-    let name = format!(
-        "ck-{tag}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    );
-    let created = tokio::time::timeout(
-        Duration::from_secs(10),
-        client
-            .create_stream()
-            .stream_name(&name)
-            .shard_count(shards)
-            .send(),
-    )
-    .await;
-    if !matches!(created, Ok(Ok(_))) {
-        panic!(
-            "no Kinesis emulator answers at {}: run `scripts/services sqs` (it starts moto, which serves Kinesis, there) or set KINESIS_ENDPOINT to a running Kinesis ({created:?})",
-            endpoint()
-        );
-    }
-    wait_active(client, &name).await;
-    name
-}
-
-/// Polls `DescribeStreamSummary` until the stream is active.
-async fn wait_active(client: &aws_sdk_kinesis::Client, stream: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let summary = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .expect("DescribeStreamSummary answers for a stream just created");
-        let status = summary
-            .stream_description_summary()
-            .map(|s| s.stream_status().clone());
-        if status == Some(StreamStatus::Active) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "stream {stream} not active after {DEADLINE:?}: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Runs `body` on a fresh stream, then deletes the stream whether the body
-/// passed or panicked (and then panics with the body's panic).
-async fn with_stream<F, Fut>(tag: &str, shards: i32, body: F)
-where
-    F: FnOnce(aws_sdk_kinesis::Client, String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let client = sdk();
-    let stream = create_stream(&client, tag, shards).await;
-    let outcome = tokio::spawn(body(client.clone(), stream.clone())).await;
-    let _ = client
-        .delete_stream()
-        .stream_name(&stream)
-        .enforce_consumer_deletion(true)
-        .send()
-        .await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-/// The shards of `stream`, as the shard graph reads them.
-async fn list_shards(client: &aws_sdk_kinesis::Client, stream: &str) -> Vec<ShardInfo> {
-    let out = client
-        .list_shards()
-        .stream_name(stream)
-        .send()
-        .await
-        .expect("ListShards answers for an active stream");
-    out.shards().iter().map(ShardInfo::from).collect()
-}
 
 /// Every record of `stream` decoded, shard after shard, each shard read
 /// until `GetRecords` is caught up (no record, 0 ms behind latest) or
@@ -268,6 +177,23 @@ impl KinesisApi for Throttling {
                 })
                 .collect())
         })
+    }
+
+    fn list_shards<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, Vec<shards::ShardInfo>> {
+        self.real.list_shards(stream)
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard_id: &'a str,
+        start: &'a IteratorStart,
+    ) -> ApiFuture<'a, String> {
+        self.real.shard_iterator(stream, shard_id, start)
+    }
+
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ApiFuture<'a, RecordsPage> {
+        self.real.get_records(iterator, limit)
     }
 }
 

@@ -14,6 +14,8 @@ pub mod broker;
 pub mod jobs;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kinesis")]
+pub mod kinesis;
 pub mod links;
 pub mod retry_log;
 pub mod scale_out;

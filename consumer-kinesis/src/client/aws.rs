@@ -1,10 +1,14 @@
 //! [`AwsKinesis`]: [`KinesisApi`] on `aws-sdk-kinesis`.
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use bytes::Bytes;
 use consumer_backend::BrokerErrorKind;
 
-use super::{ApiError, ApiFuture, KinesisApi, PutEntry, PutOutcome};
+use super::{
+    ApiError, ApiFuture, IteratorStart, KinesisApi, PutEntry, PutOutcome, ReadRecord, RecordsPage,
+};
+use crate::shards::ShardInfo;
 
 /// The real client: every call goes to Kinesis (or the endpoint the SDK's
 /// configuration names, such as an emulator's).
@@ -78,6 +82,93 @@ impl KinesisApi for AwsKinesis {
                 ));
             }
             Ok(out.records().iter().map(outcome).collect())
+        })
+    }
+
+    fn list_shards<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, Vec<ShardInfo>> {
+        Box::pin(async move {
+            let mut shards = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                // Kinesis refuses a stream name beside a page token.
+                let call = match token.take() {
+                    Some(t) => self.client.list_shards().next_token(t),
+                    None => self.client.list_shards().stream_name(stream),
+                };
+                let out = call
+                    .send()
+                    .await
+                    .map_err(|e| ApiError::from_sdk("ListShards", e))?;
+                shards.extend(out.shards().iter().map(ShardInfo::from));
+                match out.next_token() {
+                    Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                    _ => return Ok(shards),
+                }
+            }
+        })
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard_id: &'a str,
+        start: &'a IteratorStart,
+    ) -> ApiFuture<'a, String> {
+        Box::pin(async move {
+            let call = self
+                .client
+                .get_shard_iterator()
+                .stream_name(stream)
+                .shard_id(shard_id);
+            let call = match start {
+                IteratorStart::TrimHorizon => {
+                    call.shard_iterator_type(ShardIteratorType::TrimHorizon)
+                }
+                IteratorStart::Latest => call.shard_iterator_type(ShardIteratorType::Latest),
+                IteratorStart::AfterSequence(seq) => call
+                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                    .starting_sequence_number(seq),
+            };
+            let out = call
+                .send()
+                .await
+                .map_err(|e| ApiError::from_sdk("GetShardIterator", e))?;
+            out.shard_iterator().map(str::to_owned).ok_or_else(|| {
+                ApiError::new(
+                    BrokerErrorKind::Unavailable,
+                    format!("GetShardIterator answered without an iterator for shard {shard_id}"),
+                )
+            })
+        })
+    }
+
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ApiFuture<'a, RecordsPage> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_records()
+                .shard_iterator(iterator)
+                .limit(limit.clamp(1, 10_000))
+                .send()
+                .await
+                .map_err(|e| ApiError::from_sdk("GetRecords", e))?;
+            let records = out
+                .records()
+                .iter()
+                .map(|r| ReadRecord {
+                    sequence_number: r.sequence_number().to_owned(),
+                    partition_key: r.partition_key().to_owned(),
+                    data: Bytes::copy_from_slice(r.data().as_ref()),
+                    arrival: r
+                        .approximate_arrival_timestamp()
+                        .and_then(|t| std::time::SystemTime::try_from(*t).ok()),
+                })
+                .collect();
+            Ok(RecordsPage {
+                records,
+                next_iterator: out.next_shard_iterator().map(str::to_owned),
+                millis_behind_latest: out.millis_behind_latest(),
+            })
         })
     }
 }

@@ -33,7 +33,9 @@ pub fn kind_of_code(code: &str) -> Option<BrokerErrorKind> {
         | "ServiceUnavailable"
         | "ServiceUnavailableException"
         | "KMSThrottlingException"
-        | "ResourceInUseException" => K::Unavailable,
+        | "ResourceInUseException"
+        | "ExpiredIteratorException"
+        | "ExpiredNextTokenException" => K::Unavailable,
         "ResourceNotFoundException" => K::NoDestination,
         "AccessDeniedException"
         | "KMSAccessDeniedException"

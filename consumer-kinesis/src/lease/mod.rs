@@ -165,6 +165,64 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Checkpoint>, Self::Error>> + Send;
 }
 
+/// A shared store: the instances of one process (and a test that reads
+/// the checkpoints) hold the same leases.
+impl<T: LeaseStore> LeaseStore for std::sync::Arc<T> {
+    type Error = T::Error;
+
+    fn ensure(&self, shard_ids: &[String]) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        T::ensure(self, shard_ids)
+    }
+
+    fn leases(&self) -> impl Future<Output = Result<Vec<Lease>, Self::Error>> + Send {
+        T::leases(self)
+    }
+
+    fn take(
+        &self,
+        shard_id: &str,
+        owner: &str,
+        seen_counter: u64,
+        until: SystemTime,
+        steal: bool,
+    ) -> impl Future<Output = Result<Option<Lease>, Self::Error>> + Send {
+        T::take(self, shard_id, owner, seen_counter, until, steal)
+    }
+
+    fn renew(
+        &self,
+        shard_id: &str,
+        owner: &str,
+        until: SystemTime,
+    ) -> impl Future<Output = Result<Option<Lease>, Self::Error>> + Send {
+        T::renew(self, shard_id, owner, until)
+    }
+
+    fn release(
+        &self,
+        shard_id: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        T::release(self, shard_id, owner)
+    }
+
+    fn checkpoint(
+        &self,
+        shard_id: &str,
+        owner: &str,
+        checkpoint: Checkpoint,
+    ) -> impl Future<Output = Result<CheckpointWrite, Self::Error>> + Send {
+        T::checkpoint(self, shard_id, owner, checkpoint)
+    }
+
+    fn checkpoint_of(
+        &self,
+        shard_id: &str,
+    ) -> impl Future<Output = Result<Option<Checkpoint>, Self::Error>> + Send {
+        T::checkpoint_of(self, shard_id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

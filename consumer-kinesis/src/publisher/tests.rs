@@ -8,7 +8,8 @@ use std::time::Duration;
 use consumer_backend::{Message, Outgoing, Publisher, RetryPolicy};
 
 use super::*;
-use crate::client::ApiFuture;
+use crate::client::{ApiFuture, IteratorStart, RecordsPage};
+use crate::shards::ShardInfo;
 
 /// Stores records per partition key, refusing each record whose payload is
 /// listed for as many calls as listed, and counting the calls.
@@ -60,6 +61,31 @@ impl KinesisApi for Flaky {
                 .collect())
         })
     }
+
+    fn list_shards<'a>(&'a self, _stream: &'a str) -> ApiFuture<'a, Vec<ShardInfo>> {
+        Box::pin(async { Err(unused("ListShards")) })
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        _stream: &'a str,
+        _shard_id: &'a str,
+        _start: &'a IteratorStart,
+    ) -> ApiFuture<'a, String> {
+        Box::pin(async { Err(unused("GetShardIterator")) })
+    }
+
+    fn get_records<'a>(&'a self, _iterator: &'a str, _limit: i32) -> ApiFuture<'a, RecordsPage> {
+        Box::pin(async { Err(unused("GetRecords")) })
+    }
+}
+
+/// The publisher makes no read call.
+fn unused(operation: &str) -> ApiError {
+    ApiError::new(
+        BrokerErrorKind::Fatal,
+        format!("{operation}: not served by this fake"),
+    )
 }
 
 fn publisher(api: Arc<Flaky>, attempts: u32) -> KinesisPublisher {
