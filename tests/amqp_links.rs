@@ -24,8 +24,8 @@ use consumer::{Consumer, Outbox, OutboxRelay};
 
 use crate::conformance::amqp::{amqp_url, connect, test_topology, unique_prefix};
 use crate::conformance::links::{
-    Fault, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link, effects,
-    mean_send_between, recovered_after, write_events,
+    Fault, RELAY_RETRY, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link,
+    effects, mean_send_between, recovered_after, write_events,
 };
 use crate::conformance::scale_out::{effects_table, record_in_order, wait_effects};
 use crate::conformance::support::{self, Harness, PgHarness};
@@ -86,6 +86,7 @@ async fn links_fail_mid_run(fault: Fault) {
             .with_connection_name(relay_name.clone())
             .build(),
     )
+    .with_retry_policy(RELAY_RETRY)
     .with_meter(recorder.meter());
     let relay_stats = relay.stats();
     let (stop_relay, relay_stopped) = tokio::sync::oneshot::channel::<()>();

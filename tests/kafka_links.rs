@@ -38,8 +38,8 @@ use consumer::{Consumer, Outbox, OutboxRelay};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
 use crate::conformance::links::{
-    Fault, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link, effects,
-    mean_send_between, recovered_after, write_events,
+    Fault, RELAY_RETRY, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link,
+    effects, mean_send_between, recovered_after, write_events,
 };
 use crate::conformance::scale_out::{effects_table, record_in_order, wait_effects};
 use crate::conformance::support::{self, Harness, PgHarness};
@@ -169,6 +169,7 @@ impl Pipeline {
             outbox.clone(),
             publisher.connect().await.expect("publisher"),
         )
+        .with_retry_policy(RELAY_RETRY)
         .with_meter(recorder.meter());
         let (stop_relay, relay_stopped) = tokio::sync::oneshot::channel::<()>();
         let relay_run = tokio::spawn(relay.run_until(async move {

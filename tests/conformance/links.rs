@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use consumer::testing::LinkProxy;
 use consumer::testing::metrics::Point;
-use consumer::{NewEvent, Outbox};
+use consumer::{NewEvent, Outbox, RetryPolicy};
 
 use super::scale_out::{assert_in_order_exactly_once, count, wait_effects};
 use super::support::{Job, PgHarness};
@@ -74,6 +74,14 @@ pub async fn write_events(pool: sqlx::PgPool, outbox: Outbox, every: Duration) {
         }
     }
 }
+
+/// The relay's retry policy in these tests: what they check is that a
+/// fault loses nothing and that both sides come back, so the relay neither
+/// gives up on a row during the fault nor waits up to the default's minute
+/// before trying it again after it (on a loaded machine a cut lasted long
+/// enough for rows to reach delays past the tests' 60 s wait).
+pub const RELAY_RETRY: RetryPolicy =
+    RetryPolicy::exponential(Duration::from_millis(50), Duration::from_secs(1), u32::MAX);
 
 /// Effects recorded so far (distinct jobs).
 pub async fn effects(h: &PgHarness) -> i64 {
