@@ -171,22 +171,14 @@ async fn main() -> anyhow::Result<()> {
 
     // 15 events (one sent twice) and 2 legacy records: 18 deliveries to
     // settle, as processed, duplicates or dead letters.
-    let settled = {
-        let stats = std::sync::Arc::clone(&stats);
-        async move {
-            let _ = tokio::time::timeout(
-                Duration::from_secs(120),
-                stats.wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 18),
-            )
-            .await;
-        }
-    };
-    service.run_until(settled).await?;
-    let s = stats.snapshot();
-    anyhow::ensure!(
-        s.processed + s.duplicates + s.dead_letters() >= 18,
-        "not every delivery was settled within 120 s ({s:?}); is the broker at {brokers} serving group {group}?"
-    );
+    let s = shop::run_until_settled(
+        service,
+        &stats,
+        18,
+        Duration::from_secs(120),
+        &format!("the broker at {brokers} serving group {group}"),
+    )
+    .await?;
 
     print!(
         "{}",

@@ -202,22 +202,14 @@ async fn main() -> anyhow::Result<()> {
 
     // 15 events (the one sent twice stored once) and 2 legacy messages:
     // 17 deliveries to settle, as processed, duplicates or dead letters.
-    let settled = {
-        let stats = std::sync::Arc::clone(&stats);
-        async move {
-            let _ = tokio::time::timeout(
-                Duration::from_secs(120),
-                stats.wait_for(|s| s.processed + s.duplicates + s.dead_letters() >= 17),
-            )
-            .await;
-        }
-    };
-    service.run_until(settled).await?;
-    let s = stats.snapshot();
-    anyhow::ensure!(
-        s.processed + s.duplicates + s.dead_letters() >= 17,
-        "not every delivery was settled within 120 s ({s:?}); is SQS at {endpoint} serving {queue}?"
-    );
+    let s = shop::run_until_settled(
+        service,
+        &stats,
+        17,
+        Duration::from_secs(120),
+        &format!("SQS at {endpoint} serving {queue}"),
+    )
+    .await?;
 
     print!(
         "{}",

@@ -223,6 +223,33 @@ pub fn legacy_messages(run: &str) -> anyhow::Result<Vec<Message>> {
     ])
 }
 
+/// Runs `service` until `expected` deliveries were settled (processed,
+/// duplicates or dead letters) or `within` passed, then fails with a
+/// sentence naming `serving` if some were not.
+pub async fn run_until_settled(
+    service: Service,
+    stats: &Arc<Stats>,
+    expected: u64,
+    within: std::time::Duration,
+    serving: &str,
+) -> anyhow::Result<StatsSnapshot> {
+    let settled_count = |s: &StatsSnapshot| s.processed + s.duplicates + s.dead_letters();
+    let settled = {
+        let stats = Arc::clone(stats);
+        async move {
+            let _ = tokio::time::timeout(within, stats.wait_for(|s| settled_count(s) >= expected))
+                .await;
+        }
+    };
+    service.run_until(settled).await?;
+    let s = stats.snapshot();
+    anyhow::ensure!(
+        settled_count(&s) >= expected,
+        "not every delivery was settled within {within:?} ({s:?}); is {serving}?"
+    );
+    Ok(s)
+}
+
 /// The report every example prints. Dead letters are listed by kind (poison,
 /// terminal, exhausted), then order: the order they reached the
 /// dead-letter destination in depends on how the partitions interleaved.
