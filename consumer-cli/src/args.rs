@@ -177,10 +177,48 @@ pub enum Command {
     /// Sagas: list, show one, resume a compensation, abandon.
     #[command(subcommand)]
     Sagas(Sagas),
+    /// Keys held by sequenced dead letters (`on_dead_letter = hold_key`):
+    /// list, release (the head runs again first), skip the head.
+    #[command(subcommand, name = "held-keys")]
+    HeldKeys(HeldKeys),
     /// Payload schemas: check the current ones against committed snapshots,
     /// record a new version.
     #[command(subcommand)]
     Schema(Schema),
+}
+
+/// Held-key subcommands.
+#[derive(Debug, Subcommand)]
+pub enum HeldKeys {
+    /// One row per held key, by handler then key: its head (the
+    /// dead-lettered message), why, its status, how many messages wait.
+    List {
+        /// Only this handler's keys.
+        #[arg(long)]
+        handler: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Releases a held key: its head gets its whole retry policy again and
+    /// runs first, then the messages parked behind it, in order.
+    Release {
+        /// The handler that holds it.
+        handler: String,
+        /// The key.
+        key: String,
+    },
+    /// Releases a held key without its head (it stays in the dead-letter
+    /// queue): the messages parked behind it run, in order.
+    Skip {
+        /// The handler that holds it.
+        handler: String,
+        /// The key.
+        key: String,
+    },
 }
 
 /// Dead-letter subcommands.

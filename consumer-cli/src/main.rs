@@ -10,6 +10,8 @@
 //! consumer sagas list --status compensation_failed
 //! consumer sagas show order-fulfilment order-4
 //! consumer sagas resume order-fulfilment order-4
+//! consumer held-keys list --handler apply_ledger_entry
+//! consumer held-keys release apply_ledger_entry account-7
 //! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
 //! ```
 //!
@@ -32,6 +34,7 @@ mod dead_letters;
 mod dedup;
 mod error;
 mod handler_state;
+mod held_keys;
 mod journal;
 mod json;
 mod letter;
@@ -50,7 +53,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DeadLetters, Dedup, Outbox, Sagas, Schema, Services};
+use crate::args::{Cli, Command, DeadLetters, Dedup, HeldKeys, Outbox, Sagas, Schema, Services};
 use crate::error::{Error, Result, exit};
 
 fn main() -> ExitCode {
@@ -100,6 +103,19 @@ async fn run(cli: Cli) -> Result<()> {
             }
         },
         Command::Sagas(cmd) => run_sagas(services, cmd, out).await,
+        Command::HeldKeys(cmd) => match cmd {
+            HeldKeys::List {
+                handler,
+                limit,
+                json,
+            } => held_keys::list(services, handler.as_deref(), limit, json, out).await,
+            HeldKeys::Release { handler, key } => {
+                held_keys::release(services, &handler, &key, false, out).await
+            }
+            HeldKeys::Skip { handler, key } => {
+                held_keys::release(services, &handler, &key, true, out).await
+            }
+        },
         Command::Schema(cmd) => match cmd {
             Schema::Check(args) => schema::check(&args, out),
             Schema::Record(args) => schema::record(&args, out),

@@ -34,6 +34,9 @@ pub struct Stats {
     unknown_types_ignored: AtomicU64,
     circuits_opened: AtomicU64,
     circuits_open: AtomicU64,
+    keys_held: AtomicU64,
+    keys_drained: AtomicU64,
+    parked: AtomicU64,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -86,6 +89,15 @@ pub struct StatsSnapshot {
     /// Handlers whose circuit is open or half-open now: the consumer takes
     /// no new deliveries while one is open.
     pub circuits_open: u64,
+    /// Keys held because one of their messages was dead-lettered (held
+    /// again included): see [`OnDeadLetter::HoldKey`](crate::store::held::OnDeadLetter).
+    pub keys_held: u64,
+    /// Held keys whose parked messages all ran after an operator released
+    /// them: the hold ended.
+    pub keys_drained: u64,
+    /// Deliveries parked behind a held key (acked on the broker, kept in
+    /// the store until the key is released).
+    pub parked: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
     /// The consumer passed its start-time checks and takes deliveries.
@@ -124,6 +136,9 @@ pub(crate) enum Counter {
     SettleFailures,
     UnknownTypesIgnored,
     CircuitsOpened,
+    KeysHeld,
+    KeysDrained,
+    Parked,
 }
 
 impl Default for Stats {
@@ -145,6 +160,9 @@ impl Default for Stats {
             unknown_types_ignored: AtomicU64::new(0),
             circuits_opened: AtomicU64::new(0),
             circuits_open: AtomicU64::new(0),
+            keys_held: AtomicU64::new(0),
+            keys_drained: AtomicU64::new(0),
+            parked: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -173,6 +191,9 @@ impl Stats {
             Counter::SettleFailures => &self.settle_failures,
             Counter::UnknownTypesIgnored => &self.unknown_types_ignored,
             Counter::CircuitsOpened => &self.circuits_opened,
+            Counter::KeysHeld => &self.keys_held,
+            Counter::KeysDrained => &self.keys_drained,
+            Counter::Parked => &self.parked,
         };
         a.fetch_add(1, Relaxed);
         self.changed();
@@ -286,6 +307,9 @@ impl Stats {
             unknown_types_ignored: self.unknown_types_ignored.load(Relaxed),
             circuits_opened: self.circuits_opened.load(Relaxed),
             circuits_open: self.circuits_open.load(Relaxed),
+            keys_held: self.keys_held.load(Relaxed),
+            keys_drained: self.keys_drained.load(Relaxed),
+            parked: self.parked.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Acquire),
             running: self.running.load(Relaxed),

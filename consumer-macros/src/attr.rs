@@ -21,9 +21,10 @@ mod kw {
     syn::custom_keyword!(in_place);
     syn::custom_keyword!(redeliver);
     syn::custom_keyword!(batch);
+    syn::custom_keyword!(on_dead_letter);
 }
 
-const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `event_type`, `name`, `crate`";
+const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `on_dead_letter`, `event_type`, `name`, `crate`";
 const RETRY_ARGS: &str = "expected one of: `base`, `max_delay`, `attempts`, `mode`";
 
 /// Everything written between the parentheses.
@@ -37,6 +38,8 @@ pub struct Args {
     pub krate: Option<Path>,
     /// `batch`: the function handles a `&mut Batch<M>` (a `BatchHandler`).
     pub batch: Option<Span>,
+    /// `on_dead_letter = hold_key` (or `move_on`).
+    pub on_dead_letter: Option<Ident>,
     /// Errors that did not stop parsing (duplicates), reported together.
     pub errors: Option<syn::Error>,
 }
@@ -122,6 +125,16 @@ impl Args {
             let k = input.parse::<kw::terminal>()?;
             let p = value(input, parse_terminal)?;
             set(&mut self.terminal, p, k.span, "terminal", errors);
+        } else if lookahead.peek(kw::on_dead_letter) {
+            let k = input.parse::<kw::on_dead_letter>()?;
+            let what = value(input, Ident::parse)?;
+            set(
+                &mut self.on_dead_letter,
+                what,
+                k.span,
+                "on_dead_letter",
+                errors,
+            );
         } else if lookahead.peek(kw::name) {
             let k = input.parse::<kw::name>()?;
             let lit = value(input, parse_name)?;

@@ -194,11 +194,22 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
         None => quote!(false),
     };
 
+    let on_dead_letter = if m.holds_key {
+        quote! {
+            fn on_dead_letter(&self) -> #krate::handler::OnDeadLetter {
+                #krate::handler::OnDeadLetter::HoldKey
+            }
+        }
+    } else {
+        quote!()
+    };
+
     quote! {
         #items
 
         impl #impl_generics #krate::Handler<#db> for #ident #where_clause {
             #describe
+            #on_dead_letter
 
             async fn handle(
                 &self,

@@ -29,6 +29,8 @@ pub struct Model {
     pub event_types: Vec<String>,
     /// `batch`: the function takes `&mut Batch<M>`; `message_ty` is `M`.
     pub batch: bool,
+    /// `on_dead_letter = hold_key`: its dead letters hold their key.
+    pub holds_key: bool,
 }
 
 struct Errors(Option<syn::Error>);
@@ -72,6 +74,7 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::consumer));
     let retry = retry_tokens(&args, &krate, &mut errors);
+    let holds_key = holds_key(&args, &mut errors);
 
     if let Some(e) = errors.0 {
         return Err(e);
@@ -95,7 +98,39 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         terminal: args.terminal,
         event_types,
         batch: args.batch.is_some(),
+        holds_key,
     })
+}
+
+/// `on_dead_letter = hold_key | move_on`; a batch holds no key (its
+/// messages are not one key's).
+fn holds_key(args: &Args, errors: &mut Errors) -> bool {
+    let Some(what) = &args.on_dead_letter else {
+        return false;
+    };
+    let holds = match what.to_string().as_str() {
+        "hold_key" => true,
+        "move_on" => false,
+        other => {
+            errors.push(
+                what.span(),
+                format!(
+                    "unknown `on_dead_letter = {other}`: expected `hold_key` (the key's later \
+                     messages wait until an operator releases or skips the dead letter) or \
+                     `move_on` (the default)"
+                ),
+            );
+            return false;
+        }
+    };
+    if holds && args.batch.is_some() {
+        errors.push(
+            what.span(),
+            "`on_dead_letter = hold_key` holds one key's later messages, and a batch mixes \
+             keys: remove it, or handle the messages one at a time",
+        );
+    }
+    holds
 }
 
 /// What the function's signature may not be: not async, `const`,

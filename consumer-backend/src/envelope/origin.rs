@@ -45,6 +45,15 @@ pub enum Placement {
         /// The channel's delivery tag.
         delivery_tag: u64,
     },
+    /// A message parked behind a held key (sequenced dead letters), handed
+    /// to its handler again from the store once the key was released: the
+    /// runtime runs it without looking for a hold (it is what the hold
+    /// kept). Only the runtime's drain of held keys makes these; no broker
+    /// delivery carries one.
+    Held {
+        /// Its place in the key's order.
+        seq: i64,
+    },
 }
 
 /// The name of the topic, queue or stream a delivery was consumed from: its

@@ -524,6 +524,10 @@ pub const CATALOGUE: &[MetricSpec] = &[
     OUTBOX_ROUND_FAILURES,
     super::circuit::CIRCUIT_OPEN,
     super::circuit::CIRCUIT_TRANSITIONS,
+    super::held::HELD_KEYS_HOLDS,
+    super::held::HELD_KEYS_PARKED,
+    super::held::HELD_KEYS,
+    super::held::HELD_KEYS_OLDEST_AGE,
 ];
 
 /// The spec named `name`.

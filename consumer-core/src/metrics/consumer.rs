@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use super::attr::{self, operation};
 use super::catalogue;
 use super::circuit::CircuitInstruments;
+use super::held::HeldInstruments;
 use super::source::{SourceInstruments, SourceSeries};
 use crate::envelope::Envelope;
 
@@ -39,6 +40,7 @@ pub(crate) struct ConsumerMetrics {
     unknown_types: Counter<u64>,
     critical_time: Histogram<f64>,
     circuits: CircuitInstruments,
+    held: HeldInstruments,
     _source: Option<SourceInstruments>,
 }
 
@@ -96,6 +98,7 @@ impl ConsumerMetrics {
             unknown_types: catalogue::UNKNOWN_TYPES.counter(meter),
             critical_time: catalogue::CRITICAL_TIME.histogram(meter),
             circuits: CircuitInstruments::new(meter, &series),
+            held: HeldInstruments::new(meter, &series),
             _source: source,
             series,
         }
@@ -323,5 +326,17 @@ impl ConsumerMetrics {
 
     pub(crate) fn circuit(&self, handler: &'static str, state: &'static str, open: i64) {
         self.circuits.record(handler, state, open);
+    }
+
+    pub(crate) fn key_held(&self, handler: &str) {
+        self.held.held(handler);
+    }
+
+    pub(crate) fn parked(&self, handler: &str) {
+        self.held.parked(handler);
+    }
+
+    pub(crate) fn held_counted(&self, handler: &str, count: crate::store::held::HeldCount) {
+        self.held.counted(handler, count);
     }
 }

@@ -48,6 +48,7 @@ pub mod attr;
 pub mod catalogue;
 pub mod circuit;
 pub(crate) mod consumer;
+pub mod held;
 pub mod source;
 
 use opentelemetry::InstrumentationScope;

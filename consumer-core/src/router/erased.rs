@@ -23,6 +23,8 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     fn describe(&self) -> Vec<crate::describe::HandlerDescription>;
     /// [`Handler::payload_type`].
     fn payload_type(&self) -> Option<crate::describe::PayloadType>;
+    /// [`Handler::on_dead_letter`].
+    fn on_dead_letter(&self) -> crate::handler::OnDeadLetter;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -53,6 +55,10 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
 
     fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         Handler::payload_type(self)
+    }
+
+    fn on_dead_letter(&self) -> crate::handler::OnDeadLetter {
+        Handler::on_dead_letter(self)
     }
 
     fn handle_boxed<'a>(
@@ -86,6 +92,10 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
 
     fn payload_type(&self) -> Option<crate::describe::PayloadType> {
         ErasedHandler::payload_type(self)
+    }
+
+    fn on_dead_letter(&self) -> crate::handler::OnDeadLetter {
+        ErasedHandler::on_dead_letter(self)
     }
 
     // An async fn, not the box itself: it holds the two borrows apart,

@@ -13,11 +13,11 @@ use tracing::Instrument;
 
 use super::circuit::{Admission, Circuit, Verdict};
 use super::observe::Happened;
-use super::settle::{Redelivered, Why};
+use super::settle::{Parking, Redelivered, Why};
 use super::worker::Worker;
 use super::{Ended, jitter};
 use crate::dead_letter::DeadLetterKind;
-use crate::envelope::{Envelope, HeaderError};
+use crate::envelope::{Envelope, HeaderError, Placement};
 use crate::error::BoxError;
 use crate::handler::CatchUnwind;
 use crate::handler::{Failure, FailureKind, Handler, Invocation, Outcome};
@@ -25,6 +25,7 @@ use crate::metrics::attr::error_type;
 use crate::retry::{RetryMode, RetryPolicy};
 use crate::router::{Route, Routes};
 use crate::source::Acker;
+use crate::store::held::OnDeadLetter;
 use crate::store::{DedupStore, FailureRecord};
 use crate::trace;
 use consumer_backend::RetryCopy;
@@ -81,6 +82,20 @@ fn bounded_attempt(envelope: Arc<Envelope>, policy: &RetryPolicy) -> Arc<Envelop
     Arc::new(first)
 }
 
+/// The handler a failure happened in, as what follows it needs it.
+#[derive(Clone, Copy)]
+struct Who {
+    name: &'static str,
+    /// It holds keys: its dead letters hold theirs.
+    holds_key: bool,
+}
+
+/// Whether the delivery is a parked message the drain of a released key
+/// handed back (no broker delivery carries that placement).
+fn is_drained(envelope: &Envelope) -> bool {
+    matches!(envelope.origin.placement, Placement::Held { .. })
+}
+
 fn join(errors: &[HeaderError]) -> String {
     errors
         .iter()
@@ -112,6 +127,7 @@ where
                     error: &error,
                     attempts: envelope.attempt,
                     first_failure: None,
+                    holds_key: false,
                 };
                 self.settler.dead_letter(why, acker).await
             }
@@ -120,8 +136,20 @@ where
 
     /// Runs `handler`'s attempts until the delivery is settled or
     /// released (`false`).
-    async fn run(&self, handler: &R::Handler, envelope: Arc<Envelope>, mut acker: A) -> Ended {
+    async fn run(&self, handler: &R::Handler, envelope: Arc<Envelope>, acker: A) -> Ended {
         let name = handler.name();
+        let holds_key = handler.on_dead_letter() == OnDeadLetter::HoldKey;
+        // A held key's later messages wait behind its head; what the
+        // drain hands back is what the hold kept, and runs.
+        let mut acker = match envelope.key.as_deref() {
+            Some(key) if holds_key && !is_drained(&envelope) => {
+                match self.settler.park_if_held(name, key, &envelope, acker).await {
+                    Parking::Runs(acker) => acker,
+                    Parking::Ended(ended) => return ended,
+                }
+            }
+            _ => acker,
+        };
         let policy = handler.retry_policy();
         let circuit = self.circuits.of(name);
         let mut envelope = bounded_attempt(envelope, &policy);
@@ -188,7 +216,14 @@ where
                 continue;
             }
             match self
-                .after_failure(name, &policy, envelope, acker, failure, cx)
+                .after_failure(
+                    Who { name, holds_key },
+                    &policy,
+                    envelope,
+                    acker,
+                    failure,
+                    cx,
+                )
                 .await
             {
                 Next::Ended(ended) => return ended,
@@ -227,13 +262,14 @@ where
     /// an in-place retry after its delay, with the next attempt's envelope.
     async fn after_failure(
         &self,
-        name: &'static str,
+        who: Who,
         policy: &RetryPolicy,
         envelope: Arc<Envelope>,
         acker: A,
         failure: Failure,
         cx: Option<Context>,
     ) -> Next<A> {
+        let Who { name, holds_key } = who;
         let kind = match failure.kind {
             FailureKind::Poison => Some(DeadLetterKind::Poison),
             FailureKind::Terminal => Some(DeadLetterKind::Terminal),
@@ -247,6 +283,7 @@ where
                 error: &*failure.error,
                 attempts: envelope.attempt,
                 first_failure: None,
+                holds_key,
             };
             let letter = self.settler.dead_letter(why, acker);
             return Next::Ended(within!(cx, letter));
@@ -262,6 +299,7 @@ where
                 error: &*failure.error,
                 attempts: record.attempts,
                 first_failure: Some(record.first_failure),
+                holds_key,
             };
             let letter = self.settler.dead_letter(why, acker);
             return Next::Ended(within!(cx, letter));

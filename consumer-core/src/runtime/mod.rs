@@ -20,6 +20,7 @@
 
 mod attempt;
 pub(crate) mod circuit;
+mod held;
 mod lanes;
 mod limits;
 pub(crate) mod observe;
@@ -48,8 +49,18 @@ use crate::router::{OneHandler, Router, Routes};
 use crate::source::Source;
 use crate::stats::Stats;
 use crate::store::DedupStore;
+use crate::store::held::OnDeadLetter;
 use crate::trace::SpanScope;
+use held::HeldSource;
 use lanes::LaneTable;
+
+/// The source a consumer reads: the broker's, with the drain of released
+/// held keys.
+type Held<Src, S> = HeldSource<Src, S>;
+/// Its acker.
+type HeldAcker<Src, S> = held::HeldAcker<<Src as Source>::Acker, S>;
+/// A running consumer's parts: its source, and what its lanes share.
+type Parts<Src, S, R> = (Held<Src, S>, Worker<S, R, HeldAcker<Src, S>>);
 use observe::{Happened, Observer};
 use settle::Settler;
 use worker::Worker;
@@ -332,7 +343,14 @@ where
 
     /// The source, and what the lane tasks share: the routes, the settle
     /// loop, the lanes, the instruments.
-    fn into_worker(self, stopping: Stopping) -> (Src, Worker<S, R, Src::Acker>) {
+    fn into_worker(self, stopping: Stopping) -> Parts<Src, S, R> {
+        let holding: Vec<&'static str> = self
+            .routes
+            .handlers()
+            .into_iter()
+            .filter(|h| h.on_dead_letter() == OnDeadLetter::HoldKey)
+            .map(|h| h.name())
+            .collect();
         let source = self.source;
         let meter = self.meter.unwrap_or_else(crate::metrics::global_meter);
         let metrics = Arc::new(ConsumerMetrics::new(
@@ -350,6 +368,13 @@ where
         let observer = Observer::new(metrics, self.stats);
         #[cfg(feature = "testing")]
         let observer = observer.with_tap(self.tap);
+        let source = HeldSource::new(
+            source,
+            self.store.clone(),
+            holding,
+            self.max_payload_bytes,
+            observer.clone(),
+        );
         let settler = Settler {
             store: self.store.clone(),
             observer: observer.clone(),

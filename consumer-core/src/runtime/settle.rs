@@ -113,6 +113,18 @@ pub(super) struct Why<'a> {
     pub(super) attempts: u32,
     /// When its first attempt failed (an exhausted one's).
     pub(super) first_failure: Option<OffsetDateTime>,
+    /// Its handler holds keys
+    /// ([`OnDeadLetter::HoldKey`](crate::store::held::OnDeadLetter::HoldKey)): once the letter
+    /// is out, its key is held with it at the head.
+    pub(super) holds_key: bool,
+}
+
+/// How looking for a hold on a delivery's key ended.
+pub(super) enum Parking<A> {
+    /// Not held: the delivery runs, with its acker.
+    Runs(A),
+    /// Parked and acked, or released (the store could not say).
+    Ended(Ended),
 }
 
 /// How writing to the store's dead-letter table ended.
@@ -280,8 +292,12 @@ impl<S: DedupStore> Settler<S> {
             error,
             attempts,
             first_failure,
+            holds_key,
         } = why;
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
+        // What a letter that is out does next: hold its key first, when
+        // its handler holds keys.
+        let hold = holds_key.then_some(dl.error.as_str());
         self.observer.emit(Happened::DeadLettering {
             envelope,
             handler: name,
@@ -295,7 +311,7 @@ impl<S: DedupStore> Settler<S> {
                 self.observer.emit(Happened::AlreadyDeadLettered {
                     message_id: &dl.message_id,
                 });
-                return self.ack(envelope, acker).await;
+                return self.settle_letter(name, envelope, acker, hold).await;
             }
             Some(false) => {}
             None => return self.release(envelope, acker).await,
@@ -317,11 +333,13 @@ impl<S: DedupStore> Settler<S> {
                         .emit(Happened::MarkFailed { error: &chain(&e) });
                 }
                 self.dead_lettered(envelope, name, kind);
-                return self.ack(envelope, acker).await;
+                return self.settle_letter(name, envelope, acker, hold).await;
             }
             Published::Stopping => return self.release(envelope, acker).await,
             Published::No(e) if e.is_too_large() => {
-                return self.store_too_large(name, envelope, acker, &dl, &e).await;
+                return self
+                    .store_too_large(name, envelope, acker, &dl, &e, hold)
+                    .await;
             }
             Published::No(e) => chain(&e),
         };
@@ -339,7 +357,7 @@ impl<S: DedupStore> Settler<S> {
                 if first {
                     self.dead_lettered(envelope, name, kind);
                 }
-                self.ack(envelope, acker).await
+                self.settle_letter(name, envelope, acker, hold).await
             }
             Stored::No(e) => self.settle_failed(envelope, acker, &dl, &e).await,
             Stored::Stopping => self.release(envelope, acker).await,
@@ -381,6 +399,7 @@ impl<S: DedupStore> Settler<S> {
         mut acker: A,
         dl: &DeadLetter,
         refused: &Error,
+        hold: Option<&str>,
     ) -> Ended {
         let refusal = format!(
             "too large for the dead-letter destination ({}); a letter without its payload was sent there",
@@ -415,7 +434,75 @@ impl<S: DedupStore> Settler<S> {
         if first {
             self.dead_lettered(envelope, name, dl.kind);
         }
-        self.ack(envelope, acker).await
+        self.settle_letter(name, envelope, acker, hold).await
+    }
+
+    /// Settles a delivery whose letter is out: holds its key first when
+    /// `hold` says why (its handler holds keys), then acks. A hold the
+    /// store cannot take within the budget releases the delivery instead:
+    /// it comes back, finds itself dead-lettered, and holds its key then.
+    async fn settle_letter<A: Acker>(
+        &self,
+        handler: &str,
+        envelope: &Envelope,
+        acker: A,
+        hold: Option<&str>,
+    ) -> Ended {
+        let (Some(reason), Some(key)) = (hold, envelope.key.as_deref()) else {
+            return self.ack(envelope, acker).await;
+        };
+        let mut budget = self.budget();
+        loop {
+            match self.store.hold_key(handler, key, envelope, reason).await {
+                Ok(()) => {
+                    self.observer.emit(Happened::KeyHeld {
+                        envelope,
+                        handler,
+                        key,
+                    });
+                    return self.ack(envelope, acker).await;
+                }
+                Err(e) => match self.after_failure(&mut budget, "holding its key", &e).await {
+                    Next::TryAgain => {}
+                    Next::Stopping | Next::GiveUp => return self.release(envelope, acker).await,
+                },
+            }
+        }
+    }
+
+    /// Parks the delivery behind its key when the key is held, and acks
+    /// it; a store that cannot say within the budget releases it (it is
+    /// never run past a hold it could not see).
+    pub(super) async fn park_if_held<A: Acker>(
+        &self,
+        handler: &str,
+        key: &str,
+        envelope: &Envelope,
+        acker: A,
+    ) -> Parking<A> {
+        let mut budget = self.budget();
+        loop {
+            match self.store.park_if_held(handler, key, envelope).await {
+                Ok(false) => return Parking::Runs(acker),
+                Ok(true) => {
+                    self.observer.emit(Happened::Parked {
+                        envelope,
+                        handler,
+                        key,
+                    });
+                    return Parking::Ended(self.ack(envelope, acker).await);
+                }
+                Err(e) => match self
+                    .after_failure(&mut budget, "looking for a hold on its key", &e)
+                    .await
+                {
+                    Next::TryAgain => {}
+                    Next::Stopping | Next::GiveUp => {
+                        return Parking::Ended(self.release(envelope, acker).await);
+                    }
+                },
+            }
+        }
     }
 
     /// Writes the letter to the store's dead-letter table (with its mark)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::held::HeldKeys;
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
@@ -22,7 +23,9 @@ pub struct FailureRecord {
 ///
 /// Implemented by [`Store`](super::Store) (PostgreSQL, SQLite: durable) and
 /// [`MemoryStore`](super::MemoryStore) (in process: tests, benchmarks, throwaway demos).
-pub trait DedupStore: Clone + Send + Sync + 'static {
+/// Every store also keeps held keys ([`HeldKeys`]), for handlers whose
+/// dead letters hold their key.
+pub trait DedupStore: HeldKeys + Clone + Send + Sync + 'static {
     /// The transaction a handler receives: it already holds the dedup row.
     type Tx: Send + 'static;
 

@@ -29,6 +29,8 @@ pub(crate) mod clock;
 mod database;
 mod dedup;
 mod extension;
+pub mod held;
+mod held_statements;
 mod letter_row;
 mod memory;
 #[cfg(feature = "postgres")]

@@ -39,11 +39,15 @@ pub(super) fn on(s: &Stats, what: &Happened<'_>) {
             s.incr(Counter::PayloadOmitted);
         }
         Happened::SettleFailed { .. } => s.incr(Counter::SettleFailures),
+        Happened::Parked { .. } => s.incr(Counter::Parked),
+        Happened::KeyHeld { .. } => s.incr(Counter::KeysHeld),
+        Happened::KeyDrained { .. } => s.incr(Counter::KeysDrained),
         Happened::Released(_) => s.incr(Counter::Released),
         Happened::AckFailed { .. } | Happened::SettleStepFailed { .. } => {
             s.incr(Counter::SettleErrors);
         }
         Happened::ShutdownTimedOut { .. }
+        | Happened::HeldCounted { .. }
         | Happened::SourceFailed { .. }
         | Happened::FailureNotRecorded { .. }
         | Happened::FailuresNotCleared { .. }

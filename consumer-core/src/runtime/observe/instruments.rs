@@ -44,6 +44,9 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             m.fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
         }
         Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::RELEASE),
+        Happened::Parked { handler, .. } => m.parked(handler),
+        Happened::KeyHeld { handler, .. } => m.key_held(handler),
+        Happened::HeldCounted { handler, count } => m.held_counted(handler, count),
         Happened::Released(envelope) => m.released(envelope),
         Happened::SettleOperation {
             envelope,
@@ -60,6 +63,7 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             Transition::Closed { .. } => m.circuit(handler, "closed", -1),
         },
         Happened::Running
+        | Happened::KeyDrained { .. }
         | Happened::Draining
         | Happened::ShutdownTimedOut { .. }
         | Happened::SourceFailed { .. }

@@ -46,6 +46,34 @@ pub(super) fn on(what: &Happened<'_>) {
             error = %error,
             "the broker did not take the retry copy; retrying in place"
         ),
+        Happened::Parked {
+            envelope,
+            handler,
+            key,
+        } => tracing::info!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %envelope.id,
+            key,
+            "its key is held: parked behind the dead-lettered head until an operator releases or skips it"
+        ),
+        Happened::KeyHeld {
+            envelope,
+            handler,
+            key,
+        } => tracing::error!(
+            target: "consumer::runtime",
+            handler,
+            message_id = %envelope.id,
+            key,
+            "key held: its later messages are parked until an operator releases or skips this dead letter (consumer held-keys)"
+        ),
+        Happened::KeyDrained { handler, key } => tracing::info!(
+            target: "consumer::runtime",
+            handler,
+            key,
+            "key drained: its parked messages ran, and its messages run as they come again"
+        ),
         Happened::DeadLettering { .. }
         | Happened::AlreadyDeadLettered { .. }
         | Happened::MarkFailed { .. }
@@ -71,6 +99,7 @@ pub(super) fn on(what: &Happened<'_>) {
             }
         },
         Happened::Running
+        | Happened::HeldCounted { .. }
         | Happened::Draining
         | Happened::Received(_)
         | Happened::Left { .. }

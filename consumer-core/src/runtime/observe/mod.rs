@@ -117,6 +117,28 @@ pub(crate) enum Happened<'a> {
         attempts: u32,
         error: &'a str,
     },
+    /// Its handler holds keys and its key is held: parked in the store
+    /// behind the key's dead-lettered head, and acked.
+    Parked {
+        envelope: &'a Envelope,
+        handler: &'a str,
+        key: &'a str,
+    },
+    /// Its handler holds keys: its key is held (again) with it, just
+    /// dead-lettered, at the head.
+    KeyHeld {
+        envelope: &'a Envelope,
+        handler: &'a str,
+        key: &'a str,
+    },
+    /// A released key's parked messages all ran: the hold ended, and the
+    /// key's messages run as they come again.
+    KeyDrained { handler: &'a str, key: &'a str },
+    /// The store's count of a handler's held keys, read again.
+    HeldCounted {
+        handler: &'a str,
+        count: crate::store::held::HeldCount,
+    },
     /// The store says it was dead-lettered before: the redelivery is acked.
     AlreadyDeadLettered { message_id: &'a str },
     /// Its letter is on the dead-letter destination or in the store's

@@ -15,6 +15,8 @@ use time::OffsetDateTime;
 use tokio::sync::Notify;
 
 use super::{Claim, DedupStore, FailureRecord};
+
+mod held;
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
@@ -38,6 +40,8 @@ struct State {
     attempts: HashMap<String, Attempts>,
     /// The dead-letter table: letters the broker refused, and why.
     dead_letters: Vec<(DeadLetter, String)>,
+    /// Held keys (`handler \0 key`), with their parked messages.
+    holds: HashMap<String, held::Hold>,
 }
 
 #[derive(Debug, Clone, Copy)]
