@@ -14,6 +14,9 @@ pub mod handlers {}
 #[doc = include_str!("../docs/guide/semantics.md")]
 pub mod semantics {}
 
+#[doc = include_str!("../docs/guide/faults.md")]
+pub mod faults {}
+
 #[doc = include_str!("../docs/guide/router_and_service.md")]
 pub mod router_and_service {}
 
