@@ -141,7 +141,7 @@ impl World {
         world
     }
 
-    async fn source(&self) -> AmqpSource {
+    pub async fn source(&self) -> AmqpSource {
         let url = amqp_url();
         AmqpSource::builder(url.clone(), self.topology.clone())
             .connect()
