@@ -319,6 +319,7 @@ async fn ten_thousand_distinct_ids_and_keys_add_no_series() {
 /// backlog interval).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
+    use consumer::backend::BrokerErrorKind;
     use consumer::testing::{Faults, FaultyPublisher};
     use consumer::{NewEvent, Outbox, OutboxRelay, RetryPolicy, SqliteStore};
 
@@ -348,7 +349,7 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
 
     let broker = MemoryBroker::new(1);
     let faults = Faults::new();
-    faults.fail_next_publishes(1);
+    faults.refuse_next_publishes(1, BrokerErrorKind::Rejected);
     let relay = OutboxRelay::new(pool, outbox, FaultyPublisher::new(broker.clone(), faults))
         .with_retry_policy(RetryPolicy::none())
         .with_meter(recorder.meter());
@@ -372,7 +373,7 @@ async fn a_relay_reports_what_it_sent_and_what_waits_in_its_table() {
             &points,
             "messaging.client.sent.messages",
             &[
-                ("error.type", "unavailable"),
+                ("error.type", "rejected"),
                 ("messaging.operation.name", "send")
             ]
         ),

@@ -335,10 +335,16 @@ macro_rules! outbox_suite {
                     }
                 })
                 .await;
-                // Everything of "ok" went out, in order; "bad" is blocked at its first event.
-                for _ in 0..3 {
-                    r.run_once().await.expect("round");
-                }
+                // Everything of "ok" goes out, in order (its transient
+                // failures are sent again after the broker's backoff, at
+                // least 100 ms); "bad" is blocked at its first event.
+                within(async {
+                    while outbox.pending(&pool).await.expect("pending") > 3 {
+                        r.run_once().await.expect("round");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await;
                 let envs = drain(&broker, "orders").await;
                 let versions = $versions(&pool).await;
                 let got = first_arrivals(&envs, &versions);
@@ -1085,4 +1091,35 @@ async fn postgres_a_relay_on_a_pool_of_one_connection_still_publishes_everything
         assert_eq!(vs, (1..=10).collect::<Vec<i64>>(), "order of {agg}");
     }
     assert_eq!(stats.snapshot().errors, 0, "no round failed");
+}
+
+/// An unavailable broker heals: an event it could not take is sent again,
+/// past the policy's attempts, until it goes out, and never marked failed
+/// (a broker outage longer than the retry span used to block the
+/// aggregate until an operator ran `consumer outbox retry`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unavailable_broker_never_makes_the_relay_give_up_on_an_event() {
+    let pool = sqlite_pool().await;
+    write(&pool, "patient", 1, None).await;
+    let broker = MemoryBroker::new(1);
+    let faults = consumer::testing::Faults::new();
+    // Twice the policy's three attempts.
+    faults.fail_next_publishes(6);
+    let r = relay(
+        pool.clone(),
+        consumer::testing::FaultyPublisher::new(broker.clone(), faults),
+    );
+    let stats = r.stats();
+    within(async {
+        while Outbox::new().pending(&pool).await.expect("pending") > 0 {
+            r.run_once().await.expect("round");
+            // The backoff of an unavailable broker: at least 100 ms.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let s = stats.snapshot();
+    assert_eq!(s.failed, 0, "never marked failed: {s:?}");
+    assert!(s.retried >= 6, "{s:?}");
+    assert_eq!(drain(&broker, "orders").await.len(), 1);
 }

@@ -33,13 +33,12 @@ enum LedgerError {
 /// `ledger` (a serial id keeps the order it was applied in).
 #[handler(retry = none, terminal = LedgerError::Refused(..), on_dead_letter = hold_key)]
 async fn apply_entry(entry: Entry, tx: &mut PgTx) -> Result<(), LedgerError> {
-    let refused: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM refused WHERE account = $1 AND n = $2)",
-    )
-    .bind(&entry.account)
-    .bind(entry.n)
-    .fetch_one(&mut **tx)
-    .await?;
+    let refused: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM refused WHERE account = $1 AND n = $2)")
+            .bind(&entry.account)
+            .bind(entry.n)
+            .fetch_one(&mut **tx)
+            .await?;
     if refused {
         return Err(LedgerError::Refused(entry.n, entry.account));
     }
@@ -134,7 +133,9 @@ async fn a_held_key_is_listed_released_by_the_tool_and_drained_in_order() {
         .execute(&w.schema.pool)
         .await
         .expect("fix the cause");
-    let release = w.run(&["held-keys", "release", "apply_entry", "acct-7"]).await;
+    let release = w
+        .run(&["held-keys", "release", "apply_entry", "acct-7"])
+        .await;
     assert_eq!(release.status.code(), Some(0), "{}", both(&release));
     let drained = tokio::time::timeout(
         Duration::from_secs(60),
@@ -142,9 +143,15 @@ async fn a_held_key_is_listed_released_by_the_tool_and_drained_in_order() {
     )
     .await;
     assert!(drained.is_ok(), "acct-7 drained: {:?}", stats.snapshot());
-    assert_eq!(applied(&w, "acct-7").await, [1, 2, 3, 4], "in order, each once");
+    assert_eq!(
+        applied(&w, "acct-7").await,
+        [1, 2, 3, 4],
+        "in order, each once"
+    );
 
-    let again = w.run(&["held-keys", "release", "apply_entry", "acct-7"]).await;
+    let again = w
+        .run(&["held-keys", "release", "apply_entry", "acct-7"])
+        .await;
     assert_eq!(again.status.code(), Some(7), "not held: {}", both(&again));
     let empty = w.run(&["held-keys", "list", "--json"]).await;
     assert_eq!(stdout(&empty).trim(), "", "{}", both(&empty));

@@ -18,6 +18,10 @@ use crate::error::{BrokerErrorKind, Error};
 use crate::publish::Publisher;
 use crate::retry::RetryPolicy;
 
+/// The least time between two sends of an event the broker could not take
+/// for now.
+const UNAVAILABLE_BACKOFF: Duration = Duration::from_millis(100);
+
 /// How an idle relay notices new events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeUp {
@@ -84,9 +88,12 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
         }
     }
 
-    /// A relay with the defaults: batches of 200, refused events retried 10
-    /// times (backoff 200 ms to 60 s) before being marked failed, polling
-    /// between 1 ms and 10 ms when idle, CloudEvents source `/outbox`.
+    /// A relay with the defaults: batches of 200, events the broker refuses
+    /// for good (too large, no such destination, not authorised) retried 10
+    /// times (backoff 200 ms to 60 s) before being marked failed, events it
+    /// could not take for now (unavailable) retried with the same backoff
+    /// until it takes them, polling between 1 ms and 10 ms when idle,
+    /// CloudEvents source `/outbox`.
     pub fn new(pool: sqlx::Pool<DB>, outbox: Outbox, publisher: P) -> Self {
         Self {
             pool,
@@ -120,7 +127,11 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     }
 
     /// Backoff and threshold for events the broker refuses: after
-    /// `max_attempts` attempts the event is marked failed.
+    /// `max_attempts` attempts an event refused for good is marked failed
+    /// (its aggregate blocked until [`Outbox::retry_failed`]). An event the
+    /// broker could not take for now (unavailable, timed out) is never
+    /// marked failed: it is sent again with this backoff, at least
+    /// 100 ms apart, until the broker takes it.
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
@@ -465,7 +476,7 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
                     sent.push(row);
                 }
                 Err(unreadable) => {
-                    let outcome = self.refused(&row, &unreadable.to_string(), true);
+                    let outcome = self.refused(&row, &unreadable.to_string(), true, false);
                     outcomes.push((row, outcome));
                 }
             }
@@ -499,8 +510,14 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
             let outcome = match result {
                 Ok(()) => RowOutcome::Published,
                 Err(e) => {
+                    // A broker that is unavailable heals: the event waits
+                    // for it however long it takes (its aggregate's later
+                    // events behind it), and is never marked failed for
+                    // it. Only a refusal that does not heal counts
+                    // towards giving up.
                     let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
-                    self.refused(&row, &e.to_string(), !self.retry.should_retry(attempt))
+                    let give_up = !e.is_retriable() && !self.retry.should_retry(attempt);
+                    self.refused(&row, &e.to_string(), give_up, e.is_retriable())
                 }
             };
             outcomes.push((row, outcome));
@@ -511,9 +528,14 @@ impl<DB: OutboxDatabase, P: Publisher> OutboxRelay<DB, P> {
     /// The outcome of a row that did not go out: retried after the policy's
     /// delay, or, when `give_up`, marked failed (its aggregate blocked until
     /// [`Outbox::retry_failed`]), logged with the event id either way.
-    fn refused(&self, row: &Row, error: &str, give_up: bool) -> RowOutcome {
+    fn refused(&self, row: &Row, error: &str, give_up: bool, heals: bool) -> RowOutcome {
         let attempt = u32::try_from(row.attempts).unwrap_or(0).saturating_add(1);
-        let retry_after = self.retry.delay(attempt, &mut rand::rng());
+        let mut retry_after = self.retry.delay(attempt, &mut rand::rng());
+        if heals {
+            // However short the policy's delays (`RetryPolicy::none()` has
+            // none), a broker that is down is not asked again at once.
+            retry_after = retry_after.max(UNAVAILABLE_BACKOFF);
+        }
         if give_up {
             self.emit(&Happened::GaveUp {
                 row,

@@ -17,6 +17,7 @@ struct Inner {
     lost_acks: AtomicU32,
     stalled_acks: std::sync::atomic::AtomicBool,
     failed_publishes: AtomicU32,
+    refused_publishes: Mutex<Option<(u32, BrokerErrorKind)>>,
     refused_dead_letters: Mutex<Option<BrokerErrorKind>>,
     refused_retries: Mutex<Option<BrokerErrorKind>>,
 }
@@ -63,6 +64,18 @@ impl Faults {
         self.inner.failed_publishes.fetch_add(n, Ordering::SeqCst);
     }
 
+    /// The next `n` sends of a [`FaultyPublisher`](super::FaultyPublisher)
+    /// are refused for good with `kind` (a refusal that does not heal:
+    /// `Rejected`, `TooLarge`, `NoDestination`, ...), after any failures of
+    /// [`Faults::fail_next_publishes`].
+    pub fn refuse_next_publishes(&self, n: u32, kind: BrokerErrorKind) {
+        *self
+            .inner
+            .refused_publishes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((n, kind));
+    }
+
     /// Every dead letter is refused for good with `kind` (`None` clears).
     pub fn refuse_dead_letters(&self, kind: Option<BrokerErrorKind>) {
         *self
@@ -99,6 +112,24 @@ impl Faults {
             ));
         }
         Ok(())
+    }
+
+    /// [`Faults::publish_fault`], then a refusal of
+    /// [`Faults::refuse_next_publishes`]: what a publisher's send meets.
+    pub(super) fn send_fault(&self) -> Result<(), Error> {
+        self.publish_fault()?;
+        let mut slot = self
+            .inner
+            .refused_publishes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match *slot {
+            Some((n, kind)) if n > 0 => {
+                *slot = (n > 1).then_some((n - 1, kind));
+                Err(Error::broker(kind, "injected refusal", None))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub(super) fn dead_letter_fault(&self) -> Result<(), Error> {

@@ -39,7 +39,7 @@ impl<P: Publisher> Publisher for FaultyPublisher<P> {
         let mut plan = Vec::with_capacity(batch.len());
         let mut send = Vec::with_capacity(batch.len());
         for out in batch {
-            match self.faults.publish_fault() {
+            match self.faults.send_fault() {
                 Err(e) => plan.push(Err(e)),
                 Ok(()) => {
                     let copies = if self.faults.take_duplicate() { 2 } else { 1 };
