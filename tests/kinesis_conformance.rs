@@ -29,6 +29,7 @@ crate::declare!(@cases crate::conformance::kinesis::KinesisBroker;
     a_downstream_outage_opens_the_circuit_and_dead_letters_nothing,
     terminal_errors_and_panics_are_dead_lettered_without_retry,
     per_key_order_is_kept_while_keys_run_in_parallel,
+    a_dead_letter_holds_its_key_until_released_then_the_key_runs_in_order,
     handler_span_continues_the_producers_trace,
     crash_between_commit_and_ack_redelivers_without_a_second_effect,
     shutdown_finishes_running_work_releases_the_rest_and_loses_nothing,

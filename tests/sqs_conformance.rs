@@ -30,6 +30,7 @@ crate::declare!(@cases crate::conformance::sqs::SqsBroker;
     exhaustion_dead_letters_after_exactly_max_attempts,
     terminal_errors_and_panics_are_dead_lettered_without_retry,
     per_key_order_is_kept_while_keys_run_in_parallel,
+    a_dead_letter_holds_its_key_until_released_then_the_key_runs_in_order,
     handler_span_continues_the_producers_trace,
     crash_between_commit_and_ack_redelivers_without_a_second_effect,
     bad_input_is_dead_lettered_with_a_reason_and_the_consumer_goes_on,

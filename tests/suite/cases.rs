@@ -333,6 +333,85 @@ pub async fn a_downstream_outage_opens_the_circuit_and_dead_letters_nothing<B: B
     );
 }
 
+/// Sequenced dead letters on the broker: a dead letter holds its key, the
+/// key's later messages are parked (acked: the other keys, and on Kafka
+/// the partition, go on), and once released after the cause is fixed the
+/// head and then the parked messages run, in order, each once.
+pub async fn a_dead_letter_holds_its_key_until_released_then_the_key_runs_in_order<
+    B: BrokerHarness,
+>() {
+    use consumer::store::held::{HeldKeys, Release};
+
+    let h = SuiteHarness::new().await;
+    let broker = B::new(2).await;
+    let outage = support::Outage::begin();
+    let mut jobs = vec![
+        Job::new("held", 0),
+        Job {
+            outage: Some(outage.id()),
+            ..Job::new("held", 1)
+        },
+    ];
+    jobs.extend((2..5).map(|seq| Job::new("held", seq)));
+    jobs.extend((0..3).map(|seq| Job::new("free", seq)));
+    for j in &jobs {
+        BrokerHarness::publish(&broker, "t", j.message())
+            .await
+            .expect("publish");
+    }
+    let store = h.store();
+    let consumer = Consumer::new(
+        BrokerHarness::source(&broker, "t").await,
+        store.clone(),
+        handlers::holds_key,
+    )
+    .with_max_in_flight(64)
+    .with_settle_timeout(Duration::from_secs(5));
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let seqs = |effects: &[(String, i64)], key: &str| -> Vec<i64> {
+        effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect()
+    };
+
+    let held =
+        support::within(stats.wait_for(|s| s.keys_held == 1 && s.parked == 3 && s.processed == 4))
+            .await;
+    assert_eq!(held.dead_exhausted, 1, "{held:?}");
+    let effects = h.effects_in_commit_order("holds_key").await;
+    assert_eq!(
+        seqs(&effects, "held"),
+        [0],
+        "nothing behind the dead letter ran"
+    );
+    assert_eq!(seqs(&effects, "free"), [0, 1, 2], "the other key went on");
+    let letters = BrokerHarness::dead_letter_records(&broker, "t").await;
+    assert_eq!(letters.len(), 1, "the head's letter");
+
+    outage.end();
+    assert_eq!(
+        store
+            .release_key("holds_key", "held", false)
+            .await
+            .expect("release"),
+        Release::Released
+    );
+    support::within(stats.wait_for(|s| s.keys_drained == 1)).await;
+    let effects = h.effects_in_commit_order("holds_key").await;
+    assert_eq!(
+        seqs(&effects, "held"),
+        [0, 1, 2, 3, 4],
+        "in order, each once"
+    );
+    let _ = stop.send(());
+    support::within(run)
+        .await
+        .expect("join")
+        .expect("consumer ran cleanly");
+}
+
 pub async fn terminal_errors_and_panics_are_dead_lettered_without_retry<B: BrokerHarness>() {
     let h = SuiteHarness::new().await;
     let broker = B::new(2).await;

@@ -61,6 +61,20 @@ pub async fn by_message_id(
     Ok(())
 }
 
+/// `work` without retries, whose dead letters hold their key (sequenced
+/// dead letters): a key's later messages wait for a release.
+#[handler(
+    idempotency_key = job.id,
+    retry = none,
+    terminal = JobError::Terminal(_),
+    on_dead_letter = hold_key,
+)]
+pub async fn holds_key(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result<(), JobError> {
+    support::behave(&job, ctx).await?;
+    SuiteHarness::insert_effect(tx, "holds_key", &job, ctx.message_id()).await?;
+    Ok(())
+}
+
 /// A second handler of the same messages, under its own name.
 #[handler(name = "audit", idempotency_key = job.id, retry = none)]
 pub async fn audit(job: Job, tx: &mut SuiteTx, ctx: &MessageContext) -> Result<(), JobError> {

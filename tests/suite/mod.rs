@@ -61,6 +61,7 @@ macro_rules! declare {
             exhaustion_dead_letters_after_exactly_max_attempts,
             an_attempt_header_past_the_policy_does_not_skip_the_retries,
             a_downstream_outage_opens_the_circuit_and_dead_letters_nothing,
+            a_dead_letter_holds_its_key_until_released_then_the_key_runs_in_order,
             terminal_errors_and_panics_are_dead_lettered_without_retry,
             per_key_order_is_kept_while_keys_run_in_parallel,
             handler_span_continues_the_producers_trace,
