@@ -96,6 +96,7 @@ pub struct Consumer<Src, S, R> {
     max_payload_bytes: usize,
     shutdown_timeout: Duration,
     settle_timeout: Duration,
+    held_key_lease: Duration,
     circuit: CircuitPolicy,
     limits: Vec<(&'static str, HandlerLimit)>,
     stats: Arc<Stats>,
@@ -160,6 +161,7 @@ where
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
+            held_key_lease: held::LEASE,
             circuit: CircuitPolicy::off(),
             limits: Vec::new(),
             stats: Arc::default(),
@@ -206,6 +208,17 @@ where
     /// fallback; failures that cannot heal take it at once. Default 30 s.
     pub fn with_settle_timeout(mut self, t: Duration) -> Self {
         self.settle_timeout = t;
+        self
+    }
+
+    /// How long this consumer keeps a released held key it drains without
+    /// renewing its lease (it renews it every third of this while a
+    /// drained message runs): a consumer that dies mid-drain leaves the key
+    /// to another, or to itself restarted, this long after. Default 30 s.
+    /// Only for handlers that hold keys
+    /// ([`OnDeadLetter::HoldKey`](crate::store::held::OnDeadLetter::HoldKey)).
+    pub fn with_held_key_lease(mut self, lease: Duration) -> Self {
+        self.held_key_lease = lease.max(Duration::from_millis(100));
         self
     }
 
@@ -373,6 +386,7 @@ where
             self.store.clone(),
             holding,
             self.max_payload_bytes,
+            self.held_key_lease,
             observer.clone(),
         );
         let settler = Settler {

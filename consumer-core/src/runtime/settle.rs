@@ -49,6 +49,7 @@ use crate::error::Error;
 use crate::metrics::attr::operation;
 use crate::source::Acker;
 use crate::store::DedupStore;
+use crate::store::held::Holding;
 use crate::trace::{self, SpanScope};
 use consumer_backend::RetryCopy;
 
@@ -297,7 +298,7 @@ impl<S: DedupStore> Settler<S> {
         let dl = DeadLetter::new(kind, error, envelope, name, attempts, first_failure);
         // What a letter that is out does next: hold its key first, when
         // its handler holds keys.
-        let hold = holds_key.then_some(dl.error.as_str());
+        let hold = holds_key.then_some((dl.error.as_str(), Holding::Dead));
         self.observer.emit(Happened::DeadLettering {
             envelope,
             handler: name,
@@ -311,6 +312,10 @@ impl<S: DedupStore> Settler<S> {
                 self.observer.emit(Happened::AlreadyDeadLettered {
                     message_id: &dl.message_id,
                 });
+                // Its key held by its first delivery stays as an operator
+                // left it (released, perhaps); one its first delivery
+                // could not hold is held now.
+                let hold = hold.map(|(reason, _)| (reason, Holding::Redelivered));
                 return self.settle_letter(name, envelope, acker, hold).await;
             }
             Some(false) => {}
@@ -399,7 +404,7 @@ impl<S: DedupStore> Settler<S> {
         mut acker: A,
         dl: &DeadLetter,
         refused: &Error,
-        hold: Option<&str>,
+        hold: Option<(&str, Holding)>,
     ) -> Ended {
         let refusal = format!(
             "too large for the dead-letter destination ({}); a letter without its payload was sent there",
@@ -446,14 +451,18 @@ impl<S: DedupStore> Settler<S> {
         handler: &str,
         envelope: &Envelope,
         acker: A,
-        hold: Option<&str>,
+        hold: Option<(&str, Holding)>,
     ) -> Ended {
-        let (Some(reason), Some(key)) = (hold, envelope.key.as_deref()) else {
+        let (Some((reason, how)), Some(key)) = (hold, envelope.key.as_deref()) else {
             return self.ack(envelope, acker).await;
         };
         let mut budget = self.budget();
         loop {
-            match self.store.hold_key(handler, key, envelope, reason).await {
+            match self
+                .store
+                .hold_key(handler, key, envelope, reason, how)
+                .await
+            {
                 Ok(()) => {
                     self.observer.emit(Happened::KeyHeld {
                         envelope,

@@ -41,6 +41,19 @@ pub enum OnDeadLetter {
     HoldKey,
 }
 
+/// Why a key is being held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holding {
+    /// The message was just dead-lettered: the key is held with it at its
+    /// head, whatever the key's hold was.
+    Dead,
+    /// A redelivery of a message dead-lettered before (its first delivery
+    /// could not hold the key, or its ack was lost): the key is held only
+    /// if no hold of it exists.
+    Redelivered,
+}
+
 /// Where a held key stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -170,13 +183,18 @@ pub trait HeldKeys: Clone + Send + Sync + 'static {
 
     /// Holds `key` of `handler` with `envelope`, just dead-lettered for
     /// `reason`, parked at its head (or, when it was parked already, left
-    /// where it is). A key held already is held again with this head.
+    /// where it is). A key held already is held again with this head
+    /// ([`Holding::Dead`]: a drained message failed on its turn), or left
+    /// as it is ([`Holding::Redelivered`]: a redelivery of a message
+    /// dead-lettered before, whose key an operator may have released
+    /// since).
     fn hold_key(
         &self,
         handler: &str,
         key: &str,
         envelope: &Envelope,
         reason: &str,
+        how: Holding,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Takes one released key of `handler` (or one whose drainer's lease

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::Pool;
 
-use super::held::{HeldCount, HeldKey, HeldKeys, HoldStatus, NextParked, Parked, Release};
+use super::held::{HeldCount, HeldKey, HeldKeys, HoldStatus, Holding, NextParked, Parked, Release};
 use super::{Store, StoreDatabase, from_ms, headers_from_json, headers_json};
 use crate::envelope::Envelope;
 use crate::error::Error;
@@ -25,6 +25,14 @@ static HOLD: Statement = Statement::new(
        SET head_message_id = excluded.head_message_id, reason = excluded.reason, \
            status = 'held', drainer = NULL, lease_until = NULL, \
            next_seq = consumer_held_keys.next_seq + 1 \
+     RETURNING next_seq - 1",
+);
+
+static HOLD_IF_UNHELD: Statement = Statement::new(
+    "INSERT INTO consumer_held_keys \
+       (handler, key, head_message_id, reason, status, next_seq, held_at) \
+     VALUES ($1, $2, $3, $4, 'held', 1, {now}) \
+     ON CONFLICT (handler, key) DO NOTHING \
      RETURNING next_seq - 1",
 );
 
@@ -229,15 +237,20 @@ impl<DB: StoreDatabase> HeldKeys for Store<DB> {
         key: &str,
         envelope: &Envelope,
         reason: &str,
+        how: Holding,
     ) -> Result<(), Error> {
         let mut tx = self.pool().begin().await?;
         let id = storable(&envelope.id);
         let why = storable(reason);
         let hold = args![handler, key, id.as_ref(), why.as_ref()];
-        let seq = take_seq::<DB>(&mut tx, &HOLD, hold)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound)?;
-        park::<DB>(&mut tx, handler, key, seq, envelope).await?;
+        let statement = match how {
+            Holding::Dead => &HOLD,
+            Holding::Redelivered => &HOLD_IF_UNHELD,
+        };
+        // No row: held already, and left as it is.
+        if let Some(seq) = take_seq::<DB>(&mut tx, statement, hold).await? {
+            park::<DB>(&mut tx, handler, key, seq, envelope).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

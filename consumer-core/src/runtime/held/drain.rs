@@ -22,7 +22,7 @@ use crate::store::held::{NextParked, Parked};
 
 /// How long a drainer keeps a key without renewing its lease: the time a
 /// dead drainer's key waits before another consumer takes it over.
-pub(super) const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// How often a consumer looks for released keys when it found none.
 pub(super) const POLL: Duration = Duration::from_secs(1);

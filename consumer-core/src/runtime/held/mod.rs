@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub(crate) use acker::HeldAcker;
+pub(crate) use drain::LEASE;
 use drain::{Drain, Drained};
 
 use super::observe::Observer;
@@ -49,6 +50,7 @@ impl<Src: Source, S: DedupStore> HeldSource<Src, S> {
         store: S,
         handlers: Vec<&'static str>,
         max_body: usize,
+        lease: std::time::Duration,
         observer: Observer,
     ) -> Self {
         if handlers.is_empty() {
@@ -60,7 +62,7 @@ impl<Src: Source, S: DedupStore> HeldSource<Src, S> {
             handlers,
             drainer: format!("consumer-{}", uuid::Uuid::new_v4()),
             max_body,
-            lease: drain::LEASE,
+            lease,
             poll: drain::POLL,
             deliveries: tx,
             observer,

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use super::{MemoryStore, slot};
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::store::held::{HeldCount, HeldKey, HeldKeys, HoldStatus, NextParked, Parked, Release};
+use crate::store::held::{
+    HeldCount, HeldKey, HeldKeys, HoldStatus, Holding, NextParked, Parked, Release,
+};
 
 /// One held key.
 #[derive(Debug)]
@@ -81,22 +83,24 @@ impl HeldKeys for MemoryStore {
         key: &str,
         envelope: &Envelope,
         reason: &str,
+        how: Holding,
     ) -> Result<(), Error> {
         let mut state = self.lock();
-        let hold = state
-            .holds
-            .entry(slot(handler, key))
-            .or_insert_with(|| Hold {
-                handler: handler.to_owned(),
-                key: key.to_owned(),
-                head: String::new(),
-                reason: String::new(),
-                status: HoldStatus::Held,
-                next_seq: 0,
-                drainer: None,
-                held_at: OffsetDateTime::now_utc(),
-                parked: BTreeMap::new(),
-            });
+        let at = slot(handler, key);
+        if how == Holding::Redelivered && state.holds.contains_key(&at) {
+            return Ok(());
+        }
+        let hold = state.holds.entry(at).or_insert_with(|| Hold {
+            handler: handler.to_owned(),
+            key: key.to_owned(),
+            head: String::new(),
+            reason: String::new(),
+            status: HoldStatus::Held,
+            next_seq: 0,
+            drainer: None,
+            held_at: OffsetDateTime::now_utc(),
+            parked: BTreeMap::new(),
+        });
         hold.head.clone_from(&envelope.id);
         reason.clone_into(&mut hold.reason);
         hold.status = HoldStatus::Held;
