@@ -1,0 +1,3 @@
+//! The fault campaign, short form (issue 35).
+
+mod nemesis;
