@@ -85,7 +85,10 @@ pub fn check(history: &[Event]) -> Report {
             } => {
                 committed.insert(event_id, (aggregate, *seq, *poison));
                 if !poison {
-                    commits_by_aggregate.entry(aggregate).or_default().push(*seq);
+                    commits_by_aggregate
+                        .entry(aggregate)
+                        .or_default()
+                        .push(*seq);
                 }
             }
             Kind::Applied {
@@ -259,9 +262,17 @@ fn around(history: &[Event], id: Option<&str>, aggregate: Option<&str>) -> Vec<E
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let counts: Vec<String> = self.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let counts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         writeln!(f, "events: {}", counts.join(", "))?;
-        let faults: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         writeln!(f, "faults by kind: {}", faults.join(", "))?;
         writeln!(f, "anomalies: {}", self.anomalies.len())?;
         let t0 = self
@@ -335,7 +346,11 @@ mod tests {
         for a in ["a", "b"] {
             for s in 1..=3 {
                 let poison = a == "b" && s == 2;
-                h.push(at(next(), "w1", committed(&format!("{a}{s}"), a, s, poison)));
+                h.push(at(
+                    next(),
+                    "w1",
+                    committed(&format!("{a}{s}"), a, s, poison),
+                ));
             }
         }
         h.push(at(
@@ -407,9 +422,10 @@ mod tests {
 
     #[test]
     fn an_event_committed_and_never_applied_is_lost() {
-        let h = without(clean(), |e| {
-            matches!(&e.kind, Kind::Applied { event_id, .. } | Kind::DedupRow { event_id } if event_id == "a2")
-        });
+        let h = without(
+            clean(),
+            |e| matches!(&e.kind, Kind::Applied { event_id, .. } | Kind::DedupRow { event_id } if event_id == "a2"),
+        );
         let report = check(&h);
         only(&report, Class::Lost);
         assert!(
@@ -453,9 +469,10 @@ mod tests {
 
     #[test]
     fn a_dead_letter_that_is_not_poison_is_unexpected() {
-        let mut h = without(clean(), |e| {
-            matches!(&e.kind, Kind::Applied { event_id, .. } | Kind::DedupRow { event_id } if event_id == "b3")
-        });
+        let mut h = without(
+            clean(),
+            |e| matches!(&e.kind, Kind::Applied { event_id, .. } | Kind::DedupRow { event_id } if event_id == "b3"),
+        );
         h.push(at(
             1_000,
             "consumers",
