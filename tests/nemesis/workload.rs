@@ -41,8 +41,11 @@ pub struct Spec {
     pub dir: PathBuf,
     /// The broker URL (through this process's link proxy).
     pub url: String,
-    /// Events per aggregate (writers).
-    pub per_aggregate: i64,
+    /// Writers commit until this time (microseconds since the Unix
+    /// epoch), then exit: the load spans the faults, and a run waits for
+    /// what was committed to settle, not for a count a slow machine may
+    /// not reach.
+    pub write_until_us: i64,
     /// Pause between a writer's commits, in milliseconds.
     pub every_ms: u64,
 }
@@ -67,7 +70,7 @@ pub struct Changed {
 /// The workload's poison messages: every 13th event of every other
 /// aggregate, which the handler refuses for good.
 pub fn is_poison(aggregate_index: usize, seq: i64) -> bool {
-    aggregate_index % 2 == 0 && seq % 13 == 7
+    aggregate_index.is_multiple_of(2) && seq % 13 == 7
 }
 
 /// The campaign's partitioned topology (quorum queues).
@@ -110,14 +113,6 @@ pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
     .expect("unsettled events")
 }
 
-/// Commits so far.
-pub async fn committed(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM campaign_history WHERE kind = 'committed'")
-        .fetch_one(pool)
-        .await
-        .expect("commits")
-}
-
 /// Runs the child process `spec` says, until it is killed (a writer
 /// returns once its aggregates have all their events).
 pub async fn run(spec: Spec) {
@@ -138,8 +133,9 @@ fn writer_index(name: &str) -> usize {
         .unwrap_or_else(|| panic!("a writer's name ends in its number: {name}"))
 }
 
-/// Commits `per_aggregate` events on each of its aggregates, round-robin,
-/// resuming after the last one committed (a restart after SIGKILL).
+/// Commits events on each of its aggregates, round-robin, until its
+/// deadline, resuming after the last one committed (a restart after
+/// SIGKILL).
 async fn write(spec: &Spec, pool: &sqlx::PgPool) {
     let w = writer_index(&spec.name);
     let outbox = Outbox::new().with_default_destination(format!("/{}", spec.queue));
@@ -156,10 +152,13 @@ async fn write(spec: &Spec, pool: &sqlx::PgPool) {
                 .expect("resume point");
         done.push(last.unwrap_or(0));
     }
-    for seq in 1..=spec.per_aggregate {
+    for seq in 1.. {
         for (i, aggregate) in aggregates.iter().enumerate() {
             if seq <= done[i] {
                 continue;
+            }
+            if super::history::now_us() >= spec.write_until_us {
+                return;
             }
             let change = Changed {
                 event_id: uuid::Uuid::now_v7().to_string(),
@@ -180,7 +179,7 @@ async fn write(spec: &Spec, pool: &sqlx::PgPool) {
                 .with_id(id);
             outbox.enqueue(&mut tx, event).await.expect("enqueue");
             record_in_tx(
-                &mut *tx,
+                &mut tx,
                 &spec.name,
                 &Kind::Committed {
                     event_id: change.event_id.clone(),
@@ -289,7 +288,7 @@ pub async fn apply(change: Changed, tx: &mut PgTx, ctx: &MessageContext) -> Resu
     .execute(&mut **tx)
     .await?;
     record_in_tx(
-        &mut **tx,
+        tx,
         &process_name(),
         &Kind::Applied {
             event_id: change.event_id,
