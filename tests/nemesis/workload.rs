@@ -245,7 +245,7 @@ async fn relay(spec: &Spec, pool: sqlx::PgPool) {
     relay
         .run_until(std::future::pending())
         .await
-        .unwrap_or_else(|e| panic!("{} stopped: {e}", spec.name));
+        .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
 }
 
 static DELIVERIES: OnceLock<JsonLines> = OnceLock::new();
@@ -300,6 +300,18 @@ pub async fn apply(change: Changed, tx: &mut PgTx, ctx: &MessageContext) -> Resu
     Ok(())
 }
 
+/// An error and its causes, outermost first: what the broker answered is
+/// often only in the last.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
 /// This process's name in the history.
 pub fn process_name() -> String {
     crate::conformance::scale_out::instance()
@@ -316,7 +328,7 @@ async fn consume(spec: &Spec, pool: sqlx::PgPool) {
     Consumer::new(source, consumer::Store::new(pool), apply)
         .run_until(std::future::pending())
         .await
-        .unwrap_or_else(|e| panic!("{} stopped: {e}", spec.name));
+        .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
 }
 
 /// The history directory of a run: under the target dir's tmp, named by
