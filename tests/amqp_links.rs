@@ -22,39 +22,13 @@ use consumer::testing::metrics::total;
 use consumer::testing::{LinkProxy, MetricsRecorder, captured_logs};
 use consumer::{Consumer, Outbox, OutboxRelay};
 
-use crate::conformance::amqp::{amqp_url, connect, test_topology, unique_prefix};
+use crate::conformance::amqp::{connect, test_topology, through, unique_prefix, upstream};
 use crate::conformance::links::{
     Fault, RELAY_RETRY, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link,
     effects, mean_send_between, recovered_after, write_events,
 };
 use crate::conformance::scale_out::{effects_table, record_in_order, wait_effects};
 use crate::conformance::support::{self, Harness, PgHarness};
-
-/// `AMQP_URL` with its host and port replaced by `via`'s, and a heartbeat
-/// of 1 s (lapin closes a connection that read nothing for two).
-fn through(via: &LinkProxy) -> String {
-    let url = amqp_url();
-    let (scheme, rest) = url.split_once("://").expect("AMQP_URL has a scheme");
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, "%2f"));
-    let userinfo = authority
-        .rsplit_once('@')
-        .map_or(String::new(), |(u, _)| format!("{u}@"));
-    let sep = if path.contains('?') { '&' } else { '?' };
-    format!("{scheme}://{userinfo}{}/{path}{sep}heartbeat=1", via.addr())
-}
-
-/// Host and port of `AMQP_URL`.
-fn upstream() -> String {
-    let url = amqp_url();
-    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let host_port = authority.rsplit('@').next().unwrap_or(authority);
-    if host_port.contains(':') {
-        host_port.to_owned()
-    } else {
-        format!("{host_port}:5672")
-    }
-}
 
 async fn links_fail_mid_run(fault: Fault) {
     let logs = captured_logs();

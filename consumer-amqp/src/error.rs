@@ -265,6 +265,24 @@ impl Error {
     pub(crate) fn amqp(context: &'static str) -> impl FnOnce(lapin::Error) -> Self {
         move |source| Self::Amqp { context, source }
     }
+
+    /// A declare of `what` `name` that failed: a [`Topology`](Self::Topology)
+    /// conflict if RabbitMQ refused it (a channel-level error: the queue
+    /// exists with other arguments, the user may not declare it); the
+    /// connection's trouble otherwise (reset, heartbeat missed, closed
+    /// while asking), which a reconnect heals: nothing was refused.
+    pub(crate) fn declare(what: &'static str, name: &str) -> impl FnOnce(lapin::Error) -> Self {
+        let name = name.to_owned();
+        move |source| match source.kind() {
+            ErrorKind::ProtocolError(amqp) if matches!(amqp.kind(), AMQPErrorKind::Soft(_)) => {
+                Self::Topology { what, name, source }
+            }
+            _ => Self::Amqp {
+                context: "topology declare",
+                source,
+            },
+        }
+    }
 }
 
 /// Whether RabbitMQ answered `405 RESOURCE_LOCKED`: another connection
@@ -402,6 +420,25 @@ mod tests {
             routing_key: "q".into(),
         };
         assert!(nacked.is_retriable(), "a nack is a refusal for now");
+    }
+
+    #[test]
+    fn a_declare_the_link_broke_under_heals_and_a_refused_one_does_not() {
+        // Found by the fault campaign (tests/campaign.rs, seed 2): a
+        // consumer restarted under a stalled link stopped for good with
+        // "exists with other settings".
+        let reset = lapin::Error::from(ErrorKind::IOError(std::sync::Arc::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        )));
+        let broke = Error::declare("queue", "orders.p3")(reset);
+        assert!(matches!(broke, Error::Amqp { .. }), "{broke:?}");
+        assert!(broke.is_retriable(), "{broke}");
+        let refused = Error::declare("queue", "orders.p3")(refusal(
+            AMQPSoftError::PRECONDITIONFAILED,
+            "PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'orders.p3'",
+        ));
+        assert!(matches!(refused, Error::Topology { .. }), "{refused:?}");
+        assert!(!refused.is_retriable(), "{refused}");
     }
 
     fn refusal(code: AMQPSoftError, text: &str) -> lapin::Error {

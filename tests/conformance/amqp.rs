@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use consumer::Message;
 use consumer::amqp::{AmqpPublisher, AmqpSource, AmqpStats, QueueType, Topology};
-use consumer::testing::{Faults, FaultyPublisher};
+use consumer::testing::{Faults, FaultyPublisher, LinkProxy};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 
 use super::broker::{BrokerHarness, SettleSettingsByTopic};
@@ -28,6 +28,32 @@ pub async fn connect() -> lapin::Connection {
         .unwrap_or_else(|e| {
             panic!("RabbitMQ is not reachable at {url} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL")
         })
+}
+
+/// `AMQP_URL` with its host and port replaced by `via`'s, and a heartbeat
+/// of 1 s (lapin closes a connection that read nothing for two).
+pub fn through(via: &LinkProxy) -> String {
+    let url = amqp_url();
+    let (scheme, rest) = url.split_once("://").expect("AMQP_URL has a scheme");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, "%2f"));
+    let userinfo = authority
+        .rsplit_once('@')
+        .map_or(String::new(), |(u, _)| format!("{u}@"));
+    let sep = if path.contains('?') { '&' } else { '?' };
+    format!("{scheme}://{userinfo}{}/{path}{sep}heartbeat=1", via.addr())
+}
+
+/// Host and port of `AMQP_URL`.
+pub fn upstream() -> String {
+    let url = amqp_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5672")
+    }
 }
 
 /// A fresh queue-name prefix.

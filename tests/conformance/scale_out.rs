@@ -155,6 +155,20 @@ impl Child {
         self.0.id()
     }
 
+    /// How the process exited, if it has (reaped if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(&mut self) {
         let _ = self.0.kill(); // SIGKILL on Unix

@@ -144,11 +144,7 @@ impl Topology {
             channel.exchange_declare(short(name)?, kind, options, FieldTable::default()),
         )
         .await?
-        .map_err(|source| Error::Topology {
-            what: "exchange",
-            name: name.to_owned(),
-            source,
-        })
+        .map_err(Error::declare("exchange", name))
     }
 
     async fn bind(&self, channel: &Channel, queue: &str, exchange: &str, key: &str) -> Result<()> {
@@ -164,11 +160,7 @@ impl Topology {
             ),
         )
         .await?
-        .map_err(|source| Error::Topology {
-            what: "binding of queue",
-            name: queue.to_owned(),
-            source,
-        })
+        .map_err(Error::declare("binding of queue", queue))
     }
 
     async fn declare_queue(&self, channel: &Channel, name: &str, args: FieldTable) -> Result<()> {
@@ -194,11 +186,7 @@ impl Topology {
                     queues: self.queues_in_words(),
                 };
             }
-            Error::Topology {
-                what: "queue",
-                name: name.to_owned(),
-                source,
-            }
+            Error::declare("queue", name)(source)
         })
     }
 

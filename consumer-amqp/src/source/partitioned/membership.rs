@@ -73,11 +73,7 @@ impl Membership {
                 FieldTable::default(),
             )
             .await
-            .map_err(|source| Error::Topology {
-                what: "exchange",
-                name: exchange.clone(),
-                source,
-            })?;
+            .map_err(Error::declare("exchange", &exchange))?;
         let queue = channel
             .queue_declare(
                 "".into(),

@@ -1,0 +1,92 @@
+//! The fault campaign, short form (issue 35; needs RabbitMQ: `AMQP_URL`,
+//! and PostgreSQL: `DATABASE_URL`).
+//!
+//! Two writers commit business rows with outbox events, two relays
+//! publish them to RabbitMQ (a partitioned topology of quorum queues),
+//! three consumers apply them to state rows with their dedup rows: each a
+//! process of its own (this test binary again, on
+//! `child_campaign_process`), each behind a link proxy to the broker.
+//! A nemesis SIGKILLs and restarts them, SIGSTOPs consumers past their
+//! heartbeat, and cuts and stalls their links, on a schedule drawn from a
+//! fixed seed. The history they record is checked for anything lost,
+//! applied twice, reordered, applied without a cause, dead-lettered
+//! without being poison, or whose dedup row disagrees with its effects;
+//! the test fails with the checker's report. CONTRIBUTING.md says how to
+//! run the long form (`scripts/nemesis`) and read a report.
+
+mod conformance;
+mod nemesis;
+
+use std::time::Duration;
+
+use nemesis::run::{Campaign, Outcome, on_rabbitmq};
+use nemesis::workload::{self, SPEC_ENV, Spec};
+
+/// A campaign process: its [`Spec`] is in [`SPEC_ENV`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the campaign's child processes"]
+async fn child_campaign_process() {
+    let spec = std::env::var(SPEC_ENV).unwrap_or_else(|_| {
+        panic!(
+            "{SPEC_ENV} is unset: this is a child process of the campaign, not a test of its own"
+        )
+    });
+    let spec: Spec = serde_json::from_str(&spec).unwrap_or_else(|e| panic!("{SPEC_ENV}: {e}"));
+    workload::run(spec).await;
+}
+
+fn assert_clean(outcome: &Outcome) {
+    println!("{}", outcome.report);
+    println!(
+        "took {:.1} s; history in {}",
+        outcome.took.as_secs_f64(),
+        outcome.dir.display()
+    );
+    assert!(
+        outcome.settled_after.is_some(),
+        "every committed event settled after the faults (history in {}, schema {}):\n{}",
+        outcome.dir.display(),
+        outcome.schema,
+        outcome.report
+    );
+    assert!(
+        outcome.report.anomalies.is_empty(),
+        "the campaign found anomalies (history in {}, schema {}):\n{}",
+        outcome.dir.display(),
+        outcome.schema,
+        outcome.report
+    );
+}
+
+/// The short campaign: a fixed seed, 40 s of faults, writers committing
+/// every 10 ms each (about 5 000 events on an idle machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_campaign_of_seed_1_finds_no_anomaly() {
+    let outcome = on_rabbitmq(Campaign {
+        seed: 1,
+        faults_for: Duration::from_secs(40),
+        every: Duration::from_millis(10),
+    })
+    .await;
+    assert_clean(&outcome);
+}
+
+/// The long form, on demand (`scripts/nemesis`): `CAMPAIGN_SEED`,
+/// `CAMPAIGN_MINUTES`, and `CAMPAIGN_EVERY_MS` (each writer's pause
+/// between commits, default 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the long campaign: run by scripts/nemesis"]
+async fn long_campaign() {
+    let var = |name: &str, default: u64| {
+        std::env::var(name).ok().map_or(default, |v| {
+            v.parse().unwrap_or_else(|e| panic!("{name}={v}: {e}"))
+        })
+    };
+    let outcome = on_rabbitmq(Campaign {
+        seed: var("CAMPAIGN_SEED", 1),
+        faults_for: Duration::from_secs(60 * var("CAMPAIGN_MINUTES", 10)),
+        every: Duration::from_millis(var("CAMPAIGN_EVERY_MS", 40)),
+    })
+    .await;
+    assert_clean(&outcome);
+}

@@ -1,0 +1,12 @@
+//! The fault campaign's parts (issue 35): the [history](history) the
+//! processes record, the [checker](checker) that reads it, the
+//! [workload](workload)'s processes, the nemesis' seeded
+//! [schedule](schedule), and a [run](run) from start to report.
+
+#![allow(dead_code)]
+
+pub mod checker;
+pub mod history;
+pub mod run;
+pub mod schedule;
+pub mod workload;

@@ -1,0 +1,240 @@
+//! One campaign from start to report: a fresh schema and queue, link
+//! proxies, the workload's processes, the nemesis' schedule applied to
+//! them, a wait until every committed event has settled, and the
+//! checker's report on the history.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use consumer::testing::{FreshSchema, LinkProxy};
+
+use super::checker::{self, Report};
+use super::history::{self, JsonLines, Kind};
+use super::schedule::{Fault, Targets, plan};
+use super::workload::{self, AGGREGATES_PER_WRITER, HANDLER, Role, SPEC_ENV, Spec};
+use crate::conformance::amqp::{connect, through, unique_prefix, upstream};
+use crate::conformance::scale_out::Child;
+
+/// The test the children run.
+pub const CHILD_TEST: &str = "child_campaign_process";
+
+/// How long the settled-wait may last after the faults end before the
+/// checker is run anyway (and reports what never settled as lost).
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// What a campaign runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Campaign {
+    pub seed: u64,
+    /// How long the nemesis injects faults; the writers' load spans it.
+    pub faults_for: Duration,
+    /// Pause between a writer's commits.
+    pub every: Duration,
+}
+
+/// The outcome: the report, the history's directory, and how long it took.
+pub struct Outcome {
+    pub report: Report,
+    /// How long after the last fault every committed event had settled
+    /// (applied, or dead-lettered if poison); `None` if some had not
+    /// within [`SETTLE_LIMIT`].
+    pub settled_after: Option<Duration>,
+    /// The PostgreSQL schema the run worked in (kept if it found anomalies).
+    pub schema: String,
+    pub dir: PathBuf,
+    pub took: Duration,
+}
+
+struct Fleet {
+    specs: BTreeMap<String, Spec>,
+    children: BTreeMap<String, Child>,
+    links: BTreeMap<String, LinkProxy>,
+    /// Writers that finished their load and exited by themselves.
+    done: Vec<String>,
+}
+
+impl Fleet {
+    fn spawn(spec: &Spec) -> Child {
+        let json = serde_json::to_string(spec).expect("a spec serialises");
+        Child::spawn(CHILD_TEST, (SPEC_ENV, json), &spec.name)
+    }
+
+    fn restart(&mut self, name: &str) {
+        if let Some(mut c) = self.children.remove(name) {
+            c.kill();
+        }
+        self.children
+            .insert(name.to_owned(), Self::spawn(&self.specs[name]));
+    }
+
+    /// Restarts a relay or consumer that exited by itself (it panicked:
+    /// its stderr says why), and says which.
+    fn revive(&mut self) -> Vec<String> {
+        let exited: Vec<(String, bool)> = self
+            .children
+            .iter_mut()
+            .filter_map(|(n, c)| c.exited().map(|s| (n.clone(), s.success())))
+            .collect();
+        let mut revived = Vec::new();
+        for (name, success) in exited {
+            if success && self.specs[&name].role == Role::Writer {
+                self.children.remove(&name);
+                self.done.push(name);
+            } else {
+                self.restart(&name);
+                revived.push(name);
+            }
+        }
+        revived
+    }
+
+    async fn apply(&mut self, fault: &Fault) {
+        match fault {
+            Fault::Kill(name) => {
+                if self.done.contains(name) {
+                    return;
+                }
+                self.restart(name);
+            }
+            Fault::Pause(name, d) => {
+                if let Some(c) = self.children.get(name) {
+                    c.signal("STOP");
+                    tokio::time::sleep(*d).await;
+                    c.signal("CONT");
+                }
+            }
+            Fault::Cut(name) => self.links[name].cut(),
+            Fault::Stall(name, d) => {
+                self.links[name].stall();
+                tokio::time::sleep(*d).await;
+                self.links[name].restore();
+            }
+        }
+    }
+}
+
+/// Runs `campaign` on RabbitMQ (`AMQP_URL`) and PostgreSQL
+/// (`DATABASE_URL`), printing each fault as it is injected.
+pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
+    let started = Instant::now();
+    drop(connect().await);
+    let fresh = FreshSchema::create("ct", 4)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    workload::create_tables(&fresh.pool).await;
+    let queue = unique_prefix("campaign");
+    let dir = workload::history_dir(&queue);
+    let nemesis = JsonLines::open(&dir, "nemesis", true).expect("the nemesis' log");
+
+    let names = |p: &str, n: usize| (1..=n).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
+    let (writers, relays, consumers) =
+        (names("writer", 2), names("relay", 2), names("consumer", 3));
+    let write_until_us =
+        history::now_us() + i64::try_from(campaign.faults_for.as_micros()).unwrap_or(i64::MAX);
+    let mut fleet = Fleet {
+        specs: BTreeMap::new(),
+        children: BTreeMap::new(),
+        links: BTreeMap::new(),
+        done: Vec::new(),
+    };
+    for (role, list) in [
+        (Role::Consumer, &consumers),
+        (Role::Relay, &relays),
+        (Role::Writer, &writers),
+    ] {
+        for name in list {
+            let url = if role == Role::Writer {
+                String::new()
+            } else {
+                let link = LinkProxy::start(upstream()).await.expect("a link proxy");
+                let url = through(&link);
+                fleet.links.insert(name.clone(), link);
+                url
+            };
+            let spec = Spec {
+                role,
+                name: name.clone(),
+                schema: fresh.schema.clone(),
+                queue: queue.clone(),
+                dir: dir.clone(),
+                url,
+                write_until_us,
+                every_ms: u64::try_from(campaign.every.as_millis()).unwrap_or(u64::MAX),
+            };
+            fleet.children.insert(name.clone(), Fleet::spawn(&spec));
+            fleet.specs.insert(name.clone(), spec);
+        }
+    }
+
+    let steps = plan(
+        campaign.seed,
+        campaign.faults_for,
+        &Targets {
+            writers: &writers,
+            relays: &relays,
+            consumers: &consumers,
+        },
+    );
+    println!(
+        "campaign seed {} on RabbitMQ: {} faults over {:?}, {} aggregates, history in {}, schema {}",
+        campaign.seed,
+        steps.len(),
+        campaign.faults_for,
+        writers.len() * AGGREGATES_PER_WRITER,
+        dir.display(),
+        fresh.schema
+    );
+    for step in &steps {
+        // The schedule's own pace, not a synchronisation.
+        tokio::time::sleep(step.after).await;
+        let what = step.fault.to_string();
+        println!("{:>8.3} s  {what}", started.elapsed().as_secs_f64());
+        nemesis
+            .append(Kind::Fault { what })
+            .expect("the nemesis' log");
+        fleet.apply(&step.fault).await;
+        for name in fleet.revive() {
+            nemesis
+                .append(Kind::Fault {
+                    what: format!("exited {name} (restarted)"),
+                })
+                .expect("the nemesis' log");
+        }
+    }
+    for link in fleet.links.values() {
+        link.restore();
+    }
+
+    // The writers stop at the end of the faults (a writer restarted after
+    // that exits at once), then every committed event settles: applied,
+    // or dead-lettered if poison. Polled, as the database has no event to
+    // await. Past the limit the checker runs anyway and says what never
+    // settled.
+    let faults_ended = Instant::now();
+    let mut settled_after = None;
+    while faults_ended.elapsed() < SETTLE_LIMIT {
+        fleet.revive();
+        let writing = writers.iter().any(|w| !fleet.done.contains(w));
+        if !writing && workload::unsettled(&fresh.pool).await == 0 {
+            settled_after = Some(faults_ended.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("settled {settled_after:?} after the last fault");
+    fleet.children.clear();
+    let events = history::load(&fresh.pool, HANDLER, &dir).await;
+    let report = checker::check(&events);
+    let schema = fresh.schema.clone();
+    if report.anomalies.is_empty() && settled_after.is_some() {
+        let _ = fresh.drop_schema().await;
+    }
+    Outcome {
+        report,
+        settled_after,
+        schema,
+        dir,
+        took: started.elapsed(),
+    }
+}

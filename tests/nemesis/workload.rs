@@ -1,0 +1,344 @@
+//! The campaign's processes, each this test binary run again on
+//! `child_campaign_process` with a [`Spec`]: writers committing business
+//! rows with outbox events, relays publishing them to RabbitMQ, consumers
+//! applying them to a state row with the dedup row. Each records its part
+//! of the [history](super::history).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
+use consumer::{
+    Consumer, MessageContext, NewEvent, Outbox, OutboxRelay, Outgoing, PgTx, Publisher, handler,
+};
+use serde::{Deserialize, Serialize};
+
+use super::history::{HISTORY_DDL, JsonLines, Kind, record_in_tx};
+use crate::conformance::links::RELAY_RETRY;
+
+/// The environment variable a child reads its [`Spec`] from.
+pub const SPEC_ENV: &str = "CONSUMER_CAMPAIGN_CHILD";
+
+/// Partition queues of the campaign's topology: few, so three instances
+/// hand them over often and the broker's footprint stays small.
+pub const PARTITIONS: u32 = 4;
+
+/// The handler's name: the dedup rows and dead-letter marks are its.
+pub const HANDLER: &str = "apply";
+
+/// Aggregates each writer owns.
+pub const AGGREGATES_PER_WRITER: usize = 8;
+
+/// What a child process is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    pub role: Role,
+    /// Its name in the history (`writer-1`, `relay-2`, `consumer-3`).
+    pub name: String,
+    pub schema: String,
+    pub queue: String,
+    pub dir: PathBuf,
+    /// The broker URL (through this process's link proxy).
+    pub url: String,
+    /// Writers commit until this time (microseconds since the Unix
+    /// epoch), then exit: the load spans the faults, and a run waits for
+    /// what was committed to settle, not for a count a slow machine may
+    /// not reach.
+    pub write_until_us: i64,
+    /// Pause between a writer's commits, in milliseconds.
+    pub every_ms: u64,
+}
+
+/// The three kinds of process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Writer,
+    Relay,
+    Consumer,
+}
+
+/// The event each aggregate's writer commits, and consumers apply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Changed {
+    pub event_id: String,
+    pub aggregate: String,
+    pub seq: i64,
+    pub poison: bool,
+}
+
+/// The workload's poison messages: every 13th event of every other
+/// aggregate, which the handler refuses for good.
+pub fn is_poison(aggregate_index: usize, seq: i64) -> bool {
+    aggregate_index.is_multiple_of(2) && seq % 13 == 7
+}
+
+/// The campaign's partitioned topology (quorum queues).
+pub fn topology(queue: &str) -> PartitionedTopology {
+    PartitionedTopology::new(queue, PARTITIONS)
+        .expect("valid campaign queue name")
+        .with_max_retry_delay(Duration::from_millis(256))
+        .with_expires(Duration::from_secs(600))
+}
+
+/// The business and state tables and the history, in the campaign's
+/// schema (the store's tables are there already).
+pub async fn create_tables(pool: &sqlx::PgPool) {
+    for ddl in [
+        HISTORY_DDL,
+        "CREATE TABLE campaign_business (aggregate TEXT NOT NULL, seq BIGINT NOT NULL, \
+         PRIMARY KEY (aggregate, seq))",
+        "CREATE TABLE campaign_state (aggregate TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, \
+         applied BIGINT NOT NULL)",
+    ] {
+        sqlx::query(ddl)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{ddl}: {e}"));
+    }
+}
+
+/// Events still to settle: committed and neither applied nor
+/// dead-lettered.
+pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM campaign_history c WHERE c.kind = 'committed' \
+         AND NOT EXISTS (SELECT 1 FROM campaign_history a WHERE a.kind = 'applied' AND a.event_id = c.event_id) \
+         AND NOT EXISTS (SELECT 1 FROM consumer_attempts d WHERE d.handler = $1 \
+                         AND d.message_id = c.event_id AND d.dead_lettered_at IS NOT NULL)",
+    )
+    .bind(HANDLER)
+    .fetch_one(pool)
+    .await
+    .expect("unsettled events")
+}
+
+/// Runs the child process `spec` says, until it is killed (a writer
+/// returns once its aggregates have all their events).
+pub async fn run(spec: Spec) {
+    let pool = consumer::testing::FreshSchema::pool_on(&spec.schema, 4)
+        .await
+        .unwrap_or_else(|e| panic!("{}: PostgreSQL is not reachable ({e})", spec.name));
+    match spec.role {
+        Role::Writer => write(&spec, &pool).await,
+        Role::Relay => relay(&spec, pool).await,
+        Role::Consumer => consume(&spec, pool).await,
+    }
+}
+
+fn writer_index(name: &str) -> usize {
+    name.rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a writer's name ends in its number: {name}"))
+}
+
+/// Commits events on each of its aggregates, round-robin, until its
+/// deadline, resuming after the last one committed (a restart after
+/// SIGKILL).
+async fn write(spec: &Spec, pool: &sqlx::PgPool) {
+    let w = writer_index(&spec.name);
+    let outbox = Outbox::new().with_default_destination(format!("/{}", spec.queue));
+    let aggregates: Vec<String> = (0..AGGREGATES_PER_WRITER)
+        .map(|i| format!("w{w}-a{i}"))
+        .collect();
+    let mut done = Vec::with_capacity(aggregates.len());
+    for a in &aggregates {
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT max(seq) FROM campaign_business WHERE aggregate = $1")
+                .bind(a)
+                .fetch_one(pool)
+                .await
+                .expect("resume point");
+        done.push(last.unwrap_or(0));
+    }
+    for seq in 1.. {
+        for (i, aggregate) in aggregates.iter().enumerate() {
+            if seq <= done[i] {
+                continue;
+            }
+            if super::history::now_us() >= spec.write_until_us {
+                return;
+            }
+            let change = Changed {
+                event_id: uuid::Uuid::now_v7().to_string(),
+                aggregate: aggregate.clone(),
+                seq,
+                poison: is_poison(i, seq),
+            };
+            let mut tx = pool.begin().await.expect("begin");
+            sqlx::query("INSERT INTO campaign_business (aggregate, seq) VALUES ($1, $2)")
+                .bind(aggregate)
+                .bind(seq)
+                .execute(&mut *tx)
+                .await
+                .expect("business row");
+            let id = uuid::Uuid::parse_str(&change.event_id).expect("a uuid");
+            let event = NewEvent::new("Account", aggregate, "Changed", &change)
+                .expect("a Changed serialises")
+                .with_id(id);
+            outbox.enqueue(&mut tx, event).await.expect("enqueue");
+            record_in_tx(
+                &mut tx,
+                &spec.name,
+                &Kind::Committed {
+                    event_id: change.event_id.clone(),
+                    aggregate: aggregate.clone(),
+                    seq,
+                    poison: change.poison,
+                },
+            )
+            .await
+            .expect("history");
+            tx.commit().await.expect("commit");
+            // The load's pace, so that writes go on while faults happen.
+            tokio::time::sleep(Duration::from_millis(spec.every_ms)).await;
+        }
+    }
+}
+
+/// A publisher that records each confirmed publish in its process's lines.
+struct Recorded<P> {
+    inner: P,
+    lines: JsonLines,
+}
+
+impl<P: Publisher> Publisher for Recorded<P> {
+    fn system(&self) -> &'static str {
+        self.inner.system()
+    }
+
+    async fn publish(&self, batch: &[Outgoing]) -> Vec<Result<(), consumer::backend::Error>> {
+        let results = self.inner.publish(batch).await;
+        for (o, r) in batch.iter().zip(&results) {
+            if r.is_ok() {
+                let event_id = o
+                    .message
+                    .headers
+                    .get("ce_id")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default()
+                    .to_owned();
+                let _ = self.lines.append(Kind::Published { event_id });
+            }
+        }
+        results
+    }
+}
+
+async fn relay(spec: &Spec, pool: sqlx::PgPool) {
+    let publisher = AmqpPublisher::builder(spec.url.clone())
+        .with_connection_name(spec.name.clone())
+        .with_partitions(topology(&spec.queue))
+        .build();
+    let lines = JsonLines::open(&spec.dir, &spec.name, false).expect("history lines");
+    let relay = OutboxRelay::new(
+        pool,
+        Outbox::new(),
+        Recorded {
+            inner: publisher,
+            lines,
+        },
+    )
+    .with_retry_policy(RELAY_RETRY);
+    relay
+        .run_until(std::future::pending())
+        .await
+        .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
+}
+
+static DELIVERIES: OnceLock<JsonLines> = OnceLock::new();
+
+/// The refusal of a poison message, and the database's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("poison message {0}")]
+    Poison(String),
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Applies the event to its aggregate's state row, and records the effect
+/// in the same transaction. The upsert takes the row's lock first, so an
+/// aggregate's history rows are inserted in the order its effects apply.
+#[handler(
+    name = "apply",
+    idempotency_key = change.event_id,
+    retry = exponential(base = "10ms", max_delay = "200ms", attempts = 10),
+    terminal = ApplyError::Poison(_),
+)]
+pub async fn apply(change: Changed, tx: &mut PgTx, ctx: &MessageContext) -> Result<(), ApplyError> {
+    if let Some(lines) = DELIVERIES.get() {
+        let _ = lines.append(Kind::Delivered {
+            event_id: change.event_id.clone(),
+            attempt: ctx.attempt(),
+        });
+    }
+    if change.poison {
+        return Err(ApplyError::Poison(change.event_id));
+    }
+    sqlx::query(
+        "INSERT INTO campaign_state (aggregate, last_seq, applied) VALUES ($1, $2, 1) \
+         ON CONFLICT (aggregate) DO UPDATE SET last_seq = excluded.last_seq, \
+         applied = campaign_state.applied + 1",
+    )
+    .bind(&change.aggregate)
+    .bind(change.seq)
+    .execute(&mut **tx)
+    .await?;
+    record_in_tx(
+        tx,
+        &process_name(),
+        &Kind::Applied {
+            event_id: change.event_id,
+            aggregate: change.aggregate,
+            seq: change.seq,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// An error and its causes, outermost first: what the broker answered is
+/// often only in the last.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
+/// This process's name in the history.
+pub fn process_name() -> String {
+    crate::conformance::scale_out::instance()
+}
+
+async fn consume(spec: &Spec, pool: sqlx::PgPool) {
+    let lines = JsonLines::open(&spec.dir, &spec.name, false).expect("history lines");
+    let _ = DELIVERIES.set(lines);
+    let source = PartitionedSource::builder(spec.url.clone(), topology(&spec.queue))
+        .with_instance_id(spec.name.clone())
+        .with_prefetch(16)
+        .build()
+        .expect("a partitioned source");
+    Consumer::new(source, consumer::Store::new(pool), apply)
+        .run_until(std::future::pending())
+        .await
+        .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
+}
+
+/// The history directory of a run: under the target dir's tmp, named by
+/// the queue.
+pub fn history_dir(queue: &str) -> PathBuf {
+    let base = std::env::var_os("CAMPAIGN_HISTORY_DIR").map_or_else(
+        || std::env::temp_dir().join("consumer-campaign"),
+        PathBuf::from,
+    );
+    let dir = base.join(queue);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
