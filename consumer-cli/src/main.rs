@@ -11,6 +11,7 @@
 //! consumer sagas show order-fulfilment order-4
 //! consumer sagas resume order-fulfilment order-4
 //! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
+//! consumer console --listen 127.0.0.1:9700
 //! ```
 //!
 //! Addresses come from `--database-url` / `DATABASE_URL`, `--schema` /
@@ -27,6 +28,8 @@
 )]
 
 mod args;
+mod audit;
+mod console;
 mod database;
 mod dead_letters;
 mod dedup;
@@ -104,6 +107,7 @@ async fn run(cli: Cli) -> Result<()> {
             Schema::Check(args) => schema::check(&args, out),
             Schema::Record(args) => schema::record(&args, out),
         },
+        Command::Console(args) => console::run(services, &args, out).await,
     }
 }
 
