@@ -123,3 +123,19 @@ pub async fn bind(
         .await
         .map_err(|source| Error::Bind { address, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_others_reach_needs_a_token() {
+        let open: SocketAddr = "0.0.0.0:0".parse().expect("an address");
+        let refused = bind(open, None).await.expect_err("refused without a token");
+        assert!(matches!(refused, Error::Exposed(_)), "{refused}");
+        let token = Token::new("0123456789abcdef").expect("a token");
+        assert!(bind(open, Some(&token)).await.is_ok());
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+        assert!(bind(loopback, None).await.is_ok());
+    }
+}
