@@ -1,6 +1,7 @@
 //! The house's rules, read from the dependency graph and the source: the
 //! backends depend on `consumer-backend` and never on the runtime, the
-//! codec crate on neither, core's modules depend on each other without a
+//! codec crate on neither, the console on no reader (its `Operator` is the
+//! CLI's), core's modules depend on each other without a
 //! loop, and the root stays the application's (at most 35 names).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -125,6 +126,29 @@ fn the_codec_crate_depends_on_neither_the_runtime_nor_the_backend_crate() {
             "consumer-codec depends on {inner}: codecs are a part of their own, which the runtime will call"
         );
     }
+}
+
+#[test]
+fn the_console_reads_nothing_itself() {
+    let graph = library_dependencies();
+    let deps = graph.get("consumer-console").unwrap_or_else(|| {
+        panic!(
+            "consumer-console is not in the workspace: {:?}",
+            graph.keys()
+        )
+    });
+    // Its pages ask an `Operator`; the CLI answers with its own engine, so
+    // a replay from the console is the command line's replay.
+    for reader in BACKENDS.iter().chain(&["consumer-cli", "consumer-backend"]) {
+        assert!(
+            !deps.contains(*reader),
+            "consumer-console depends on {reader}: it renders what its Operator reads, and reads nothing itself"
+        );
+    }
+    assert!(
+        graph["consumer-cli"].contains("consumer-console"),
+        "`consumer console` serves it"
+    );
 }
 
 /// Core's top-level modules and the ones each uses (`crate::<module>`),

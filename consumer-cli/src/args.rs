@@ -185,6 +185,32 @@ pub enum Command {
     /// record a new version.
     #[command(subcommand)]
     Schema(Schema),
+    /// The operator's console in the browser: dead letters, replays, sagas,
+    /// the outbox's backlog.
+    Console(ConsoleArgs),
+}
+
+/// `console`: where it listens, its token, and the replay settings its
+/// replays use.
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// The address to listen on; one other machines can reach needs a
+    /// token (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:9700")]
+    pub listen: std::net::SocketAddr,
+    /// File holding the console's token (else CONSUMER_CONSOLE_TOKEN):
+    /// every page and action then requires it.
+    #[arg(long, env = "CONSUMER_CONSOLE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// How long a replay waits for its canaries' outcome.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub canary_timeout: Duration,
+    /// The store's dedup retention: older letters are not replayed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "7days")]
+    pub retention: Duration,
+    /// The outbox table.
+    #[arg(long, default_value = "outbox_events")]
+    pub outbox_table: String,
 }
 
 /// Held-key subcommands.
@@ -333,6 +359,9 @@ pub struct FilterArgs {
     /// Only the letter with this id (repeatable).
     #[arg(long = "id")]
     pub ids: Vec<String>,
+    /// Only letters whose error is exactly this (the console's groups).
+    #[arg(skip)]
+    pub error_is: Option<String>,
 }
 
 /// A dead-letter kind on the command line.

@@ -61,6 +61,7 @@ pub struct Filter {
     kind: Option<DeadLetterKind>,
     handler: Option<String>,
     error: Option<String>,
+    error_is: Option<String>,
     key: Option<String>,
     since: Option<OffsetDateTime>,
     until: Option<OffsetDateTime>,
@@ -79,6 +80,7 @@ impl Filter {
             }),
             handler: args.handler.clone(),
             error: args.error.clone(),
+            error_is: args.error_is.clone(),
             key: args.key.clone(),
             since: args
                 .since
@@ -103,6 +105,7 @@ impl Filter {
                 dl.error.contains(text.as_str())
                     || dl.causes.iter().any(|c| c.contains(text.as_str()))
             })
+            && self.error_is.as_ref().is_none_or(|e| &dl.error == e)
             && self.key.as_ref().is_none_or(|k| dl.key.as_ref() == Some(k))
             && self.since.is_none_or(|t| dl.last_failure >= t)
             && self.until.is_none_or(|t| dl.last_failure < t)

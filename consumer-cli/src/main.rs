@@ -13,6 +13,7 @@
 //! consumer held-keys list --handler apply_ledger_entry
 //! consumer held-keys release apply_ledger_entry account-7
 //! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
+//! consumer console --listen 127.0.0.1:9700
 //! ```
 //!
 //! Addresses come from `--database-url` / `DATABASE_URL`, `--schema` /
@@ -29,6 +30,8 @@
 )]
 
 mod args;
+mod audit;
+mod console;
 mod database;
 mod dead_letters;
 mod dedup;
@@ -120,6 +123,7 @@ async fn run(cli: Cli) -> Result<()> {
             Schema::Check(args) => schema::check(&args, out),
             Schema::Record(args) => schema::record(&args, out),
         },
+        Command::Console(args) => console::run(services, &args, out).await,
     }
 }
 

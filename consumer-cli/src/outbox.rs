@@ -26,19 +26,19 @@ use crate::render::{Table, age};
 
 /// One failed event, blocking its aggregate.
 #[derive(Debug, sqlx::FromRow, serde::Serialize)]
-struct Failed {
-    aggregate_type: String,
-    aggregate_id: String,
-    event_type: String,
-    version: i64,
-    attempts: i32,
-    last_error: Option<String>,
-    failed_ms: Option<i64>,
+pub(crate) struct Failed {
+    pub(crate) aggregate_type: String,
+    pub(crate) aggregate_id: String,
+    pub(crate) event_type: String,
+    pub(crate) version: i64,
+    pub(crate) attempts: i32,
+    pub(crate) last_error: Option<String>,
+    pub(crate) failed_ms: Option<i64>,
 }
 
 /// One scheduled event not yet taken by a relay.
 #[derive(Debug, sqlx::FromRow, serde::Serialize)]
-struct Scheduled {
+pub(crate) struct Scheduled {
     id: String,
     aggregate_type: String,
     aggregate_id: String,
@@ -56,24 +56,24 @@ struct ScheduledSummary {
     next: Vec<Scheduled>,
 }
 
-fn outbox(table: &str) -> Result<Outbox> {
+pub(crate) fn outbox(table: &str) -> Result<Outbox> {
     Outbox::new()
         .with_table(table)
         .map_err(|e| Error::Usage(format!("--outbox-table {table:?}: {e}")))
 }
 
 /// What `status` read, at one moment.
-struct Status {
+pub(crate) struct Status {
     /// Events to go out now: committed and not published, and scheduled
     /// ones due.
-    pending: i64,
+    pub(crate) pending: i64,
     /// When the oldest of them was committed or fell due.
-    oldest_ms: Option<i64>,
+    pub(crate) oldest_ms: Option<i64>,
     /// Scheduled events not yet due.
-    scheduled: i64,
+    pub(crate) scheduled: i64,
     /// The next scheduled events to fall due.
-    next: Vec<Scheduled>,
-    failed: Vec<Failed>,
+    pub(crate) next: Vec<Scheduled>,
+    pub(crate) failed: Vec<Failed>,
 }
 
 /// `status`.
@@ -100,7 +100,7 @@ pub async fn status(
 
 /// Reads the outbox `table` and its scheduled table: what is pending,
 /// what is scheduled (the `next` to fall due listed), what failed.
-async fn read_status(pool: &sqlx::PgPool, table: &str, next: u32) -> Result<Status> {
+pub(crate) async fn read_status(pool: &sqlx::PgPool, table: &str, next: u32) -> Result<Status> {
     let (pending, oldest_ms): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT count(*), (EXTRACT(EPOCH FROM min(coalesce(due_at, created_at))) * 1000)::bigint \
          FROM {table} WHERE published_at IS NULL"

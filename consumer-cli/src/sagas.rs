@@ -25,12 +25,12 @@ use crate::error::{Error, Result};
 use crate::json::line;
 use crate::render::{Table, age};
 
-fn store(pool: sqlx::PgPool) -> SagaStore<Postgres> {
+pub(crate) fn store(pool: sqlx::PgPool) -> SagaStore<Postgres> {
     SagaStore::new(pool)
 }
 
 /// What the store said, as the tool's error (and exit code).
-fn operator(e: OperatorError) -> Error {
+pub(crate) fn operator(e: OperatorError) -> Error {
     match e {
         OperatorError::NoSuchSaga { .. } => Error::NoSuchSaga(e.to_string()),
         OperatorError::Refused { .. } => Error::Refused(e.to_string()),

@@ -20,12 +20,36 @@ pub struct DeadLetterTable {
     schema: Option<String>,
 }
 
-const SELECT: &str = "SELECT id, handler, message_id, kind, error, causes::text AS causes, attempts, \
-     (EXTRACT(EPOCH FROM first_failure_at) * 1000)::bigint AS first_ms, \
-     (EXTRACT(EPOCH FROM last_failure_at) * 1000)::bigint AS last_ms, \
-     destination, position, partition_key, headers::text AS headers, payload, refusal, \
-     (EXTRACT(EPOCH FROM stored_at) * 1000)::bigint AS stored_ms \
-     FROM consumer_dead_letters ORDER BY id";
+/// Every column of the table, read as [`read_row`] decodes them, then
+/// `$rest` (the order, a filter).
+macro_rules! select {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, handler, message_id, kind, error, causes::text AS causes, attempts, \
+             (EXTRACT(EPOCH FROM first_failure_at) * 1000)::bigint AS first_ms, \
+             (EXTRACT(EPOCH FROM last_failure_at) * 1000)::bigint AS last_ms, \
+             destination, position, partition_key, headers::text AS headers, payload, refusal, \
+             (EXTRACT(EPOCH FROM stored_at) * 1000)::bigint AS stored_ms \
+             FROM consumer_dead_letters ",
+            $rest
+        )
+    };
+}
+
+/// Letters of one handler with one error, counted by the database.
+#[derive(Debug, sqlx::FromRow)]
+pub struct GroupCount {
+    /// The handler.
+    pub handler: String,
+    /// The error.
+    pub error: String,
+    /// How many letters.
+    pub count: i64,
+    /// The earliest last failure, in Unix milliseconds.
+    pub first_ms: i64,
+    /// The latest last failure, in Unix milliseconds.
+    pub last_ms: i64,
+}
 
 impl DeadLetterTable {
     /// Connects to the store.
@@ -47,16 +71,13 @@ impl DeadLetterTable {
     /// Every row, oldest first: one statement, so one consistent snapshot;
     /// rows stored after it are not in it.
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let rows = sqlx::query(SELECT)
+        let rows = sqlx::query(select!("ORDER BY id"))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
         let mut letters = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = row.try_get("id")?;
-            let letter = read_row(&row).map_err(|reason| {
-                Error::Other(format!("dead-letter table row {id} is malformed: {reason}"))
-            })?;
+        for row in &rows {
+            let (id, letter) = read_numbered(row)?;
             letters.push(Held {
                 letter,
                 handle: u64::try_from(id).unwrap_or(0),
@@ -66,6 +87,58 @@ impl DeadLetterTable {
             letters,
             ..Snapshot::default()
         })
+    }
+
+    /// The letters counted per handler and error, the largest groups
+    /// first, at most `limit` groups: one `GROUP BY`, no letter read.
+    pub async fn groups(&self, limit: u32) -> Result<Vec<GroupCount>> {
+        sqlx::query_as(
+            "SELECT handler, error, count(*) AS count, \
+             (EXTRACT(EPOCH FROM min(last_failure_at)) * 1000)::bigint AS first_ms, \
+             (EXTRACT(EPOCH FROM max(last_failure_at)) * 1000)::bigint AS last_ms \
+             FROM consumer_dead_letters GROUP BY handler, error \
+             ORDER BY count DESC, handler, error LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| database::explain(e, "consumer_dead_letters"))
+    }
+
+    /// At most `limit` letters after row `after`, in row order, of
+    /// `handler` and with exactly `error` when given: a keyset page on the
+    /// primary key, however many rows the table holds.
+    pub async fn page(
+        &self,
+        handler: Option<&str>,
+        error: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, Letter)>> {
+        let rows = sqlx::query(select!(
+            "WHERE id > $1 AND ($2::text IS NULL OR handler = $2) \
+             AND ($3::text IS NULL OR error = $3) ORDER BY id LIMIT $4"
+        ))
+        .bind(after)
+        .bind(handler)
+        .bind(error)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
+        rows.iter().map(read_numbered).collect()
+    }
+
+    /// The letter at row `id`, if there is one.
+    pub async fn row(&self, id: i64) -> Result<Option<Letter>> {
+        let row = sqlx::query(select!("WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
+        row.as_ref()
+            .map(|r| read_numbered(r).map(|(_, l)| l))
+            .transpose()
     }
 
     /// Deletes the row.
@@ -87,6 +160,15 @@ impl DeadLetterTable {
             .map_err(|e| database::explain(e, "consumer_dead_letters"))?;
         Ok(())
     }
+}
+
+/// The row's id and its letter, or a sentence naming the malformed row.
+fn read_numbered(row: &sqlx::postgres::PgRow) -> Result<(i64, Letter)> {
+    let id: i64 = row.try_get("id")?;
+    let letter = read_row(row).map_err(|reason| {
+        Error::Other(format!("dead-letter table row {id} is malformed: {reason}"))
+    })?;
+    Ok((id, letter))
 }
 
 fn read_row(row: &sqlx::postgres::PgRow) -> Result<Letter, String> {

@@ -17,6 +17,7 @@ use lapin::types::FieldTable;
 use serde::{Deserialize, Serialize};
 
 pub mod kafka;
+pub mod sagas;
 
 /// The RabbitMQ the tests use.
 pub fn amqp_url() -> String {

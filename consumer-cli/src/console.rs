@@ -1,0 +1,292 @@
+//! `console`: the operator's console in the browser ([`consumer_console`])
+//! on this tool's own engine: the dead-letter table's readers
+//! ([`DeadLetterTable`]), the replay engine ([`crate::replay`], run as
+//! `dead-letters replay --json` would run it), the store's [`SagaStore`]
+//! (as `sagas` uses it), the outbox's status (as `outbox status` reads it),
+//! and the console's audit log ([`AuditLog`]).
+//!
+//! [`SagaStore`]: consumer_saga::SagaStore
+
+use std::io::Write;
+use std::time::Duration;
+
+use consumer_console::operator::{
+    AuditEntry, FailedEvent, FailureKind, LetterGroup, LetterQuery, OutboxBacklog, ReplayReport,
+    ReplayRequest, ReplayedLetter, SagaAction, SagaQuery, Selection, StoredLetter,
+};
+use consumer_console::{Console, Operator, OperatorError, Token};
+use consumer_saga::{SagaFilter, SagaRecord};
+use sqlx::postgres::PgPool;
+use time::OffsetDateTime;
+
+use crate::args::{ConsoleArgs, FilterArgs, PlaceArgs, Rate, ReplayArgs, Services};
+use crate::audit::AuditLog;
+use crate::database;
+use crate::error::{Error, Result, exit};
+use crate::letter::Letter;
+use crate::places::table::DeadLetterTable;
+
+/// The engine behind the console's pages.
+#[derive(Debug)]
+struct CliOperator {
+    services: Services,
+    pool: PgPool,
+    table: DeadLetterTable,
+    audit: AuditLog,
+    outbox_table: String,
+    canary_timeout: Duration,
+    retention: Duration,
+}
+
+/// The tool's error as the console's: its kind from the exit code.
+fn failure(e: Error) -> OperatorError {
+    let kind = match e.exit_code() {
+        exit::NOT_FOUND => FailureKind::NotFound,
+        exit::REFUSED | exit::USAGE => FailureKind::Refused,
+        _ => FailureKind::Failed,
+    };
+    OperatorError::new(kind, e.to_string())
+}
+
+fn at(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+fn stored(row: i64, l: Letter) -> StoredLetter {
+    StoredLetter {
+        row,
+        id: l.id,
+        letter: l.letter,
+        refusal: l.refusal,
+        stored_at: l.stored_at,
+    }
+}
+
+/// One line of `dead-letters replay --json`.
+#[derive(Debug, serde::Deserialize)]
+struct ReplayLine {
+    id: String,
+    handler: String,
+    message_id: String,
+    route: String,
+    outcome: String,
+}
+
+impl Operator for CliOperator {
+    async fn letter_groups(&self, limit: u32) -> Result<Vec<LetterGroup>, OperatorError> {
+        let groups = self.table.groups(limit).await.map_err(failure)?;
+        Ok(groups
+            .into_iter()
+            .map(|g| LetterGroup {
+                handler: g.handler,
+                error: g.error,
+                count: g.count,
+                first: at(g.first_ms),
+                last: at(g.last_ms),
+            })
+            .collect())
+    }
+
+    async fn letters(&self, query: &LetterQuery) -> Result<Vec<StoredLetter>, OperatorError> {
+        let page = self
+            .table
+            .page(
+                query.handler.as_deref(),
+                query.error.as_deref(),
+                query.after.unwrap_or(0),
+                query.limit,
+            )
+            .await
+            .map_err(failure)?;
+        Ok(page.into_iter().map(|(row, l)| stored(row, l)).collect())
+    }
+
+    async fn letter(&self, row: i64) -> Result<Option<StoredLetter>, OperatorError> {
+        let letter = self.table.row(row).await.map_err(failure)?;
+        Ok(letter.map(|l| stored(row, l)))
+    }
+
+    async fn replay(&self, request: &ReplayRequest) -> Result<ReplayReport, OperatorError> {
+        let mut filter = FilterArgs::default();
+        match &request.selection {
+            Selection::Letters(ids) => filter.ids = ids.clone(),
+            Selection::Group { handler, error } => {
+                filter.handler = Some(handler.clone());
+                filter.error_is = Some(error.clone());
+            }
+        }
+        let rate = request
+            .rate
+            .map(|r| Rate::parse(&r.to_string()))
+            .transpose()
+            .map_err(|e| OperatorError::new(FailureKind::Refused, format!("The rate {e}.")))?;
+        let args = ReplayArgs {
+            place: PlaceArgs {
+                queue: None,
+                topic: None,
+                sqs_queue: None,
+            },
+            filter,
+            to_topic: None,
+            rate,
+            canary: Some(request.canary),
+            canary_timeout: self.canary_timeout,
+            dry_run: request.dry_run,
+            retention: self.retention,
+            force: false,
+            json: true,
+        };
+        let mut out = Vec::new();
+        let result = crate::replay::run(&self.services, &args, &mut out).await;
+        let letters = String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<ReplayLine>(l).ok())
+            .map(|l| ReplayedLetter {
+                id: l.id,
+                handler: l.handler,
+                message_id: l.message_id,
+                route: l.route,
+                outcome: l.outcome,
+            })
+            .collect::<Vec<_>>();
+        match result {
+            Ok(()) => Ok(ReplayReport {
+                letters,
+                stopped: None,
+            }),
+            // A run that stopped on its own terms (a canary, another
+            // replay holding the lock) is a report, not a failure.
+            Err(
+                e @ (Error::CanaryFailed(_)
+                | Error::CanaryTimeout(_)
+                | Error::Refused(_)
+                | Error::Interrupted(_)),
+            ) => Ok(ReplayReport {
+                letters,
+                stopped: Some(e.to_string()),
+            }),
+            Err(e) if !letters.is_empty() => Ok(ReplayReport {
+                letters,
+                stopped: Some(e.to_string()),
+            }),
+            Err(e) => Err(failure(e)),
+        }
+    }
+
+    async fn sagas(&self, query: &SagaQuery) -> Result<Vec<SagaRecord>, OperatorError> {
+        let mut filter = SagaFilter::new().with_limit(query.limit);
+        if let Some(t) = &query.saga_type {
+            filter = filter.with_type(t);
+        }
+        if let Some(s) = query.status {
+            filter = filter.with_status(s);
+        }
+        crate::sagas::store(self.pool.clone())
+            .list(&filter)
+            .await
+            .map_err(|e| failure(crate::sagas::operator(e)))
+    }
+
+    async fn saga(
+        &self,
+        saga_type: &str,
+        saga_id: &str,
+    ) -> Result<Option<SagaRecord>, OperatorError> {
+        crate::sagas::store(self.pool.clone())
+            .get(saga_type, saga_id)
+            .await
+            .map_err(|e| failure(crate::sagas::operator(e)))
+    }
+
+    async fn saga_action(&self, action: &SagaAction) -> Result<SagaRecord, OperatorError> {
+        let store = crate::sagas::store(self.pool.clone());
+        match action {
+            SagaAction::Resume { saga_type, saga_id } => store.resume(saga_type, saga_id).await,
+            SagaAction::Abandon {
+                saga_type,
+                saga_id,
+                reason,
+            } => store.abandon(saga_type, saga_id, reason).await,
+        }
+        .map_err(|e| failure(crate::sagas::operator(e)))
+    }
+
+    async fn outbox(&self) -> Result<OutboxBacklog, OperatorError> {
+        let outbox = crate::outbox::outbox(&self.outbox_table).map_err(failure)?;
+        let status = crate::outbox::read_status(&self.pool, outbox.table(), 0)
+            .await
+            .map_err(failure)?;
+        Ok(OutboxBacklog {
+            pending: status.pending,
+            oldest: status.oldest_ms.map(at),
+            scheduled: status.scheduled,
+            failed: status
+                .failed
+                .into_iter()
+                .map(|f| FailedEvent {
+                    aggregate: format!("{}/{}", f.aggregate_type, f.aggregate_id),
+                    event_type: f.event_type,
+                    version: f.version,
+                    attempts: f.attempts,
+                    last_error: f.last_error,
+                })
+                .collect(),
+        })
+    }
+
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), OperatorError> {
+        self.audit.write(entry).await.map_err(failure)
+    }
+
+    async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, OperatorError> {
+        self.audit.latest(limit).await.map_err(failure)
+    }
+}
+
+/// The token of `--token-file`, else of `CONSUMER_CONSOLE_TOKEN`, if any.
+fn token(args: &ConsoleArgs) -> Result<Option<Token>> {
+    let text = match &args.token_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(Error::io(format!(
+            "reading the token file {}",
+            path.display()
+        )))?),
+        None => std::env::var("CONSUMER_CONSOLE_TOKEN").ok(),
+    };
+    text.map(|t| Token::new(&t).map_err(|e| Error::Usage(e.to_string())))
+        .transpose()
+}
+
+/// Serves the console until Ctrl-C; says where on `out` once listening.
+pub async fn run(services: &Services, args: &ConsoleArgs, out: &mut impl Write) -> Result<()> {
+    let token = token(args)?;
+    let listener = consumer_console::bind(args.listen, token.as_ref())
+        .await
+        .map_err(|e| match e {
+            consumer_console::Error::Exposed(_) => Error::Usage(e.to_string()),
+            e => Error::Other(e.to_string()),
+        })?;
+    let pool = database::connect(services).await?;
+    let operator = CliOperator {
+        services: services.clone(),
+        table: DeadLetterTable::open(services).await?,
+        audit: AuditLog::open(pool.clone()).await?,
+        pool,
+        outbox_table: args.outbox_table.clone(),
+        canary_timeout: args.canary_timeout,
+        retention: args.retention,
+    };
+    let address = listener
+        .local_addr()
+        .map_err(Error::io("reading the console's address"))?;
+    writeln!(out, "console listening on http://{address}/")
+        .and_then(|()| out.flush())
+        .map_err(Error::io("writing the output"))?;
+    Console::new(operator)
+        .with_token(token)
+        .serve(listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| Error::Other(e.to_string()))
+}
