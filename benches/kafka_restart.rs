@@ -21,8 +21,9 @@
 //! rebalances; with it, a broker that implements KIP-345 hands the
 //! restarted instance the dead one's member id and assignment at once.
 //!
-//! Both members use `session.timeout.ms=10000` (`BENCH_SESSION_TIMEOUT_MS`)
-//! and librdkafka's default heartbeat (3 s). Brokers: librdkafka's mock
+//! Both members use `session.timeout.ms=10000` (`BENCH_SESSION_TIMEOUT_MS`;
+//! `default` leaves it unset, as `group.protocol=consumer` requires) and
+//! librdkafka's default heartbeat (3 s). Brokers: librdkafka's mock
 //! cluster (in this process; the child connects to it over TCP) and the
 //! out-of-process broker at `KAFKA_BROKERS` (default 127.0.0.1:9092, Apache
 //! Kafka from `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
@@ -63,8 +64,16 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const CHILD: &str = "--restart-bench-child";
 
-fn session_timeout_ms() -> String {
-    std::env::var("BENCH_SESSION_TIMEOUT_MS").unwrap_or_else(|_| "10000".to_owned())
+/// Every member's `session.timeout.ms`: `BENCH_SESSION_TIMEOUT_MS`, 10000
+/// unless set; `default` leaves it unset (librdkafka's 45 s), which
+/// `group.protocol=consumer` (KIP-848) requires: the broker's
+/// `group.consumer.session.timeout.ms` rules there.
+fn session_timeout_ms() -> Option<String> {
+    match std::env::var("BENCH_SESSION_TIMEOUT_MS") {
+        Ok(v) if v == "default" => None,
+        Ok(v) => Some(v),
+        Err(_) => Some("10000".to_owned()),
+    }
 }
 
 async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> KafkaSource {
@@ -74,8 +83,10 @@ async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str
         Topics::new(topic)
             .expect("topic name")
             .without_retry_topic(),
-    )
-    .with_property("session.timeout.ms", session_timeout_ms());
+    );
+    if let Some(ms) = session_timeout_ms() {
+        b = b.with_property("session.timeout.ms", ms);
+    }
     for kv in std::env::var("BENCH_CONSUMER_PROPERTIES")
         .unwrap_or_default()
         .split_whitespace()
@@ -306,7 +317,7 @@ async fn main() {
     }
     println!(
         "restart -> first record, session.timeout.ms={}, {reps} runs each",
-        session_timeout_ms()
+        session_timeout_ms().unwrap_or_else(|| "unset (librdkafka's default)".to_owned())
     );
     for (label, bootstrap, broker) in &brokers {
         let mut dynamic = Vec::new();

@@ -2,7 +2,9 @@
 //! `AMQP_URL`, and PostgreSQL: `DATABASE_URL`): the partition count is
 //! checked, the instances share the partitions, and each key keeps its
 //! order through hand-overs, a SIGKILLed instance and one added while
-//! running, with no message lost or applied twice.
+//! running, with no message lost or applied twice; several partitioned
+//! queues on one node (read with `rabbitmqctl`, on the node's machine)
+//! declare only what their handlers need and delete it all.
 
 mod conformance;
 
@@ -10,14 +12,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
-use consumer::{Consumer, Outgoing, Publisher};
+use consumer::{Consumer, Outgoing, PgTx, Publisher, handler};
 
-use crate::conformance::amqp::{amqp_url, connect, unique_prefix};
+use crate::conformance::amqp::{amqp_url, connect, listed, unique_prefix};
 use crate::conformance::scale_out::{
     Child, assert_in_order_exactly_once, count, effects_table, instance, jobs, publish,
     record_in_order, wait_effects,
 };
-use crate::conformance::support::{self, Harness, Job, PgHarness};
+use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
 
 /// The partitioned topology tests use: short delay buckets, expiring queues.
 fn partitioned(queue: &str, partitions: u32) -> PartitionedTopology {
@@ -525,4 +527,321 @@ async fn a_partitioned_sources_queue_depths_are_reported() {
     }
     let _ = stop.send(());
     support::within(run).await.expect("join").expect("consumer");
+}
+
+/// Records the job with the partition queue that ran it and the attempt
+/// that succeeded; fails its first `fail_times` attempts, retried through
+/// the broker's delay queues (up to 200 ms: the 16 ms to 256 ms buckets,
+/// which the topology declares at its defaults).
+#[handler(
+    idempotency_key = job.id,
+    retry = exponential(base = "10ms", max_delay = "200ms", attempts = 5, mode = redeliver),
+)]
+async fn record_after_delayed_retries(
+    job: Job,
+    tx: &mut PgTx,
+    ctx: &consumer::MessageContext,
+) -> Result<(), JobError> {
+    if ctx.attempt() <= job.fail_times {
+        return Err(JobError::Transient(ctx.attempt()));
+    }
+    sqlx::query(
+        "INSERT INTO retried_effects (job_id, key, seq, queue, attempt) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&job.id)
+    .bind(&job.key)
+    .bind(job.seq)
+    .bind(ctx.envelope().origin.channel.as_str())
+    .bind(i32::try_from(ctx.attempt()).unwrap_or(i32::MAX))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn retried_effects_table(h: &PgHarness) {
+    sqlx::query(
+        "CREATE TABLE retried_effects (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, \
+         key TEXT NOT NULL, seq BIGINT NOT NULL, queue TEXT NOT NULL, attempt INT NOT NULL)",
+    )
+    .execute(h.pool())
+    .await
+    .expect("effects table");
+}
+
+/// What `retried_effects` holds, in the order it was written:
+/// `(job_id, key, seq, queue, attempt)`.
+async fn retried_effects(h: &PgHarness) -> Vec<(String, String, i64, String, i32)> {
+    sqlx::query_as("SELECT job_id, key, seq, queue, attempt FROM retried_effects ORDER BY id")
+        .fetch_all(h.pool())
+        .await
+        .expect("effects")
+}
+
+/// Polls `retried_effects` until it holds `n` rows (the database has no
+/// event to await).
+async fn wait_retried_effects(h: &PgHarness, n: i64) {
+    support::within(async {
+        while count(h, "SELECT count(*) FROM retried_effects").await < n {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+/// Several services' partitioned queues on one node, as the scale-out page
+/// sets them up: three topologies of 8 quorum partitions at their defaults
+/// (delay queues sized to a handler whose retries wait up to 200 ms), two
+/// instances each, all six starting at once. Each declares 8 + 5 + 1 quorum
+/// queues (at the old defaults, 161), every message runs once from its
+/// key's partition (a retried one too, back through the shared delay
+/// queues, on its second attempt), each key in order; then each topology
+/// deletes what it declared and the node holds nothing of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_partitioned_topologies_declared_at_once_consume_and_delete_what_they_declared() {
+    const PARTITIONS: u32 = 8;
+    const KEYS: usize = 16;
+    const PER_KEY: i64 = 8;
+    let h = PgHarness::new().await;
+    retried_effects_table(&h).await;
+    let topologies: Vec<PartitionedTopology> = (0..3)
+        .map(|t| {
+            PartitionedTopology::new(unique_prefix(&format!("ptrio{t}")), PARTITIONS)
+                .expect("valid test queue name")
+                // Should the test die before deleting them.
+                .with_expires(Duration::from_secs(600))
+        })
+        .collect();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut runs = Vec::new();
+    let mut assignments = Vec::new();
+    for topology in &topologies {
+        for _ in 0..2 {
+            let source = PartitionedSource::builder(amqp_url(), topology.clone())
+                .with_heartbeat(Duration::from_millis(200))
+                .build()
+                .expect("a partitioned source");
+            assignments.push(source.assignment());
+            let consumer = Consumer::new(source, h.store(), record_after_delayed_retries);
+            let mut stopped = stopped.clone();
+            runs.push(tokio::spawn(consumer.run_until(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })));
+        }
+    }
+    // An instance hears the others only once it has declared.
+    for rx in &mut assignments {
+        wait_assignment(rx, |_| true).await;
+    }
+
+    let mut expected = 0;
+    for (t, topology) in topologies.iter().enumerate() {
+        let publisher = AmqpPublisher::builder(amqp_url())
+            .with_partitions(topology.clone())
+            .connect()
+            .await
+            .expect("a RabbitMQ publisher");
+        let mut batch: Vec<Job> = jobs(KEYS, 0..PER_KEY)
+            .into_iter()
+            .map(|j| Job {
+                id: format!("{t}-{}", j.id),
+                ..j
+            })
+            .collect();
+        // One message each on keys of their own that fails once: its retry
+        // goes through the shared delay queues.
+        batch.extend((0..KEYS).map(|k| Job {
+            id: format!("{t}-r{k}"),
+            fail_times: 1,
+            ..Job::new(&format!("r{k}"), 0)
+        }));
+        publish(&publisher, &format!("/{}", topology.name()), &batch).await;
+        publisher.close().await;
+        expected += batch.len();
+    }
+    wait_retried_effects(&h, i64::try_from(expected).expect("fits")).await;
+
+    // What each topology holds on the node while it runs.
+    for topology in &topologies {
+        assert_eq!(
+            topology.delay_queues().len(),
+            5,
+            "delay queues sized to the handler's 200 ms: 16 ms to 256 ms"
+        );
+        let queues = listed("queues", &format!("{}.", topology.name()));
+        assert_eq!(
+            queues.len(),
+            8 + 5 + 1,
+            "partitions, shared delay queues, dead-letter queue: {queues:?}"
+        );
+        assert!(
+            queues.iter().all(|(_, kind)| kind == "quorum"),
+            "every queue is a quorum queue: {queues:?}"
+        );
+    }
+
+    let effects = retried_effects(&h).await;
+    let ids: std::collections::BTreeSet<&str> = effects.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(effects.len(), expected, "every message ran");
+    assert_eq!(ids.len(), expected, "no message ran twice");
+    let mut seqs: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+    for (job_id, key, seq, queue, attempt) in &effects {
+        let t: usize = job_id
+            .split('-')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("the job id starts with its topology");
+        assert_eq!(
+            *queue,
+            topologies[t].queue_for_key(key.as_bytes()),
+            "{job_id} ran from its key's partition"
+        );
+        let retried = key.starts_with('r');
+        assert_eq!(
+            *attempt,
+            if retried { 2 } else { 1 },
+            "{job_id}: a retried message runs on its second attempt, the others on their first"
+        );
+        seqs.entry((t.to_string(), key.clone()))
+            .or_default()
+            .push(*seq);
+    }
+    for ((t, key), s) in &seqs {
+        assert!(
+            s.windows(2).all(|w| w[0] < w[1]),
+            "topology {t}, key {key}: out of order {s:?}"
+        );
+    }
+
+    let _ = stop.send(true);
+    for run in runs {
+        support::within(run)
+            .await
+            .expect("join")
+            .expect("the consumer stops cleanly");
+    }
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    for topology in &topologies {
+        let left = support::within(topology.delete(&channel))
+            .await
+            .expect("the topology deletes what it declared");
+        assert_eq!(left, 0, "every message was consumed before the delete");
+        for what in ["queues", "exchanges"] {
+            let listed = listed(what, &format!("{}.", topology.name()));
+            assert!(
+                listed.is_empty(),
+                "{what} of {} left on the node: {listed:?}",
+                topology.name()
+            );
+        }
+    }
+    let _ = conn.close(200, "done".into()).await;
+}
+
+/// A retry copy waiting in a delay queue of the layout before the
+/// partitions shared theirs (`<queue>.p1.retry.16ms`, declared as the
+/// earlier version declared it) comes back to its partition after an
+/// upgrade, with its attempt count, and runs once; the old queue is left on
+/// the broker (for the operator, whom a WARN line at start tells).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_in_a_delay_queue_of_the_earlier_layout_comes_back_to_its_partition() {
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+
+    let logs = consumer::testing::captured_logs();
+    let h = PgHarness::new().await;
+    retried_effects_table(&h).await;
+    let queue = unique_prefix("pold");
+    let topology = PartitionedTopology::new(&queue, 2)
+        .expect("valid test queue name")
+        .with_expires(Duration::from_secs(600));
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    topology
+        .declare(&channel)
+        .await
+        .expect("the topology declared");
+
+    let job = Job {
+        id: "old-copy".to_owned(),
+        ..Job::new("k-old", 0)
+    };
+    let partition = topology.queue_for_key(job.key.as_bytes());
+    let old = format!("{partition}.retry.16ms");
+    let long = |v: &str| AMQPValue::LongString(LongString::from(v.as_bytes().to_vec()));
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), long("quorum"));
+    args.insert("x-dead-letter-exchange".into(), long(""));
+    args.insert("x-dead-letter-routing-key".into(), long(&partition));
+    args.insert("x-dead-letter-strategy".into(), long("at-least-once"));
+    args.insert("x-overflow".into(), long("reject-publish"));
+    args.insert("x-expires".into(), AMQPValue::LongLongInt(600_000));
+    channel
+        .queue_declare(
+            old.as_str().into(),
+            lapin::options::QueueDeclareOptions::durable(),
+            args,
+        )
+        .await
+        .expect("the earlier layout's delay queue");
+    // As the earlier acker published a copy: to the default exchange, its
+    // delay as expiration, the attempt it is for in its header.
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
+    publisher
+        .republish_to(
+            "",
+            &old,
+            &job.message().with_header("x-consumer-attempt", "2"),
+            Some(Duration::from_millis(16)),
+        )
+        .await
+        .expect("the copy confirmed");
+    publisher.close().await;
+
+    let source = PartitionedSource::builder(amqp_url(), topology.clone())
+        .with_heartbeat(Duration::from_millis(100))
+        .build()
+        .expect("a partitioned source");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(
+        Consumer::new(source, h.store(), record_after_delayed_retries).run_until(async move {
+            let _ = stopped.await;
+        }),
+    );
+    wait_retried_effects(&h, 1).await;
+    let _ = stop.send(());
+    support::within(run).await.expect("join").expect("consumer");
+
+    let effects = retried_effects(&h).await;
+    assert_eq!(
+        effects,
+        [(job.id.clone(), job.key.clone(), 0, partition.clone(), 2)],
+        "the copy ran once, from its partition, as the attempt its header says"
+    );
+    assert_eq!(
+        listed("queues", &old),
+        [(old.clone(), "quorum".to_owned())],
+        "the old delay queue is left for the operator"
+    );
+    let told = logs.matching(&[
+        "WARN",
+        &queue,
+        "queues=1",
+        "delay queues of the layout before the partitions shared theirs",
+        "delete them when they are empty",
+    ]);
+    assert!(!told.is_empty(), "the operator is told at start");
+    channel
+        .queue_delete(
+            old.as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .expect("the old delay queue deleted");
+    support::within(topology.delete(&channel))
+        .await
+        .expect("the topology deleted");
+    let _ = conn.close(200, "done".into()).await;
 }

@@ -396,3 +396,31 @@ pub fn sweep_test_queues() {
         "RabbitMQ did not answer `rabbitmqctl eval` (the sweep of the test queues) within 60 s: the local node is stuck; `scripts/services rabbitmq` stops and replaces such a node"
     );
 }
+
+/// The queues (`what = "queues"`, with their type) or exchanges
+/// (`"exchanges"`, with theirs) on the local RabbitMQ node whose name
+/// starts with `prefix`, read with `rabbitmqctl`; panics, naming RabbitMQ,
+/// when it cannot be run or the node does not answer within 60 s.
+pub fn listed(what: &str, prefix: &str) -> Vec<(String, String)> {
+    let out = std::process::Command::new("timeout")
+        .args(["60", "rabbitmqctl", "-q", &format!("list_{what}"), "--no-table-headers", "name", "type"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("this test reads the local RabbitMQ node's {what} with rabbitmqctl, which could not be run ({e}): run it where scripts/services rabbitmq runs RabbitMQ")
+        });
+    assert!(
+        out.status.success(),
+        "RabbitMQ did not answer `rabbitmqctl list_{what}` within 60 s ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| {
+            let (name, kind) = l.split_once('\t')?;
+            Some((name.to_owned(), kind.trim().to_owned()))
+        })
+        .collect()
+}

@@ -166,8 +166,20 @@ impl DelayQueues {
     }
 
     fn name(&self, bucket: Duration) -> String {
-        format!("{}.{}ms", self.prefix, bucket.as_millis())
+        bucket_name(&self.prefix, bucket)
     }
+}
+
+/// Every bucket queue there can be under `prefix`, shortest first,
+/// whatever the handlers ask for: what a teardown deletes, and what the
+/// look for an older layout walks.
+pub(crate) fn every_bucket(prefix: &str) -> impl Iterator<Item = String> + '_ {
+    (0..=MAX_TIERS).map(move |i| bucket_name(prefix, bucket(i)))
+}
+
+/// The queue of `bucket` under `prefix`: `<prefix>.<n>ms`.
+fn bucket_name(prefix: &str, bucket: Duration) -> String {
+    format!("{prefix}.{}ms", bucket.as_millis())
 }
 
 /// Bucket `i`: 16 ms x 2^i.
@@ -251,6 +263,15 @@ mod tests {
         let mut args = FieldTable::default();
         shared.dead_letter_args(&mut args, "orders.p3");
         assert!(!args.inner().contains_key("x-dead-letter-routing-key"));
+    }
+
+    #[test]
+    fn every_bucket_there_can_be_is_named_as_the_sized_ones_are() {
+        let d = DelayQueues::new("q.retry".into(), true).with_cap(Duration::from_secs(3600));
+        let every: Vec<String> = every_bucket("q.retry").collect();
+        assert_eq!(every.len(), 41, "16 ms x 2^0 .. 2^40");
+        let sized: Vec<String> = d.buckets().into_iter().map(|b| b.1).collect();
+        assert_eq!(every[..sized.len()], sized[..]);
     }
 
     #[test]

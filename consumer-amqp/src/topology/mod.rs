@@ -81,6 +81,8 @@ mod declare;
 mod delays;
 mod depths;
 mod partitioned;
+mod teardown;
+mod upgrade;
 
 use std::fmt;
 use std::time::Duration;

@@ -16,7 +16,10 @@
 //! partitions holds N + B + 1 of them (B delay buckets, 5 for handlers whose
 //! longest delay is 200 ms), whatever N is for the delay queues.
 //! `benches/amqp_footprint.rs` prints the queues and the broker memory of
-//! each layout.
+//! each layout. The delay queues of the layout before they were shared
+//! (`orders.p3.retry.16ms`, ...) are left where an upgrade finds them,
+//! draining back into their partitions, and reported at start (`upgrade.rs`);
+//! [`delete`](PartitionedTopology::delete) takes a topology down.
 //!
 //! **Declaring gently.** The instances of a topology that start together do
 //! not all declare at once: the first takes the declare lock (an exclusive
@@ -131,6 +134,11 @@ impl PartitionedTopology {
     /// as the longest delay asked for needs).
     pub fn delay_queues(&self) -> Vec<(Duration, String)> {
         self.delays.buckets()
+    }
+
+    /// The shared delay queues.
+    pub(super) fn delays(&self) -> &DelayQueues {
+        &self.delays
     }
 
     /// The exclusive queue whose holder declares the topology.
@@ -270,6 +278,7 @@ impl PartitionedTopology {
         // both see nothing: checking again after declaring catches it (the
         // smaller count then finds the larger one's queues).
         self.check_partition_count(publisher).await?;
+        self.report_old_delay_queues(publisher).await;
         Ok(declared)
     }
 
@@ -406,15 +415,20 @@ impl PartitionedTopology {
         Err(mismatch(found))
     }
 
-    /// Whether partition queue `p` exists: a passive declare on a channel of
-    /// its own (a missing queue closes the channel).
+    /// Whether partition queue `p` exists.
     async fn exists(&self, publisher: &AmqpPublisher, p: u32) -> Result<bool> {
+        let found = self.find(publisher, &self.partition_queue(p)).await?;
+        Ok(!matches!(found, Found::Missing))
+    }
+
+    /// What the broker holds of queue `name`: a passive declare on a
+    /// channel of its own (a missing queue closes the channel).
+    pub(crate) async fn find(&self, publisher: &AmqpPublisher, name: &str) -> Result<Found> {
         let channel = self.side_channel(publisher).await?;
-        let name = self.partition_queue(p);
         let found = tokio::time::timeout(
             self.declare_timeout,
             channel.queue_declare(
-                short(&name)?,
+                short(name)?,
                 QueueDeclareOptions::durable().passive(),
                 FieldTable::default(),
             ),
@@ -422,23 +436,34 @@ impl PartitionedTopology {
         .await
         .map_err(|_| Error::NoAnswer {
             what: "the passive declare of queue",
-            name: name.clone(),
+            name: name.to_owned(),
             after: self.declare_timeout,
         })?;
         match found {
-            Ok(_) => {
+            Ok(queue) => {
                 let _ = channel.close(200, "probe done".into()).await;
-                Ok(true)
+                Ok(Found::Holding(queue.message_count()))
             }
-            Err(e) if crate::error::is_not_found(&e) => Ok(false),
+            Err(e) if crate::error::is_not_found(&e) => Ok(Found::Missing),
             // It exists; the sources report it when they consume it.
-            Err(e) if crate::error::crashed_reply(&e).is_some() => Ok(true),
+            Err(e) if crate::error::crashed_reply(&e).is_some() => Ok(Found::Crashed),
             Err(source) => Err(Error::Amqp {
                 context: "passive queue declare",
                 source,
             }),
         }
     }
+}
+
+/// What a passive declare found of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No such queue.
+    Missing,
+    /// The queue, with this many messages ready.
+    Holding(u32),
+    /// The queue, which RabbitMQ reports crashed (its count unknown).
+    Crashed,
 }
 
 #[cfg(test)]

@@ -207,6 +207,14 @@ impl KafkaSourceBuilder {
         for (k, v) in CONSUMER_FIXED {
             cc.set(*k, *v);
         }
+        // The next-generation protocol (KIP-848) assigns on the broker, and
+        // librdkafka refuses a client-side strategy with it: ours is a
+        // default, not a choice the caller made.
+        let chosen = |key: &str| secured.iter().chain(&self.consumer).any(|(k, _)| k == key);
+        if cc.get("group.protocol") == Some("consumer") && !chosen("partition.assignment.strategy")
+        {
+            cc.remove("partition.assignment.strategy");
+        }
         cc
     }
 
@@ -409,6 +417,28 @@ mod static_membership_tests {
         for id in ["billing-0", "host.example_1", &"x".repeat(249)] {
             assert!(validate_instance_id(id).is_ok(), "{id:?}");
         }
+    }
+
+    #[test]
+    fn the_next_generation_protocol_gets_no_client_side_assignment_strategy() {
+        let classic = builder().consumer_config(&[]);
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        let next = builder()
+            .with_property("group.protocol", "consumer")
+            .consumer_config(&[]);
+        assert_eq!(next.get("partition.assignment.strategy"), None);
+        let chosen = builder()
+            .with_property("group.protocol", "consumer")
+            .with_property("partition.assignment.strategy", "range")
+            .consumer_config(&[]);
+        assert_eq!(
+            chosen.get("partition.assignment.strategy"),
+            Some("range"),
+            "the caller's own choice is left for librdkafka to judge"
+        );
     }
 
     #[tokio::test]

@@ -70,8 +70,9 @@ pub const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 ///   `consumer.queue.crashed` gauge, and tried again with backoff (1 s up to
 ///   30 s) while the other partitions go on.
 /// * **Settling** is [`AmqpAcker`]'s, per partition: retry copies go to the
-///   partition's own delay queues and come back to it; dead letters go to
-///   the shared dead-letter queue.
+///   delay queues the partitions share, through their exchange with the
+///   partition queue as routing key, and come back to their partition;
+///   dead letters go to the shared dead-letter queue.
 /// * **The partition count** is checked against the broker before anything
 ///   is declared ([`Error::PartitionCount`] on a mismatch; see
 ///   [`PartitionedTopology`]).
@@ -334,8 +335,8 @@ impl Source for PartitionedSource {
         ))
     }
 
-    /// The depths of every partition's work and delay queues and of the
-    /// shared dead-letter queue, read every
+    /// The depths of every partition queue, of each shared delay queue and
+    /// of the shared dead-letter queue, read every
     /// [`with_depth_interval`](PartitionedSourceBuilder::with_depth_interval).
     fn gauges(&self) -> Option<Arc<dyn consumer_backend::SourceGauges>> {
         Some(super::gauges::AmqpGauges::start_for(
