@@ -29,8 +29,9 @@ pub(super) enum Settled {
 pub enum HeldAcker<A, S> {
     /// A delivery from the broker.
     Broker(A),
-    /// A parked message of a released key.
-    Parked(ParkedAcker<S>),
+    /// A parked message of a released key (boxed: rare, and the broker's
+    /// acker, moved with every delivery, stays its own size).
+    Parked(Box<ParkedAcker<S>>),
 }
 
 /// Settles a parked message: an ack deletes its row (unless it became the
@@ -113,14 +114,14 @@ impl<A: Acker, S: DedupStore> Acker for HeldAcker<A, S> {
     async fn ack(self) -> Result<(), Error> {
         match self {
             HeldAcker::Broker(a) => a.ack().await,
-            HeldAcker::Parked(a) => a.ack().await,
+            HeldAcker::Parked(a) => (*a).ack().await,
         }
     }
 
     async fn release(self) -> Result<(), Error> {
         match self {
             HeldAcker::Broker(a) => a.release().await,
-            HeldAcker::Parked(a) => a.release().await,
+            HeldAcker::Parked(a) => (*a).release().await,
         }
     }
 

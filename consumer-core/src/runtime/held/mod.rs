@@ -134,7 +134,7 @@ impl<Src: Source, S: DedupStore> Source for HeldSource<Src, S> {
         }
         tokio::select! {
             got = self.inner.recv() => Ok(got?.map(|(e, a)| (e, HeldAcker::Broker(a)))),
-            Some((e, a)) = draining.deliveries.recv() => Ok(Some((e, HeldAcker::Parked(a)))),
+            Some((e, a)) = draining.deliveries.recv() => Ok(Some((e, HeldAcker::Parked(Box::new(a))))),
         }
     }
 
