@@ -11,10 +11,12 @@ use std::io::Write;
 use std::time::Duration;
 
 use consumer_console::operator::{
-    AuditEntry, FailedEvent, FailureKind, LetterGroup, LetterQuery, OutboxBacklog, ReplayReport,
-    ReplayRequest, ReplayedLetter, SagaAction, SagaQuery, Selection, StoredLetter,
+    AuditEntry, FailedEvent, FailureKind, HeldKey, HeldQuery, LetterGroup, LetterQuery,
+    OutboxBacklog, ReplayReport, ReplayRequest, ReplayedLetter, SagaAction, SagaQuery, Selection,
+    StoredLetter,
 };
 use consumer_console::{Console, Operator, OperatorError, Token};
+use consumer_core::store::held::{HeldKeys, Release};
 use consumer_saga::{SagaFilter, SagaRecord};
 use sqlx::postgres::PgPool;
 use time::OffsetDateTime;
@@ -210,6 +212,29 @@ impl Operator for CliOperator {
             } => store.abandon(saga_type, saga_id, reason).await,
         }
         .map_err(|e| failure(crate::sagas::operator(e)))
+    }
+
+    async fn held_keys(&self, query: &HeldQuery) -> Result<Vec<HeldKey>, OperatorError> {
+        let store = consumer_core::PgStore::new(self.pool.clone());
+        let after = query.after.as_ref().map(|(h, k)| (h.as_str(), k.as_str()));
+        store
+            .held_keys(query.handler.as_deref(), after, query.limit)
+            .await
+            .map_err(|e| failure(crate::held_keys::explain(e)))
+    }
+
+    async fn release_key(
+        &self,
+        handler: &str,
+        key: &str,
+        skip_head: bool,
+    ) -> Result<bool, OperatorError> {
+        let store = consumer_core::PgStore::new(self.pool.clone());
+        match store.release_key(handler, key, skip_head).await {
+            Ok(Release::Released) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(e) => Err(failure(crate::held_keys::explain(e))),
+        }
     }
 
     async fn outbox(&self) -> Result<OutboxBacklog, OperatorError> {

@@ -26,7 +26,7 @@ use crate::render::Table;
 /// Keys listed per page read from the store.
 const PAGE: u32 = 500;
 
-fn explain(e: consumer_core::Error) -> Error {
+pub fn explain(e: consumer_core::Error) -> Error {
     match e {
         consumer_core::Error::Database(db) => database::explain(db, "consumer_held_keys"),
         other => Error::Other(other.to_string()),

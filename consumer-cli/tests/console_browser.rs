@@ -4,7 +4,8 @@
 //! the work queue a real consumer of `book` reads): the groups, one letter
 //! (a payload of HTML and script shown, not run), a group replayed with a
 //! canary that fails and then one that passes (the journal has each letter
-//! once, the canary first), a saga resumed, the outbox and the audit log;
+//! once, the canary first), a saga resumed, a held key released, the
+//! outbox and the audit log;
 //! no JavaScript error on any page; a screenshot of each page under the
 //! target dir's `console-screenshots/`.
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use browser::{Browser, wait_for_line};
 use consumer::envelope::{Origin, names};
+use consumer::store::held::HeldKeys;
 use consumer::{DeadLetter, DeadLetterKind, Envelope, Headers, PgStore};
 use fantoccini::Locator;
 use support::sagas::make_sagas;
@@ -270,6 +272,38 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     assert!(status.starts_with("compensating"), "{status}");
     no_errors(&b, "the saga").await;
 
+    // A held key (sequenced dead letters), released after confirmation:
+    // no consumer of its handler runs here, so it stays released.
+    let head = Envelope::from_parts(
+        b"{}".to_vec().into(),
+        Headers::new(),
+        Some("acct-9".to_owned()),
+        Origin::default(),
+        || "acct-9-2".to_owned(),
+    );
+    PgStore::new(w.schema.pool.clone())
+        .hold_key(
+            "apply_entry",
+            "acct-9",
+            &head,
+            "entry 2 of acct-9 refused",
+            consumer::store::held::Holding::Dead,
+        )
+        .await
+        .expect("a held key");
+    b.client
+        .goto(&format!("{base}/held-keys"))
+        .await
+        .expect("held keys");
+    arrived(&b, "table.held").await;
+    b.screenshot("held-keys").await;
+    click(&b, "form[action='/held-keys/release'] button").await;
+    arrived(&b, "button.danger").await;
+    click(&b, "button.danger").await;
+    arrived(&b, "p.done").await;
+    assert_eq!(text(&b, "td.status").await, "released");
+    no_errors(&b, "the held keys").await;
+
     b.client
         .goto(&format!("{base}/outbox"))
         .await
@@ -283,6 +317,7 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     arrived(&b, "table.audit").await;
     let audit = text(&b, "table.audit").await;
     assert!(audit.contains("saga resume"), "{audit}");
+    assert!(audit.contains("held key release"), "{audit}");
     assert!(audit.contains("canary failed"), "{audit}");
     assert!(audit.contains("2 sent"), "{audit}");
     b.screenshot("audit").await;

@@ -9,6 +9,7 @@
 use std::future::Future;
 
 use consumer_core::DeadLetter;
+pub use consumer_core::store::held::HeldKey;
 use consumer_saga::{SagaRecord, SagaStatus};
 use time::OffsetDateTime;
 
@@ -60,6 +61,23 @@ pub trait Operator: Send + Sync + 'static {
         action: &SagaAction,
     ) -> impl Future<Output = Result<SagaRecord, OperatorError>> + Send;
 
+    /// Held keys (sequenced dead letters), by handler then key, after
+    /// `query.after`.
+    fn held_keys(
+        &self,
+        query: &HeldQuery,
+    ) -> impl Future<Output = Result<Vec<HeldKey>, OperatorError>> + Send;
+
+    /// Releases a held key (its head runs again first) or, with
+    /// `skip_head`, releases it without its head; `false` when the key is
+    /// not held.
+    fn release_key(
+        &self,
+        handler: &str,
+        key: &str,
+        skip_head: bool,
+    ) -> impl Future<Output = Result<bool, OperatorError>> + Send;
+
     /// The outbox's backlog.
     fn outbox(&self) -> impl Future<Output = Result<OutboxBacklog, OperatorError>> + Send;
 
@@ -72,6 +90,17 @@ pub trait Operator: Send + Sync + 'static {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<AuditEntry>, OperatorError>> + Send;
+}
+
+/// Which page of held keys.
+#[derive(Debug, Clone, Default)]
+pub struct HeldQuery {
+    /// Only this handler's.
+    pub handler: Option<String>,
+    /// Only keys after this `(handler, key)` (keyset pagination).
+    pub after: Option<(String, String)>,
+    /// At most this many.
+    pub limit: u32,
 }
 
 /// Letters of one handler that failed with one error.

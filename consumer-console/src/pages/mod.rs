@@ -3,6 +3,7 @@
 
 pub(crate) mod assets;
 pub(crate) mod audit;
+pub(crate) mod held;
 pub(crate) mod letters;
 pub(crate) mod outbox;
 pub(crate) mod payload;
@@ -16,18 +17,19 @@ use time::OffsetDateTime;
 
 use crate::operator::{FailureKind, OperatorError};
 
-/// The parts of the console, in the navigation's order. Held keys and
-/// circuits have their place here already; their pages come with the
-/// runtime's flow control.
+/// The parts of the console, in the navigation's order. Circuits have
+/// their place here already; their page comes with the runtime's flow
+/// control.
 const NAVIGATION: &[(&str, &str)] = &[
     ("Dead letters", "/dead-letters"),
+    ("Held keys", "/held-keys"),
     ("Sagas", "/sagas"),
     ("Outbox", "/outbox"),
     ("Audit log", "/audit"),
 ];
 
 /// Parts planned but not served yet, shown greyed in the navigation.
-const PLANNED: &[&str] = &["Held keys", "Circuits"];
+const PLANNED: &[&str] = &["Circuits"];
 
 /// `/`: the dead letters.
 pub(crate) async fn home() -> Redirect {

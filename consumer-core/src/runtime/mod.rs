@@ -216,7 +216,7 @@ where
     /// drained message runs): a consumer that dies mid-drain leaves the key
     /// to another, or to itself restarted, this long after. Default 30 s.
     /// Only for handlers that hold keys
-    /// ([`OnDeadLetter::HoldKey`](crate::store::held::OnDeadLetter::HoldKey)).
+    /// ([`OnDeadLetter::HoldKey`]).
     pub fn with_held_key_lease(mut self, lease: Duration) -> Self {
         self.held_key_lease = lease.max(Duration::from_millis(100));
         self
