@@ -175,6 +175,24 @@ impl Tracker {
         }
     }
 
+    /// A retry is under way. In place, the next attempt runs on a new
+    /// envelope, and the one this attempt ran on is freed: its alias goes
+    /// now, before the allocator can hand its address to another
+    /// delivery's retry (whose events it would take).
+    fn retried(&self, envelope: &Envelope, mode: &str) {
+        let mut t = self.lock();
+        let Some(first) = t.resolve(envelope) else {
+            return;
+        };
+        if let Some(p) = t.live.get_mut(&first) {
+            p.copy_sent = mode == "redeliver";
+            p.in_place = mode == "in_place";
+        }
+        if mode == "in_place" {
+            t.aliases.retain(|_, to| *to != first);
+        }
+    }
+
     fn left(&self, envelope: &Envelope) {
         let mut t = self.lock();
         let first = address(envelope);
@@ -264,12 +282,7 @@ impl Tap for Tracker {
                     p.delivery.last_error = Some(error);
                 });
             }
-            Happened::Retried { envelope, mode, .. } => {
-                self.update(envelope, |p| {
-                    p.copy_sent = mode == "redeliver";
-                    p.in_place = mode == "in_place";
-                });
-            }
+            Happened::Retried { envelope, mode, .. } => self.retried(envelope, mode),
             Happened::RetryCopyRefused { envelope, .. } => {
                 self.update(envelope, |p| p.copy_sent = false);
             }
