@@ -119,19 +119,8 @@ fn key_of(form: &ActionForm) -> Result<(String, String), Failure> {
 
 /// Asks before releasing or skipping, repeating the form's fields.
 fn confirm(form: &ActionForm, path: &str, question: &str, handler: &str, key: &str) -> Markup {
-    let body = html! {
-        p { (question) }
-        form method="post" action=(path) {
-            (csrf_field(&form.csrf))
-            input type="hidden" name="handler" value=(handler);
-            input type="hidden" name="key" value=(key);
-            input type="hidden" name="confirmed" value="yes";
-            button.danger type="submit" { "Yes, do it" }
-            " "
-            a href="/held-keys" { "No" }
-        }
-    };
-    layout("Confirm", "Held keys", body)
+    let fields = [("handler", handler), ("key", key)];
+    super::confirm(form, (path, "Held keys", "/held-keys"), question, &fields)
 }
 
 /// Releases (or skips the head of) a key, with its audit entries.

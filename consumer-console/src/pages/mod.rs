@@ -72,6 +72,29 @@ pub(crate) fn layout(title: &str, section: &str, body: Markup) -> Markup {
     }
 }
 
+/// The page that asks before an action: `question`, then a form that
+/// posts `fields` again to `path` with the CSRF token and `confirmed`, or
+/// a way back to `back`. `section` is the navigation's current part.
+pub(crate) fn confirm(
+    form: &crate::access::ActionForm,
+    (path, section, back): (&str, &str, &str),
+    question: &str,
+    fields: &[(&str, &str)],
+) -> Markup {
+    let body = html! {
+        p { (question) }
+        form method="post" action=(path) {
+            (csrf_field(&form.csrf))
+            @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
+            input type="hidden" name="confirmed" value="yes";
+            button.danger type="submit" { "Yes, do it" }
+            " "
+            a href=(back) { "No" }
+        }
+    };
+    layout("Confirm", section, body)
+}
+
 /// The hidden field every action's form carries.
 pub(crate) fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }

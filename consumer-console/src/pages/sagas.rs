@@ -187,20 +187,9 @@ fn key_of(form: &ActionForm) -> Result<(String, String), Failure> {
     }
 }
 
-/// Asks before `action`, repeating the form's fields.
+/// Asks before a saga's action, repeating the form's fields.
 fn confirm(form: &ActionForm, path: &str, question: &str, fields: &[(&str, &str)]) -> Markup {
-    let body = html! {
-        p { (question) }
-        form method="post" action=(path) {
-            (csrf_field(&form.csrf))
-            @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
-            input type="hidden" name="confirmed" value="yes";
-            button.danger type="submit" { "Yes, do it" }
-            " "
-            a href="/sagas" { "No" }
-        }
-    };
-    layout("Confirm", "Sagas", body)
+    super::confirm(form, (path, "Sagas", "/sagas"), question, fields)
 }
 
 /// Runs `action` with its audit entries, then shows the saga.
