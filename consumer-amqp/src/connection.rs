@@ -171,6 +171,17 @@ impl AmqpEndpoint {
 
 /// A connection failure as the broker's refusal of this client, when it is
 /// one; else as the connection error it is.
+/// The longest closing a connection given up on may wait for the broker:
+/// one lost under the close may never answer it, and the caller is about
+/// to reconnect.
+const LET_GO_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Closes `connection`, which broke or is given up on, waiting at most
+/// [`LET_GO_LIMIT`]; whatever the broker answers, the caller reconnects.
+pub(crate) async fn let_go(connection: &Connection, why: &str) {
+    let _ = tokio::time::timeout(LET_GO_LIMIT, connection.close(200, why.into())).await;
+}
+
 fn refused(server: String, user: &str, shows_certificate: bool, source: lapin::Error) -> Error {
     if let ErrorKind::ProtocolError(amqp) = source.kind()
         && amqp.get_id() == 403

@@ -250,7 +250,7 @@ impl AmqpPublisher {
     /// of a lost link (the next publish opens another).
     async fn let_go(&self, conn: Connection, why: &'static str) {
         tracing::warn!(target: "consumer::amqp", connection = %self.inner.name, why, "lost the RabbitMQ publishing connection; reconnecting on the next publish");
-        let _ = conn.close(200, "reconnecting".into()).await;
+        crate::connection::let_go(&conn, "reconnecting").await;
     }
 
     /// Publishes one message to `exchange` with `routing_key` and waits for

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use consumer_backend::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
@@ -33,6 +34,8 @@ use crate::topology::Topology;
 ///   one over the publisher's size limit as too large: the runtime takes
 ///   its fallback. It never `nack(requeue = false)`s into the queue's own
 ///   dead-letter exchange instead: that would drop the context.
+/// * An ack or a nack not written out within 5 s (a connection lost while
+///   it was queued) fails as unanswered instead of holding its key.
 /// * Dropped unsettled: as `release`, the nack sent from a spawned task (when
 ///   a Tokio runtime is there); whatever happens, RabbitMQ requeues every
 ///   delivery still unacked when its channel closes.
@@ -90,20 +93,43 @@ impl AmqpAcker {
             self.metrics.settled.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    /// Waits at most [`SETTLE_FRAME_LIMIT`] for `frame` (an ack or a nack)
+    /// to be written out: a connection lost while it is queued may never
+    /// answer it, and a lane waiting on it would hold its key, then its
+    /// partition, for good. One not written is as good as lost: RabbitMQ
+    /// redelivers the delivery once its channel closes, and dedup skips it.
+    async fn within_limit(
+        &self,
+        context: &'static str,
+        frame: impl Future<Output = lapin::Result<bool>>,
+    ) -> Result<(), consumer_backend::Error> {
+        match tokio::time::timeout(SETTLE_FRAME_LIMIT, frame).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(Error::ChannelClosed.into()),
+            Ok(Err(source)) => Err(Error::Amqp { context, source }.into()),
+            Err(_) => Err(Error::NoAnswer {
+                what: context,
+                name: self.topology.queue().to_owned(),
+                after: SETTLE_FRAME_LIMIT,
+            }
+            .into()),
+        }
+    }
 }
+
+/// The longest an ack or a nack may take to be written out (see
+/// [`AmqpAcker`]'s docs).
+const SETTLE_FRAME_LIMIT: Duration = Duration::from_secs(5);
 
 impl Acker for AmqpAcker {
     async fn ack(mut self) -> Result<(), consumer_backend::Error> {
         self.done();
-        match self.delivery.ack(BasicAckOptions::default()).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::ChannelClosed.into()),
-            Err(e) => Err(Error::Amqp {
-                context: "basic.ack",
-                source: e,
-            }
-            .into()),
-        }
+        self.within_limit(
+            "the basic.ack of a delivery of",
+            self.delivery.ack(BasicAckOptions::default()),
+        )
+        .await
     }
 
     async fn release(mut self) -> Result<(), consumer_backend::Error> {
@@ -116,15 +142,11 @@ impl Acker for AmqpAcker {
             requeue: true,
             ..BasicNackOptions::default()
         };
-        match self.delivery.nack(requeue).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::ChannelClosed.into()),
-            Err(e) => Err(Error::Amqp {
-                context: "basic.nack",
-                source: e,
-            }
-            .into()),
-        }
+        self.within_limit(
+            "the basic.nack of a delivery of",
+            self.delivery.nack(requeue),
+        )
+        .await
     }
 
     async fn publish_dead_letter(

@@ -238,7 +238,7 @@ impl AmqpSource {
                 .reconnects
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "consumer::amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
-            let _ = s.connection.close(200, "reconnecting".into()).await;
+            crate::connection::let_go(&s.connection, "reconnecting").await;
         }
     }
 }
