@@ -14,7 +14,9 @@ use std::time::Duration;
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
 use consumer::{Consumer, Outgoing, PgTx, Publisher, handler};
 
-use crate::conformance::amqp::{amqp_url, connect, listed, unique_prefix};
+use consumer::testing::LinkProxy;
+
+use crate::conformance::amqp::{amqp_url, connect, listed, through, unique_prefix, upstream};
 use crate::conformance::scale_out::{
     Child, assert_in_order_exactly_once, count, effects_table, instance, jobs, publish,
     record_in_order, wait_effects,
@@ -281,6 +283,70 @@ async fn instances_share_the_partitions_and_hand_them_over_in_order() {
         .await
         .expect("join")
         .expect("a stops");
+}
+
+/// An instance holding no partition when its connection is cut joins
+/// again, so it takes the partition once the other instance leaves. It used
+/// to keep a session whose heartbeats had stopped: with no partition, no
+/// subscription failed to tell it the connection was gone, and nobody
+/// heard it any more (the fault campaign found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_without_partitions_joins_again_after_its_connection_is_cut() {
+    let h = PgHarness::new().await;
+    effects_table(&h).await;
+    let queue = unique_prefix("pidle");
+    let topology = partitioned(&queue, 1);
+    let link = LinkProxy::start(upstream()).await.expect("a link proxy");
+    let start = |id: &'static str, url: String| {
+        let source = PartitionedSource::builder(url, topology.clone())
+            .with_instance_id(id)
+            .with_heartbeat(Duration::from_millis(100))
+            .build()
+            .expect("a partitioned source");
+        let assignment = source.assignment();
+        let consumer = Consumer::new(source, h.store(), record_in_order);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(consumer.run_until(async move {
+            let _ = stopped.await;
+        }));
+        (assignment, stop, run)
+    };
+    // Dealt in id order: a takes the one partition, b none.
+    let (mut a, stop_a, run_a) = start("a", amqp_url());
+    let (mut b, stop_b, run_b) = start("b", through(&link));
+    wait_assignment(&mut a, |p| p == [0]).await;
+    wait_assignment(&mut b, <[u32]>::is_empty).await;
+
+    // b's connection is cut: it must join again, or it would never hear
+    // a leave.
+    link.cut();
+    // a leaves, saying goodbye: b takes the partition and consumes.
+    let _ = stop_a.send(());
+    support::within(run_a)
+        .await
+        .expect("join")
+        .expect("a stops");
+    wait_assignment(&mut b, |p| p == [0]).await;
+    let publisher = AmqpPublisher::builder(amqp_url())
+        .with_partitions(topology.clone())
+        .connect()
+        .await
+        .expect("a RabbitMQ publisher");
+    publish(&publisher, &format!("/{queue}"), &jobs(3, 0..2)).await;
+    wait_effects(&h, 6).await;
+    assert_in_order_exactly_once(&h, 3, 2).await;
+    let _ = stop_b.send(());
+    support::within(run_b)
+        .await
+        .expect("join")
+        .expect("b stops");
+    publisher.close().await;
+    let conn = connect().await;
+    let channel = conn.create_channel().await.expect("channel");
+    support::within(topology.delete(&channel))
+        .await
+        .expect("the topology deleted");
+    let _ = conn.close(200, "done".into()).await;
 }
 
 const CHILD_ENV: &str = "CONSUMER_PARTITION_CHILD";

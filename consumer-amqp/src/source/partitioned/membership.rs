@@ -48,6 +48,16 @@ pub(super) fn assign(members: &[&str], me: &str, partitions: u32) -> Vec<u32> {
     (0..partitions).filter(|p| p % m == rank).collect()
 }
 
+/// How [`Membership::run`] ended.
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// This instance said goodbye.
+    Left,
+    /// The heartbeats stopped, for the reason given: the others no longer
+    /// hear this instance.
+    Stopped(String),
+}
+
 /// The heartbeats' channel, exchange and queue, declared.
 pub(super) struct Membership {
     channel: Channel,
@@ -121,22 +131,27 @@ impl Membership {
         ))
     }
 
+    /// Publishes `word` (`hb`, `bye`). A beat not written out within
+    /// three intervals fails: the others count this instance gone by then,
+    /// and a connection lost under the write may never answer it.
     async fn say(&self, word: &str) -> Result<()> {
         let body = format!("{word} {}", self.me);
-        let ttl = self
-            .heartbeat
-            .saturating_mul(MISSED_BEATS)
-            .as_millis()
-            .to_string();
-        self.channel
-            .basic_publish(
-                short(&self.exchange)?,
-                "".into(),
-                BasicPublishOptions::default(),
-                body.as_bytes(),
-                BasicProperties::default().with_expiration(short(&ttl)?),
-            )
+        let gone_after = self.heartbeat.saturating_mul(MISSED_BEATS);
+        let ttl = gone_after.as_millis().to_string();
+        let publish = self.channel.basic_publish(
+            short(&self.exchange)?,
+            "".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            BasicProperties::default().with_expiration(short(&ttl)?),
+        );
+        tokio::time::timeout(gone_after, publish)
             .await
+            .map_err(|_| Error::NoAnswer {
+                what: "a heartbeat on the members exchange",
+                name: self.exchange.clone(),
+                after: gone_after,
+            })?
             .map_err(Error::amqp("heartbeat publish"))?;
         Ok(())
     }
@@ -144,13 +159,16 @@ impl Membership {
     /// Beats, listens, and sends this instance's partitions to `desired`
     /// whenever they change (the first time after one interval, once the
     /// others have been heard). Returns when `leave` is notified (after
-    /// saying goodbye) or the channel fails.
+    /// saying goodbye, with [`Ended::Left`]) or the heartbeats stop (with
+    /// why): the source then ends its session and joins again, since an
+    /// instance the others no longer hear has had its partitions dealt to
+    /// them.
     pub(super) async fn run(
         self,
         mut beats: lapin::Consumer,
         desired: watch::Sender<Option<Vec<u32>>>,
         leave: std::sync::Arc<Notify>,
-    ) {
+    ) -> Ended {
         let started = Instant::now();
         let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
         let mut tick = tokio::time::interval(self.heartbeat);
@@ -160,12 +178,11 @@ impl Membership {
                 biased;
                 () = leave.notified() => {
                     let _ = self.say("bye").await;
-                    return;
+                    return Ended::Left;
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.say("hb").await {
-                        tracing::warn!(target: "consumer::amqp", error = %e, "heartbeat failed");
-                        return;
+                        return Ended::Stopped(format!("a heartbeat could not be sent: {e}"));
                     }
                 }
                 beat = beats.next() => match beat {
@@ -177,7 +194,12 @@ impl Membership {
                             _ => tracing::debug!(target: "consumer::amqp", "ignored a malformed heartbeat"),
                         }
                     }
-                    _ => return,
+                    Some(Err(e)) => {
+                        return Ended::Stopped(format!("the heartbeats' subscription failed: {e}"));
+                    }
+                    None => {
+                        return Ended::Stopped("the broker ended the heartbeats' subscription".to_owned());
+                    }
                 },
             }
             let now = Instant::now();

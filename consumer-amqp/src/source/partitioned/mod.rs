@@ -260,7 +260,7 @@ impl PartitionedSource {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
             s.abort_all();
-            let _ = s.connection.close(200, "reconnecting".into()).await;
+            crate::connection::let_go(&s.connection, "reconnecting").await;
         }
     }
 
@@ -392,6 +392,14 @@ impl Source for PartitionedSource {
                     }
                     s.stale = true;
                     continue;
+                }
+                why = session::heartbeats_stopped(&mut s.membership) => {
+                    // Nobody hears this instance any more: the others take
+                    // its partitions after three missed beats, and a
+                    // session without partitions would never notice its
+                    // connection is gone. Join again.
+                    self.drop_session(&why).await;
+                    return Err(Error::ChannelClosed.into());
                 }
                 Some(lease) = s.requeue_rx.recv() => {
                     s.requeue(lease);

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::lease::{Item, Lease, LeaseId};
+use super::membership::Ended;
 use crate::error::{Error, Result};
 use crate::source::crashed::Crashed;
 use crate::source::stats::StatsInner;
@@ -49,7 +50,7 @@ pub(super) struct Session {
     crashed: BTreeMap<u32, Crashed>,
     releasing: Vec<JoinHandle<()>>,
     pub(super) leave: Arc<Notify>,
-    pub(super) membership: Option<JoinHandle<()>>,
+    pub(super) membership: Option<JoinHandle<Ended>>,
     next_lease: LeaseId,
     /// The leases are to be compared with the assignment again.
     pub(super) stale: bool,
@@ -64,7 +65,7 @@ impl Session {
     pub(super) fn new(
         connection: Connection,
         desired: watch::Receiver<Option<Vec<u32>>>,
-        (leave, membership): (Arc<Notify>, JoinHandle<()>),
+        (leave, membership): (Arc<Notify>, JoinHandle<Ended>),
         capacity: usize,
         crashed: Vec<u32>,
         delay_tiers: u32,
@@ -270,6 +271,22 @@ impl Session {
             h.abort();
         }
     }
+}
+
+/// Why a session's heartbeats (`membership`) stopped, once they have;
+/// pending while they go on, and forever once taken by `close`.
+pub(super) async fn heartbeats_stopped(membership: &mut Option<JoinHandle<Ended>>) -> String {
+    let Some(task) = membership.as_mut() else {
+        return std::future::pending().await;
+    };
+    let why = match task.await {
+        Ok(Ended::Stopped(why)) => why,
+        Ok(Ended::Left) => "this instance said goodbye".to_owned(),
+        Err(e) => format!("the heartbeats' task ended: {e}"),
+    };
+    // A finished task is not polled again.
+    *membership = None;
+    why
 }
 
 /// No series for partition `p`'s queue, nor for the queue it was last
