@@ -157,6 +157,14 @@ async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
     // consumer holds many at once.
     let conn = connect().await;
     let channel = conn.create_channel().await.expect("channel");
+    // Confirmed, so that the connection's close below drops nothing: without
+    // confirms a publish returns once queued, and the close could cut off
+    // the tail of the backlog (the test then waited for messages the broker
+    // never had).
+    channel
+        .confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
     for p in 0..2 {
         topology
             .partition(p)
@@ -181,7 +189,7 @@ async fn deliveries_without_a_key_run_in_their_partition_queues_order() {
             .await
             .expect("publish")
             .await
-            .expect("sent");
+            .expect("confirmed");
     }
     let _ = conn.close(200, "published".into()).await;
     let source = PartitionedSource::builder(amqp_url(), topology)
