@@ -323,7 +323,27 @@ impl Circuit {
         let mut guard = self.lock();
         let state = &mut guard.0;
         let now = Instant::now();
-        let transition = match (verdict, &mut *state) {
+        let transition = self.step(state, id, admission, verdict, now);
+        let quiet = matches!(&guard.0, State::Closed { streak } if streak.is_empty());
+        self.quiet.store(quiet, Ordering::Release);
+        drop(guard);
+        if transition.is_some() || admission == Admission::Probe {
+            self.changed.send_replace(());
+        }
+        transition
+    }
+
+    /// The state `verdict` on delivery `id` (let through as `admission`)
+    /// leads `state` to at `now`, and the transition, if any.
+    fn step(
+        &self,
+        state: &mut State,
+        id: &str,
+        admission: Admission,
+        verdict: Verdict,
+        now: Instant,
+    ) -> Option<Transition> {
+        match (verdict, &mut *state) {
             (Verdict::Neither, State::Probing { probe, .. })
                 if admission == Admission::Probe && probe == id =>
             {
@@ -382,14 +402,7 @@ impl Circuit {
                 })
             }
             (Verdict::FailedTransiently, _) => None,
-        };
-        let quiet = matches!(&guard.0, State::Closed { streak } if streak.is_empty());
-        self.quiet.store(quiet, Ordering::Release);
-        drop(guard);
-        if transition.is_some() || admission == Admission::Probe {
-            self.changed.send_replace(());
         }
-        transition
     }
 }
 

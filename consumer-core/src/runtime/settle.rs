@@ -327,17 +327,7 @@ impl<S: DedupStore> Settler<S> {
             .await
         {
             Published::Yes => {
-                if let Err(e) = self
-                    .store
-                    .mark_dead_lettered(&dl.handler, &dl.message_id, &dl.error)
-                    .await
-                {
-                    // The letter is on the broker; only a redelivery of the
-                    // original (a lost ack) would send it again.
-                    self.observer
-                        .emit(Happened::MarkFailed { error: &chain(&e) });
-                }
-                self.dead_lettered(envelope, name, kind);
+                self.mark_letter_out(envelope, &dl, kind).await;
                 return self.settle_letter(name, envelope, acker, hold).await;
             }
             Published::Stopping => return self.release(envelope, acker).await,
@@ -367,6 +357,22 @@ impl<S: DedupStore> Settler<S> {
             Stored::No(e) => self.settle_failed(envelope, acker, &dl, &e).await,
             Stored::Stopping => self.release(envelope, acker).await,
         }
+    }
+
+    /// Marks the letter the broker took as sent, in the store, and counts
+    /// it. A mark that fails is told and left: the letter is on the broker,
+    /// and only a redelivery of the original (a lost ack) would send it
+    /// again.
+    async fn mark_letter_out(&self, envelope: &Envelope, dl: &DeadLetter, kind: DeadLetterKind) {
+        if let Err(e) = self
+            .store
+            .mark_dead_lettered(&dl.handler, &dl.message_id, &dl.error)
+            .await
+        {
+            self.observer
+                .emit(Happened::MarkFailed { error: &chain(&e) });
+        }
+        self.dead_lettered(envelope, &dl.handler, kind);
     }
 
     /// Asks the store whether the message was dead-lettered before, within

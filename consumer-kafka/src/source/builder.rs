@@ -286,24 +286,11 @@ impl KafkaSourceBuilder {
             self.max_poll_stall,
             Arc::clone(&max_body),
         );
-        let (done_tx, done) = tokio::sync::oneshot::channel();
-        let ended = Arc::clone(&shared);
         let member = (
             self.group_id.clone(),
             cc.get("group.instance.id").map(str::to_owned),
         );
-        std::thread::Builder::new()
-            .name("consumer-kafka-poll".to_owned())
-            .spawn(move || {
-                // Returns once the consumer is closed (it has left the group,
-                // unless it is a static member).
-                let result = poller
-                    .run()
-                    .map_err(|e| e.fenced(&member.0, member.1.as_deref()));
-                ended.closed.store(true, Ordering::SeqCst);
-                let _ = done_tx.send(result);
-            })
-            .map_err(|_| Error::PollThread("could not be started"))?;
+        let done = spawn_poll_thread(poller, Arc::clone(&shared), member)?;
         tracing::info!(target: "consumer::kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
             rx,
@@ -320,6 +307,28 @@ impl KafkaSourceBuilder {
             group: self.group_id,
         })
     }
+}
+
+/// Runs `poller` on a thread of its own; the receiver hears how it ended
+/// (once the consumer is closed: it has left the group, unless it is a
+/// static member, whose `member` id a fencing error names).
+fn spawn_poll_thread(
+    poller: Poller,
+    ended: Arc<Ledger>,
+    member: (String, Option<String>),
+) -> Result<tokio::sync::oneshot::Receiver<Result<(), Error>>, Error> {
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("consumer-kafka-poll".to_owned())
+        .spawn(move || {
+            let result = poller
+                .run()
+                .map_err(|e| e.fenced(&member.0, member.1.as_deref()));
+            ended.closed.store(true, Ordering::SeqCst);
+            let _ = done_tx.send(result);
+        })
+        .map_err(|_| Error::PollThread("could not be started"))?;
+    Ok(done)
 }
 
 impl KafkaSource {
