@@ -28,10 +28,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+mod operator;
 mod statements;
 mod store;
 
 pub use error::{Error, Result};
+pub use operator::{CheckpointMove, ShardState};
 pub use store::SqlLeaseStore;
 
 /// The table that records which of this crate's migrations ran.

@@ -81,6 +81,26 @@ pub(crate) static CHECKPOINT_OF: Statement = Statement::new(concat!(
     key!()
 ));
 
+/// Every shard's lease, its checkpoint, and whether a live instance holds
+/// it (an operator's view).
+pub(crate) static SHARDS: Statement = Statement::new(concat!(
+    "SELECT ",
+    lease_columns!(),
+    ", checkpoint, CASE WHEN owner IS NOT NULL AND expires_at > {now} THEN 1 ELSE 0 END \
+     FROM consumer_kinesis_leases WHERE application = $1 AND stream = $2 ORDER BY shard_id"
+));
+
+/// An operator's move: `$4` the new checkpoint (NULL: the source's start
+/// position), `$5` the one read before (or NULL); only while no live
+/// instance holds the lease. The counter moves, so a lease read before
+/// cannot be taken over the move unseen.
+pub(crate) static MOVE_CHECKPOINT: Statement = Statement::new(concat!(
+    "UPDATE consumer_kinesis_leases SET checkpoint = $4, counter = counter + 1 WHERE ",
+    key!(),
+    " AND (owner IS NULL OR expires_at <= {now}) \
+     AND (checkpoint = $5 OR (checkpoint IS NULL AND $5 IS NULL))"
+));
+
 /// A [`Lease`] from a row of [`lease_columns!`].
 pub(crate) fn lease<DB: Dialect>(row: &DB::Row) -> Result<Lease> {
     let mut c = Columns::<DB>::of(row);

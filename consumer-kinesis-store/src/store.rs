@@ -21,9 +21,9 @@ const CHECKPOINT_TRIES: usize = 3;
 /// the database behind `pool` (PostgreSQL or SQLite); see the crate docs.
 #[derive(Debug, Clone)]
 pub struct SqlLeaseStore<DB: Dialect> {
-    pool: Pool<DB>,
-    application: String,
-    stream: String,
+    pub(crate) pool: Pool<DB>,
+    pub(crate) application: String,
+    pub(crate) stream: String,
 }
 
 impl<DB: Dialect> SqlLeaseStore<DB> {

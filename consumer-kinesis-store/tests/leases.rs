@@ -234,3 +234,96 @@ async fn sqlite_an_expired_lease_is_taken_and_applications_are_apart() {
     )
     .await;
 }
+
+/// What an operator reads and moves: every shard with its owner and
+/// checkpoint; a checkpoint moved (or shown on a dry run) only while no live
+/// instance holds the lease, and back to the start position.
+async fn operator_rules<DB: Dialect>(store: SqlLeaseStore<DB>) {
+    const OTHER: &str = "shardId-000000000001";
+    store.migrate().await.expect("migrations");
+    store
+        .ensure(&[SHARD.to_owned(), OTHER.to_owned()])
+        .await
+        .expect("ensure");
+    let held = store
+        .take(SHARD, "i-1", 0, later(60_000), false)
+        .await
+        .expect("take")
+        .expect("a free lease");
+    assert_eq!(
+        store
+            .checkpoint(SHARD, "i-1", Checkpoint::At("17".into()))
+            .await
+            .expect("checkpoint"),
+        CheckpointWrite::Written
+    );
+
+    let shards = store.shards().await.expect("shards");
+    assert_eq!(shards.len(), 2);
+    assert_eq!(shards[0].lease, held);
+    assert_eq!(
+        (shards[0].leased, shards[0].checkpoint.clone()),
+        (true, Some(Checkpoint::At("17".into())))
+    );
+    assert_eq!(
+        (shards[1].leased, shards[1].checkpoint.clone()),
+        (false, None)
+    );
+
+    match store.move_checkpoint(SHARD, None, true).await {
+        Err(consumer_kinesis_store::Error::Leased { owner, .. }) => assert_eq!(owner, "i-1"),
+        other => {
+            panic!("a leased shard's checkpoint is not moved, not even on a dry run: {other:?}")
+        }
+    }
+    let to = Some(Checkpoint::At("100".into()));
+    let shown = store
+        .move_checkpoint(OTHER, to.clone(), true)
+        .await
+        .expect("a dry run");
+    assert_eq!(
+        (shown.from.clone(), shown.to.clone(), shown.written),
+        (None, to.clone(), false)
+    );
+    assert_eq!(
+        store.checkpoint_of(OTHER).await.expect("read"),
+        None,
+        "a dry run writes nothing"
+    );
+    let moved = store
+        .move_checkpoint(OTHER, to.clone(), false)
+        .await
+        .expect("a move");
+    assert!(moved.written);
+    assert_eq!(store.checkpoint_of(OTHER).await.expect("read"), to);
+    let back = store
+        .move_checkpoint(OTHER, None, false)
+        .await
+        .expect("back to the start");
+    assert_eq!((back.from, back.to), (to, None));
+    assert_eq!(store.checkpoint_of(OTHER).await.expect("read"), None);
+
+    // Once the owner lets go, its shard can be moved too.
+    assert!(store.release(SHARD, "i-1").await.expect("release"));
+    let moved = store
+        .move_checkpoint(SHARD, Some(Checkpoint::At("5".into())), false)
+        .await
+        .expect("a released shard moves");
+    assert_eq!(moved.from, Some(Checkpoint::At("17".into())));
+    assert!(matches!(
+        store.move_checkpoint("shardId-9", None, true).await,
+        Err(consumer_kinesis_store::Error::NoSuchShard { .. })
+    ));
+}
+
+#[tokio::test]
+async fn postgres_an_operator_sees_every_shard_and_moves_a_checkpoint_only_when_unleased() {
+    let schema = postgres().await;
+    operator_rules(SqlLeaseStore::new(schema.pool.clone(), "app", "orders")).await;
+    schema.drop_schema().await.expect("drop the test schema");
+}
+
+#[tokio::test]
+async fn sqlite_an_operator_sees_every_shard_and_moves_a_checkpoint_only_when_unleased() {
+    operator_rules(SqlLeaseStore::new(sqlite().await, "app", "orders")).await;
+}

@@ -32,6 +32,11 @@ impl<'r, DB: Dialect> Columns<'r, DB> {
         Self { row, next: 0 }
     }
 
+    /// `row`, from column `first` (those before it read elsewhere).
+    pub fn starting_at(row: &'r DB::Row, first: usize) -> Self {
+        Self { row, next: first }
+    }
+
     fn take(&mut self) -> usize {
         self.next += 1;
         self.next - 1
