@@ -181,6 +181,11 @@ pub enum Command {
     /// list, release (the head runs again first), skip the head.
     #[command(subcommand, name = "held-keys")]
     HeldKeys(HeldKeys),
+    /// A Kinesis consumer's shards: leases and checkpoints (in the store's
+    /// database), and a checkpoint moved while no instance holds the lease.
+    #[cfg(feature = "kinesis")]
+    #[command(subcommand)]
+    Kinesis(Kinesis),
     /// Payload schemas: check the current ones against committed snapshots,
     /// record a new version.
     #[command(subcommand)]
@@ -211,6 +216,60 @@ pub struct ConsoleArgs {
     /// The outbox table.
     #[arg(long, default_value = "outbox_events")]
     pub outbox_table: String,
+}
+
+/// Which reading of which stream: the names the consumer's
+/// `SqlLeaseStore` was given.
+#[cfg(feature = "kinesis")]
+#[derive(Debug, Args)]
+pub struct KinesisReading {
+    /// The application (the consumer's name in its lease store).
+    #[arg(long)]
+    pub application: String,
+    /// The stream.
+    #[arg(long)]
+    pub stream: String,
+}
+
+/// Kinesis subcommands.
+#[cfg(feature = "kinesis")]
+#[derive(Debug, Subcommand)]
+pub enum Kinesis {
+    /// One row per shard: who holds its lease and until when, and its
+    /// checkpoint (the last record settled; `SHARD_END` once a closed shard
+    /// is finished).
+    Shards {
+        /// Whose shards.
+        #[command(flatten)]
+        reading: KinesisReading,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Moves a shard's checkpoint, only while no instance holds its lease
+    /// (stop the consumers first): the next owner reads on after it.
+    Checkpoint {
+        /// Whose shard.
+        #[command(flatten)]
+        reading: KinesisReading,
+        /// The shard (`shardId-000000000000`).
+        #[arg(long)]
+        shard: String,
+        /// The sequence number the shard counts as settled up to.
+        #[arg(
+            long,
+            conflicts_with = "to_start",
+            required_unless_present = "to_start"
+        )]
+        to: Option<String>,
+        /// No checkpoint: the shard is read again from the source's start
+        /// position.
+        #[arg(long)]
+        to_start: bool,
+        /// Says what would move, and writes nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// Held-key subcommands.

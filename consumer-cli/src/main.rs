@@ -12,6 +12,7 @@
 //! consumer sagas resume order-fulfilment order-4
 //! consumer held-keys list --handler apply_ledger_entry
 //! consumer held-keys release apply_ledger_entry account-7
+//! consumer kinesis shards --application billing --stream orders
 //! consumer schema check --snapshots contracts/deserialize --current target/contracts/deserialize
 //! consumer console --listen 127.0.0.1:9700
 //! ```
@@ -40,6 +41,8 @@ mod handler_state;
 mod held_keys;
 mod journal;
 mod json;
+#[cfg(feature = "kinesis")]
+mod kinesis;
 mod letter;
 mod outbox;
 mod places;
@@ -117,6 +120,22 @@ async fn run(cli: Cli) -> Result<()> {
             }
             HeldKeys::Skip { handler, key } => {
                 held_keys::release(services, &handler, &key, true, out).await
+            }
+        },
+        #[cfg(feature = "kinesis")]
+        Command::Kinesis(cmd) => match cmd {
+            args::Kinesis::Shards { reading, json } => {
+                kinesis::shards(services, &reading, json, out).await
+            }
+            args::Kinesis::Checkpoint {
+                reading,
+                shard,
+                to,
+                to_start: _,
+                dry_run,
+            } => {
+                let to = kinesis::target(to.as_deref())?;
+                kinesis::checkpoint(services, &reading, &shard, to, dry_run, out).await
             }
         },
         Command::Schema(cmd) => match cmd {
