@@ -188,15 +188,39 @@ ensure_postgres_logical() {
 }
 
 sweep_postgres() {
-  # Schemas left by earlier test runs (each test makes its own ct_* schema),
-  # and the replication slots the CDC test made.
+  # Schemas left by earlier test runs: each test makes its own ct_* schema
+  # (benchmarks bench_*), a failing test keeps its own for a look, and some
+  # harnesses never drop theirs. Thousands of them (each with the store's
+  # tables) slow every catalog query of the runs that follow. A test
+  # schema's id is a UUID v7 whose first 48 bits are its creation time in
+  # ms: only those older than SWEEP_OLDER_THAN_HOURS (6: no run lasts that
+  # long) go, so a run beside this one on the same database keeps its own;
+  # ids that are not v7 predate the time-ordered names and go too. Dropped
+  # twenty per transaction: one transaction dropping thousands runs out of
+  # lock slots (max_locks_per_transaction), which left every schema of
+  # every run in place before.
+  local hours="${SWEEP_OLDER_THAN_HOURS:-6}" old batch sql s n
+  old="$(psql "$pg_url" -qAt -c "
+    SELECT nspname FROM pg_namespace
+    WHERE nspname ~ '^(ct|bench)[a-z0-9_]*_[0-9a-f]{32}\$'
+      AND (substr(right(nspname, 32), 13, 1) <> '7'
+           OR ('x' || lpad(left(right(nspname, 32), 12), 16, '0'))::bit(64)::bigint
+              < (extract(epoch FROM now() - interval '$hours hours') * 1000)::bigint)" 2>/dev/null || true)"
+  if [ -n "$old" ]; then
+    n="$(printf '%s\n' "$old" | wc -l)"
+    say "dropping $n test schema(s) older than $hours h that earlier runs left"
+    while read -r batch; do
+      sql=""
+      for s in $batch; do sql="$sql DROP SCHEMA IF EXISTS \"$s\" CASCADE;"; done
+      psql "$pg_url" -qAt -c "SET client_min_messages = warning; BEGIN; $sql COMMIT;" >/dev/null 2>&1 \
+        || say "could not drop some old test schemas ($batch)"
+    done < <(printf '%s\n' "$old" | xargs -n 20)
+  fi
+  # The replication slots the CDC test made.
   psql "$pg_url" -qAt >/dev/null 2>&1 <<'SQL' || true
 DO $$
 DECLARE s text;
 BEGIN
-  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ct\_%' OR nspname LIKE 'bench\_%' LOOP
-    EXECUTE format('DROP SCHEMA %I CASCADE', s);
-  END LOOP;
   FOR s IN SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE 'ct\_%' AND NOT active LOOP
     PERFORM pg_drop_replication_slot(s);
   END LOOP;

@@ -39,7 +39,9 @@ impl FreshSchema {
                 "PostgreSQL is not reachable at {url} ({e}): start it (scripts/services postgres does) or set DATABASE_URL"
             ))
         };
-        let schema = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        // A time-ordered id: the name says when the schema was made, so a
+        // sweep can drop what earlier runs left (`scripts/services postgres`).
+        let schema = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
         let admin = PgPool::connect(&url).await.map_err(|e| unreachable(&e))?;
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
             .execute(&admin)
