@@ -138,10 +138,10 @@ pub async fn on_kafka(campaign: Campaign) -> Outcome {
         .await
         .unwrap_or_else(|e| panic!("creating the campaign's topics on Kafka at {brokers}: {e}"));
     let outcome = run(campaign, Backend::Kafka, topic).await;
-    if outcome.is_clean() {
-        if let Err(e) = delete_topics(&brokers, &topics).await {
-            println!("the campaign's topics stay on the broker: {e}");
-        }
+    if outcome.is_clean()
+        && let Err(e) = delete_topics(&brokers, &topics).await
+    {
+        println!("the campaign's topics stay on the broker: {e}");
     }
     outcome
 }
