@@ -48,6 +48,26 @@ pub fn check_external(brokers: &str) {
     );
 }
 
+/// Deletes `topics` (work, retry and dead-letter) from `brokers`, and
+/// says what the broker answered if it refused.
+pub async fn delete_topics(brokers: &str, topics: &Topics) -> Result<(), String> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| format!("an admin client for {brokers}: {e}"))?;
+    let mut names = topics.subscribed();
+    names.push(topics.dead_letter_topic());
+    let results = admin
+        .delete_topics(&names, &AdminOptions::new())
+        .await
+        .map_err(|e| format!("deleting {names:?}: {e}"))?;
+    for r in results {
+        r.map_err(|(name, code)| format!("deleting {name}: {code}"))?;
+    }
+    Ok(())
+}
+
 /// Commands for the thread that owns a mock cluster (librdkafka's mock
 /// cluster handle cannot move between threads).
 pub enum MockCommand {

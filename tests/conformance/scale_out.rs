@@ -134,7 +134,33 @@ pub struct Child(std::process::Child);
 
 impl Child {
     pub fn spawn(test: &str, env: (&str, String), id: &str) -> Self {
-        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        Self::start(Self::command(test, env, id))
+    }
+
+    /// [`spawn`](Self::spawn), its output (stdout and stderr: its logs,
+    /// and why it panicked) appended to `log`, which outlives the process.
+    pub fn spawn_logging_to(
+        test: &str,
+        env: (&str, String),
+        id: &str,
+        log: &std::path::Path,
+    ) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = file
+            .try_clone()
+            .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let mut command = Self::command(test, env, id);
+        command.stdout(file).stderr(err);
+        Self::start(command)
+    }
+
+    fn command(test: &str, env: (&str, String), id: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        command
             .args([
                 "--ignored",
                 "--exact",
@@ -144,10 +170,12 @@ impl Child {
             ])
             .env(env.0, env.1)
             .env(INSTANCE_ENV, id)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn a consumer process");
-        Self(child)
+            .stdout(std::process::Stdio::null());
+        command
+    }
+
+    fn start(mut command: std::process::Command) -> Self {
+        Self(command.spawn().expect("spawn a consumer process"))
     }
 
     /// The process id.

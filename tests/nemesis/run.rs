@@ -1,7 +1,7 @@
-//! One campaign from start to report: a fresh schema and queue, link
-//! proxies, the workload's processes, the nemesis' schedule applied to
-//! them, a wait until every committed event has settled, and the
-//! checker's report on the history.
+//! One campaign from start to report: a fresh schema and queue (or
+//! topic), link proxies where the backend allows them, the workload's
+//! processes, the nemesis' schedule applied to them, a wait until every
+//! committed event has settled, and the checker's report on the history.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,9 +11,10 @@ use consumer::testing::{FreshSchema, LinkProxy};
 
 use super::checker::{self, Report};
 use super::history::{self, JsonLines, Kind};
-use super::schedule::{Fault, Targets, plan};
-use super::workload::{self, AGGREGATES_PER_WRITER, HANDLER, Role, SPEC_ENV, Spec};
+use super::schedule::{Fault, Menu, Targets, plan};
+use super::workload::{self, AGGREGATES_PER_WRITER, Backend, HANDLER, Role, SPEC_ENV, Spec};
 use crate::conformance::amqp::{connect, through, unique_prefix, upstream};
+use crate::conformance::kafka::{check_external, delete_topics, external_brokers};
 use crate::conformance::scale_out::Child;
 
 /// The test the children run.
@@ -57,7 +58,8 @@ struct Fleet {
 impl Fleet {
     fn spawn(spec: &Spec) -> Child {
         let json = serde_json::to_string(spec).expect("a spec serialises");
-        Child::spawn(CHILD_TEST, (SPEC_ENV, json), &spec.name)
+        let log = spec.dir.join(format!("{}.log", spec.name));
+        Child::spawn_logging_to(CHILD_TEST, (SPEC_ENV, json), &spec.name, &log)
     }
 
     fn restart(&mut self, name: &str) {
@@ -117,13 +119,50 @@ impl Fleet {
 /// Runs `campaign` on RabbitMQ (`AMQP_URL`) and PostgreSQL
 /// (`DATABASE_URL`), printing each fault as it is injected.
 pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
-    let started = Instant::now();
     drop(connect().await);
+    run(campaign, Backend::RabbitMq, unique_prefix("campaign")).await
+}
+
+/// Runs `campaign` on Kafka (`KAFKA_BROKERS`, one broker is enough) and
+/// PostgreSQL (`DATABASE_URL`), on a topic of its own with
+/// [`PARTITIONS`](workload::PARTITIONS) partitions, deleted at the end of
+/// a clean run.
+pub async fn on_kafka(campaign: Campaign) -> Outcome {
+    let brokers = external_brokers();
+    check_external(&brokers);
+    let topic = format!("ct.campaign.{}", uuid::Uuid::new_v4().simple());
+    let topics = workload::topics(&topic);
+    let partitions = i32::try_from(workload::PARTITIONS).unwrap_or(i32::MAX);
+    topics
+        .create(&brokers, partitions, 1)
+        .await
+        .unwrap_or_else(|e| panic!("creating the campaign's topics on Kafka at {brokers}: {e}"));
+    let outcome = run(campaign, Backend::Kafka, topic).await;
+    if outcome.is_clean()
+        && let Err(e) = delete_topics(&brokers, &topics).await
+    {
+        println!("the campaign's topics stay on the broker: {e}");
+    }
+    outcome
+}
+
+impl Outcome {
+    /// Every committed event settled and the checker found no anomaly.
+    pub fn is_clean(&self) -> bool {
+        self.report.anomalies.is_empty() && self.settled_after.is_some()
+    }
+}
+
+async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
+    let started = Instant::now();
     let fresh = FreshSchema::create("ct", 4)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     workload::create_tables(&fresh.pool).await;
-    let queue = unique_prefix("campaign");
+    let menu = match backend {
+        Backend::RabbitMq => Menu::WITH_LINKS,
+        Backend::Kafka => Menu::WITHOUT_LINKS,
+    };
     let dir = workload::history_dir(&queue);
     let nemesis = JsonLines::open(&dir, "nemesis", true).expect("the nemesis' log");
 
@@ -144,18 +183,21 @@ pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
         (Role::Writer, &writers),
     ] {
         for name in list {
-            let url = if role == Role::Writer {
-                String::new()
-            } else {
-                let link = LinkProxy::start(upstream()).await.expect("a link proxy");
-                let url = through(&link);
-                fleet.links.insert(name.clone(), link);
-                url
+            let url = match backend {
+                _ if role == Role::Writer => String::new(),
+                Backend::RabbitMq => {
+                    let link = LinkProxy::start(upstream()).await.expect("a link proxy");
+                    let url = through(&link);
+                    fleet.links.insert(name.clone(), link);
+                    url
+                }
+                Backend::Kafka => external_brokers(),
             };
             let spec = Spec {
                 role,
                 name: name.clone(),
                 schema: fresh.schema.clone(),
+                backend,
                 queue: queue.clone(),
                 dir: dir.clone(),
                 url,
@@ -175,10 +217,12 @@ pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
             relays: &relays,
             consumers: &consumers,
         },
+        menu,
     );
     println!(
-        "campaign seed {} on RabbitMQ: {} faults over {:?}, {} aggregates, history in {}, schema {}",
+        "campaign seed {} on {}: {} faults over {:?}, {} aggregates, history in {}, schema {}",
         campaign.seed,
+        backend.name(),
         steps.len(),
         campaign.faults_for,
         writers.len() * AGGREGATES_PER_WRITER,
@@ -226,15 +270,15 @@ pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
     fleet.children.clear();
     let events = history::load(&fresh.pool, HANDLER, &dir).await;
     let report = checker::check(&events);
-    let schema = fresh.schema.clone();
-    if report.anomalies.is_empty() && settled_after.is_some() {
-        let _ = fresh.drop_schema().await;
-    }
-    Outcome {
+    let outcome = Outcome {
         report,
         settled_after,
-        schema,
+        schema: fresh.schema.clone(),
         dir,
         took: started.elapsed(),
+    };
+    if outcome.is_clean() {
+        let _ = fresh.drop_schema().await;
     }
+    outcome
 }

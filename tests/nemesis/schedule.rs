@@ -13,7 +13,8 @@ pub enum Fault {
     /// SIGKILL the process, then start it again.
     Kill(String),
     /// SIGSTOP a consumer, SIGCONT it after a while: past its 1 s AMQP
-    /// heartbeat, a zombie that wakes up with deliveries in hand.
+    /// heartbeat, or for some past its Kafka session timeout, a zombie
+    /// that wakes up with deliveries in hand.
     Pause(String, Duration),
     /// Reset every connection between the process and the broker.
     Cut(String),
@@ -47,9 +48,36 @@ pub struct Targets<'a> {
     pub consumers: &'a [String],
 }
 
+/// What the nemesis can do on a backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Menu {
+    /// Cuts and stalls of a process's link to the broker, through its own
+    /// proxy. Without them (Kafka: a client connects to the address the
+    /// broker advertises, not to a proxy of its own), a cut becomes a
+    /// kill and a stall a pause.
+    pub links: bool,
+    /// A pause lasts a stall's 0.5-4 s times this: 1 where the 1 s AMQP
+    /// heartbeat is the timeout to pass, 3 (1.5-12 s) on Kafka, so that
+    /// about half the pauses outlast its 6 s session timeout.
+    pub pause_stretch: f64,
+}
+
+impl Menu {
+    /// RabbitMQ's: every fault, pauses of 0.5-4 s.
+    pub const WITH_LINKS: Self = Self {
+        links: true,
+        pause_stretch: 1.0,
+    };
+    /// Kafka's: no link faults, pauses of 1.5-12 s.
+    pub const WITHOUT_LINKS: Self = Self {
+        links: false,
+        pause_stretch: 3.0,
+    };
+}
+
 /// The schedule of `seed`: faults until their waits and durations add up
 /// to `length`.
-pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>) -> Vec<Step> {
+pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> Vec<Step> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut steps = Vec::new();
     let mut total = Duration::ZERO;
@@ -57,27 +85,28 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>) -> Vec<Step> {
     loop {
         let after = Duration::from_millis(rng.random_range(300..1_500));
         let held = Duration::from_millis(rng.random_range(500..4_000));
-        let fault = match rng.random_range(0..10u32) {
+        let paused = held.mul_f64(menu.pause_stretch);
+        let kind = rng.random_range(0..10u32);
+        let fault = match kind {
             0 => Fault::Kill(pick(&mut rng, targets.writers)),
             1 | 2 => Fault::Kill(pick(&mut rng, targets.relays)),
             3 | 4 => Fault::Kill(pick(&mut rng, targets.consumers)),
-            5 => Fault::Pause(pick(&mut rng, targets.consumers), held),
-            6 | 7 => {
+            5 => Fault::Pause(pick(&mut rng, targets.consumers), paused),
+            6..=9 => {
                 let among = if rng.random_bool(0.5) {
                     targets.relays
                 } else {
                     targets.consumers
                 };
-                Fault::Cut(pick(&mut rng, among))
+                let target = pick(&mut rng, among);
+                match (menu.links, kind) {
+                    (true, 6 | 7) => Fault::Cut(target),
+                    (true, _) => Fault::Stall(target, held),
+                    (false, 6 | 7) => Fault::Kill(target),
+                    (false, _) => Fault::Pause(pick(&mut rng, targets.consumers), paused),
+                }
             }
-            _ => {
-                let among = if rng.random_bool(0.5) {
-                    targets.relays
-                } else {
-                    targets.consumers
-                };
-                Fault::Stall(pick(&mut rng, among), held)
-            }
+            _ => unreachable!("drawn from 0..10"),
         };
         total += after
             + match fault {
@@ -104,9 +133,35 @@ mod tests {
             relays: &r,
             consumers: &c,
         };
-        let a = plan(7, Duration::from_secs(60), &t);
-        assert_eq!(a, plan(7, Duration::from_secs(60), &t));
-        assert_ne!(a, plan(8, Duration::from_secs(60), &t));
-        assert!(a.len() > 10, "{a:?}");
+        for menu in [Menu::WITH_LINKS, Menu::WITHOUT_LINKS] {
+            let a = plan(7, Duration::from_secs(60), &t, menu);
+            assert_eq!(a, plan(7, Duration::from_secs(60), &t, menu));
+            assert_ne!(a, plan(8, Duration::from_secs(60), &t, menu));
+            assert!(a.len() > 10, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn without_links_there_are_no_link_faults_and_some_pauses_outlast_a_kafka_session() {
+        let names = |p: &str| (1..=3).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
+        let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
+        let t = Targets {
+            writers: &w,
+            relays: &r,
+            consumers: &c,
+        };
+        let steps = plan(1, Duration::from_secs(600), &t, Menu::WITHOUT_LINKS);
+        assert!(
+            steps
+                .iter()
+                .all(|s| !matches!(s.fault, Fault::Cut(_) | Fault::Stall(..))),
+            "{steps:?}"
+        );
+        assert!(
+            steps
+                .iter()
+                .any(|s| matches!(s.fault, Fault::Pause(_, d) if d > Duration::from_secs(7))),
+            "{steps:?}"
+        );
     }
 }

@@ -1,14 +1,18 @@
 //! The campaign's processes, each this test binary run again on
 //! `child_campaign_process` with a [`Spec`]: writers committing business
-//! rows with outbox events, relays publishing them to RabbitMQ, consumers
-//! applying them to a state row with the dedup row. Each records its part
-//! of the [history](super::history).
+//! rows with outbox events, relays publishing them to the broker under
+//! test ([`Backend`]), consumers applying them to a state row with the
+//! dedup row. Each records its part of the [history](super::history).
+//! The writers, the handler and the history are the same on every
+//! backend; only the relay's publisher and the consumer's source differ.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
+use consumer::backend::Source;
+use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
 use consumer::{
     Consumer, MessageContext, NewEvent, Outbox, OutboxRelay, Outgoing, PgTx, Publisher, handler,
 };
@@ -20,9 +24,19 @@ use crate::conformance::links::RELAY_RETRY;
 /// The environment variable a child reads its [`Spec`] from.
 pub const SPEC_ENV: &str = "CONSUMER_CAMPAIGN_CHILD";
 
-/// Partition queues of the campaign's topology: few, so three instances
-/// hand them over often and the broker's footprint stays small.
+/// Partition queues of the campaign's topology (partitions of its topic
+/// on Kafka): few, so three instances hand them over often and the
+/// broker's footprint stays small.
 pub const PARTITIONS: u32 = 4;
+
+/// The Kafka consumers' session timeout: short, so that a consumer paused
+/// past it is a zombie within the run (its partitions go to the others),
+/// as `tests/kafka_faults.rs` does.
+pub const KAFKA_SESSION: Duration = Duration::from_secs(6);
+
+/// The Kafka consumers' `max.poll.interval.ms`, which is also how long a
+/// rebalance waits for a member to rejoin.
+pub const KAFKA_MAX_POLL: Duration = Duration::from_secs(8);
 
 /// The handler's name: the dedup rows and dead-letter marks are its.
 pub const HANDLER: &str = "apply";
@@ -37,9 +51,13 @@ pub struct Spec {
     /// Its name in the history (`writer-1`, `relay-2`, `consumer-3`).
     pub name: String,
     pub schema: String,
+    pub backend: Backend,
+    /// The queue name of the partitioned topology (RabbitMQ), or the
+    /// topic (Kafka, whose consumer group is named after it).
     pub queue: String,
     pub dir: PathBuf,
-    /// The broker URL (through this process's link proxy).
+    /// The broker URL (RabbitMQ: through this process's link proxy), or
+    /// the bootstrap brokers (Kafka).
     pub url: String,
     /// Writers commit until this time (microseconds since the Unix
     /// epoch), then exit: the load spans the faults, and a run waits for
@@ -48,6 +66,33 @@ pub struct Spec {
     pub write_until_us: i64,
     /// Pause between a writer's commits, in milliseconds.
     pub every_ms: u64,
+}
+
+/// The broker under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backend {
+    /// A partitioned topology of quorum queues ([`topology`]).
+    RabbitMq,
+    /// A topic of [`PARTITIONS`] partitions and one consumer group.
+    Kafka,
+}
+
+impl Backend {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RabbitMq => "RabbitMQ",
+            Self::Kafka => "Kafka",
+        }
+    }
+
+    /// The outbox destination of the campaign's events.
+    pub fn destination(self, queue: &str) -> String {
+        match self {
+            Self::RabbitMq => format!("/{queue}"),
+            Self::Kafka => queue.to_owned(),
+        }
+    }
 }
 
 /// The three kinds of process.
@@ -71,6 +116,16 @@ pub struct Changed {
 /// aggregate, which the handler refuses for good.
 pub fn is_poison(aggregate_index: usize, seq: i64) -> bool {
     aggregate_index.is_multiple_of(2) && seq % 13 == 7
+}
+
+/// The campaign's topic, with its retry and dead-letter topics (Kafka).
+pub fn topics(topic: &str) -> Topics {
+    Topics::new(topic).expect("valid campaign topic name")
+}
+
+/// The Kafka consumer group of the campaign on `topic`.
+pub fn group(topic: &str) -> String {
+    format!("ct-group-{topic}")
 }
 
 /// The campaign's partitioned topology (quorum queues).
@@ -139,7 +194,7 @@ fn writer_index(name: &str) -> usize {
 /// SIGKILL).
 async fn write(spec: &Spec, pool: &sqlx::PgPool) {
     let w = writer_index(&spec.name);
-    let outbox = Outbox::new().with_default_destination(format!("/{}", spec.queue));
+    let outbox = Outbox::new().with_default_destination(spec.backend.destination(&spec.queue));
     let aggregates: Vec<String> = (0..AGGREGATES_PER_WRITER)
         .map(|i| format!("w{w}-a{i}"))
         .collect();
@@ -229,10 +284,25 @@ impl<P: Publisher> Publisher for Recorded<P> {
 }
 
 async fn relay(spec: &Spec, pool: sqlx::PgPool) {
-    let publisher = AmqpPublisher::builder(spec.url.clone())
-        .with_connection_name(spec.name.clone())
-        .with_partitions(topology(&spec.queue))
-        .build();
+    match spec.backend {
+        Backend::RabbitMq => {
+            let publisher = AmqpPublisher::builder(spec.url.clone())
+                .with_connection_name(spec.name.clone())
+                .with_partitions(topology(&spec.queue))
+                .build();
+            relay_with(spec, pool, publisher).await;
+        }
+        Backend::Kafka => {
+            let publisher = KafkaPublisher::builder(spec.url.clone())
+                .connect()
+                .await
+                .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
+            relay_with(spec, pool, publisher).await;
+        }
+    }
+}
+
+async fn relay_with<P: Publisher>(spec: &Spec, pool: sqlx::PgPool, publisher: P) {
     let lines = JsonLines::open(&spec.dir, &spec.name, false).expect("history lines");
     let relay = OutboxRelay::new(
         pool,
@@ -321,11 +391,42 @@ pub fn process_name() -> String {
 async fn consume(spec: &Spec, pool: sqlx::PgPool) {
     let lines = JsonLines::open(&spec.dir, &spec.name, false).expect("history lines");
     let _ = DELIVERIES.set(lines);
-    let source = PartitionedSource::builder(spec.url.clone(), topology(&spec.queue))
-        .with_instance_id(spec.name.clone())
-        .with_prefetch(16)
-        .build()
-        .expect("a partitioned source");
+    match spec.backend {
+        Backend::RabbitMq => {
+            let source = PartitionedSource::builder(spec.url.clone(), topology(&spec.queue))
+                .with_instance_id(spec.name.clone())
+                .with_prefetch(16)
+                .build()
+                .expect("a partitioned source");
+            consume_from(spec, pool, source).await;
+        }
+        Backend::Kafka => {
+            // Dynamic membership: a restarted consumer is a new member, and
+            // a paused one is dropped from the group after the session
+            // timeout, then wakes up with records in hand. A rebalance
+            // waits for a member that has not rejoined for up to
+            // `max.poll.interval.ms` (5 minutes by default), whatever its
+            // session: a pause during a rebalance would hold the group
+            // rather than make a zombie, so the interval is short too.
+            let source =
+                KafkaSource::builder(spec.url.clone(), group(&spec.queue), topics(&spec.queue))
+                    .with_property("session.timeout.ms", KAFKA_SESSION.as_millis().to_string())
+                    .with_property("heartbeat.interval.ms", "500")
+                    .with_property(
+                        "max.poll.interval.ms",
+                        KAFKA_MAX_POLL.as_millis().to_string(),
+                    )
+                    .with_property("client.id", spec.name.clone())
+                    .with_revoke_timeout(Duration::from_secs(5))
+                    .connect()
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
+            consume_from(spec, pool, source).await;
+        }
+    }
+}
+
+async fn consume_from<S: Source>(spec: &Spec, pool: sqlx::PgPool, source: S) {
     Consumer::new(source, consumer::Store::new(pool), apply)
         .run_until(std::future::pending())
         .await
