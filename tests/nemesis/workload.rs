@@ -171,7 +171,6 @@ pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
 /// Runs the child process `spec` says, until it is killed (a writer
 /// returns once its aggregates have all their events).
 pub async fn run(spec: Spec) {
-    log_to_file(&spec);
     let pool = consumer::testing::FreshSchema::pool_on(&spec.schema, 4)
         .await
         .unwrap_or_else(|e| panic!("{}: PostgreSQL is not reachable ({e})", spec.name));
@@ -431,27 +430,6 @@ async fn consume_from<S: Source>(spec: &Spec, pool: sqlx::PgPool, source: S) {
         .run_until(std::future::pending())
         .await
         .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
-}
-
-/// Logs this process's tracing events to `<name>.log` in the history
-/// directory (appended across restarts), at `CAMPAIGN_LOG`'s filter or
-/// the framework's INFO: a report's anomaly is read next to what each
-/// process said at the time.
-fn log_to_file(spec: &Spec) {
-    let path = spec.dir.join(format!("{}.log", spec.name));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAMPAIGN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("consumer=info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::sync::Mutex::new(file))
-        .with_ansi(false)
-        .init();
-    tracing::info!(target: "consumer::campaign", pid = std::process::id(), role = ?spec.role, "started");
 }
 
 /// The history directory of a run: under the target dir's tmp, named by
