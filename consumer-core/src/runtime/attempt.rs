@@ -155,13 +155,8 @@ where
         let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
-            let admission = if circuit.is_closed() {
-                Admission::Closed
-            } else {
-                tokio::select! {
-                    admitted = circuit.admit(&envelope.id, envelope.attempt) => admitted,
-                    () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
-                }
+            let Some(admission) = self.admit(name, &circuit, &envelope).await else {
+                return self.settler.release(&envelope, acker).await;
             };
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
@@ -229,6 +224,26 @@ where
                 Next::Ended(ended) => return ended,
                 Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
+        }
+    }
+
+    /// Waits until the delivery may run an attempt: its handler not
+    /// paused by an operator, then let through by its circuit (at once
+    /// while closed); `None` when shutdown began first. A paused handler's
+    /// deliveries wait before the circuit's: none of them probes.
+    async fn admit(&self, name: &str, circuit: &Circuit, envelope: &Envelope) -> Option<Admission> {
+        if self.pauses.is_paused(name) {
+            tokio::select! {
+                () = self.pauses.until_resumed(name) => {}
+                () = self.stopping.begun() => return None,
+            }
+        }
+        if circuit.is_closed() {
+            return Some(Admission::Closed);
+        }
+        tokio::select! {
+            admitted = circuit.admit(&envelope.id, envelope.attempt) => Some(admitted),
+            () = self.stopping.begun() => None,
         }
     }
 
