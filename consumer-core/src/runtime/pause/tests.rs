@@ -162,3 +162,42 @@ async fn a_consumer_started_while_every_handler_is_paused_takes_nothing_until_re
     let _ = stop.send(());
     running.await.expect("task").expect("consumer");
 }
+
+/// A store whose pauses table went away keeps the pauses read last: a
+/// paused handler stays paused (and a running one runs) until the store
+/// answers again.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_store_that_cannot_be_read_keeps_the_pauses_read_last() {
+    use super::Pauses;
+    use crate::metrics::consumer::ConsumerMetrics;
+    use crate::runtime::observe::Observer;
+    use crate::stats::Stats;
+
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await
+        .expect("in-memory SQLite");
+    let store = crate::store::Store::new(pool.clone());
+    store.migrate().await.expect("migrations");
+    let meter = crate::metrics::global_meter();
+    let metrics = Arc::new(ConsumerMetrics::new(&meter, "memory", None, None, None));
+    let stats = Arc::new(Stats::default());
+    let observer = Observer::new(metrics, Arc::clone(&stats));
+    let pauses = Pauses::new(vec!["orders", "invoices"]);
+
+    let _ = store.pause("orders", "ana", "test").await;
+    assert!(pauses.read(&store, &observer, true).await.is_ok());
+    assert!(pauses.is_paused("orders") && !pauses.is_paused("invoices"));
+    assert!(!pauses.all_paused());
+
+    sqlx::query("DROP TABLE consumer_paused_handlers")
+        .execute(&pool)
+        .await
+        .expect("drop the table");
+    assert!(pauses.read(&store, &observer, false).await.is_err());
+    assert!(pauses.is_paused("orders"), "still paused");
+    assert!(!pauses.is_paused("invoices"), "still running");
+    assert_eq!(stats.paused_handlers(), ["orders"]);
+}
