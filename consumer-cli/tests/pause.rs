@@ -54,6 +54,16 @@ async fn publish(w: &World, publisher: &AmqpPublisher, ns: std::ops::RangeInclus
     }
 }
 
+/// A fresh schema and queue, with the ledger table.
+async fn ledger_world(tag: &str) -> World {
+    let w = World::new(tag).await;
+    sqlx::raw_sql("CREATE TABLE ledger (id BIGSERIAL PRIMARY KEY, n INTEGER NOT NULL)")
+        .execute(&w.schema.pool)
+        .await
+        .expect("ledger table");
+    w
+}
+
 async fn applied(w: &World) -> Vec<i32> {
     sqlx::query_scalar("SELECT n FROM ledger ORDER BY id")
         .fetch_all(&w.schema.pool)
@@ -95,13 +105,37 @@ impl Running {
     }
 }
 
+/// Failed attempts the store recorded.
+async fn failed_attempts(w: &World) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM consumer_attempts")
+        .fetch_one(&w.schema.pool)
+        .await
+        .expect("attempts")
+}
+
+/// `consumer paused`, as JSON lines and as a table, lists the one pause.
+async fn listed(w: &World) {
+    let list = w.run(&["paused", "--json"]).await;
+    assert_eq!(list.status.code(), Some(0), "{}", both(&list));
+    let pauses: Vec<serde_json::Value> = stdout(&list)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(pauses.len(), 1, "{}", both(&list));
+    assert_eq!(pauses[0]["handler"], "post_entry");
+    assert_eq!(pauses[0]["by"], "ana");
+    assert_eq!(pauses[0]["reason"], "ledger migration");
+    let table = w.run(&["paused"]).await;
+    assert!(
+        stdout(&table).contains("ledger migration"),
+        "{}",
+        both(&table)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_in_order() {
-    let w = World::new("pause").await;
-    sqlx::raw_sql("CREATE TABLE ledger (id BIGSERIAL PRIMARY KEY, n INTEGER NOT NULL)")
-        .execute(&w.schema.pool)
-        .await
-        .expect("ledger table");
+    let w = ledger_world("pause").await;
     let publisher = AmqpPublisher::builder(amqp_url()).build();
     let first = start(&w).await;
     publish(&w, &publisher, 1..=1).await;
@@ -142,22 +176,7 @@ async fn a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_
     );
     assert_eq!(applied(&w).await, [1]);
 
-    let list = w.run(&["paused", "--json"]).await;
-    assert_eq!(list.status.code(), Some(0), "{}", both(&list));
-    let pauses: Vec<serde_json::Value> = stdout(&list)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    assert_eq!(pauses.len(), 1, "{}", both(&list));
-    assert_eq!(pauses[0]["handler"], "post_entry");
-    assert_eq!(pauses[0]["by"], "ana");
-    assert_eq!(pauses[0]["reason"], "ledger migration");
-    let table = w.run(&["paused"]).await;
-    assert!(
-        stdout(&table).contains("ledger migration"),
-        "{}",
-        both(&table)
-    );
+    listed(&w).await;
 
     // Restarted: paused from its first reading, before it takes anything.
     let second = start(&w).await;
@@ -179,11 +198,11 @@ async fn a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_
         })
         .await;
     assert_eq!(applied(&w).await, [1, 2, 3, 4], "each once, in order");
-    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM consumer_attempts")
-        .fetch_one(&w.schema.pool)
-        .await
-        .expect("attempts");
-    assert_eq!(attempts, 0, "no attempt failed or was spent while paused");
+    assert_eq!(
+        failed_attempts(&w).await,
+        0,
+        "no attempt failed or was spent while paused"
+    );
     let stats = second.stop().await;
     assert_eq!((stats.retries, stats.dead_letters()), (0, 0), "{stats:?}");
 
@@ -214,7 +233,7 @@ async fn request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_endpoint_needs_its_token_pauses_and_resumes_and_readyz_names_the_pause() {
-    let w = World::new("pause-admin").await;
+    let w = ledger_world("pause-admin").await;
     let store = PgStore::new(w.schema.pool.clone());
     let consumer = Consumer::new(w.source().await, store.clone(), post_entry);
     let stats = consumer.stats();

@@ -160,24 +160,8 @@ where
             };
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
-            let (outcome, cx) = match self.precheck(&envelope) {
-                Err(e) => (Outcome::Failed(Failure::new(FailureKind::Poison, e)), None),
-                Ok(()) => {
-                    // The handler's turn, when it has limits; shutdown
-                    // releases a delivery still waiting for one.
-                    let turn = if self.limits.is_empty() {
-                        None
-                    } else {
-                        tokio::select! {
-                            biased;
-                            turn = self.limits.enter(name) => Some(turn),
-                            () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
-                        }
-                    };
-                    let attempted = self.attempt(handler, &envelope).await;
-                    drop(turn);
-                    attempted
-                }
+            let Some((outcome, cx)) = self.attempt_in_turn(handler, &envelope).await else {
+                return self.settler.release(&envelope, acker).await;
             };
             self.record_circuit(&circuit, name, &envelope.id, admission, &outcome);
             let failure = match outcome {
@@ -225,6 +209,32 @@ where
                 Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
         }
+    }
+
+    /// One attempt: the pre-check, then the handler, in its turn when it
+    /// has limits; `None` when shutdown began while the delivery waited
+    /// for its turn (it is released).
+    async fn attempt_in_turn(
+        &self,
+        handler: &R::Handler,
+        envelope: &Arc<Envelope>,
+    ) -> Option<(Outcome, Option<Context>)> {
+        if let Err(e) = self.precheck(envelope) {
+            let poison = Outcome::Failed(Failure::new(FailureKind::Poison, e));
+            return Some((poison, None));
+        }
+        let turn = if self.limits.is_empty() {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                turn = self.limits.enter(handler.name()) => Some(turn),
+                () = self.stopping.begun() => return None,
+            }
+        };
+        let attempted = self.attempt(handler, envelope).await;
+        drop(turn);
+        Some(attempted)
     }
 
     /// Waits until the delivery may run an attempt: its handler not
