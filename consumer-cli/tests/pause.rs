@@ -1,8 +1,8 @@
 //! Pause and resume on a real PostgreSQL store (`DATABASE_URL`) and
 //! RabbitMQ queue (`AMQP_URL`). Through the tool (`consumer pause | paused
 //! | resume`): a running consumer stops running its handler's deliveries
-//! once the tool pauses it, a consumer started while it is paused starts
-//! paused (the pause is in the store), and once resumed every entry is
+//! once the tool pauses it, a consumer process started while it is
+//! paused starts paused (the pause is in the store), and once resumed every entry is
 //! applied once, in order, without an attempt spent while paused. Through
 //! a service's admin endpoint: refused without its token, a pause and a
 //! resume with it, and `/readyz` naming the paused handler.
@@ -12,14 +12,17 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer::amqp::AmqpPublisher;
+use std::process::Stdio;
+
+use consumer::amqp::{AmqpPublisher, AmqpSource, Topology};
 use consumer::envelope::names;
 use consumer::secret::Secret;
 use consumer::stats::{Stats, StatsSnapshot};
+use consumer::testing::{FreshSchema, database_url};
 use consumer::{Consumer, Headers, Message, PgStore, PgTx, Service, handler};
 use serde::{Deserialize, Serialize};
 use support::{World, amqp_url, both, stdout};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
@@ -133,6 +136,105 @@ async fn listed(w: &World) {
     );
 }
 
+const SCHEMA_ENV: &str = "PAUSE_CHILD_SCHEMA";
+const QUEUE_ENV: &str = "PAUSE_CHILD_QUEUE";
+
+/// The restarted consumer, a process of its own (this test binary run
+/// again). Says on its standard output what its stats say once it runs
+/// (`started ...`) and once it applied three entries (`processed ...`);
+/// runs until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the consumer process of a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_in_order"]
+async fn child_consumer() {
+    let (Ok(schema), Ok(queue)) = (std::env::var(SCHEMA_ENV), std::env::var(QUEUE_ENV)) else {
+        return;
+    };
+    let pool = FreshSchema::pool_on(&schema, 4).await.unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL is not reachable at {} ({e}): start it or set DATABASE_URL",
+            database_url()
+        )
+    });
+    let topology = Topology::new(queue)
+        .expect("queue name")
+        .with_max_retry_delay(Duration::from_secs(1))
+        .with_expires(Duration::from_secs(600));
+    let source = AmqpSource::builder(amqp_url(), topology)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("RabbitMQ is not reachable ({e}): start it or set AMQP_URL"));
+    let consumer = Consumer::new(source, PgStore::new(pool), post_entry);
+    let stats = consumer.stats();
+    let running = tokio::spawn(consumer.run_until(std::future::pending()));
+    let s = stats.wait_for(|s| s.running).await;
+    println!(
+        "started paused={} received={}",
+        s.handlers_paused, s.received
+    );
+    let s = stats.wait_for(|s| s.processed >= 3).await;
+    let dead = s.dead_letters();
+    println!(
+        "processed={} paused={} retries={} dead={dead}",
+        s.processed, s.handlers_paused, s.retries
+    );
+    let _ = running.await;
+}
+
+/// A consumer process (see [`child_consumer`]) and its standard output.
+struct Child {
+    process: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Child {
+    /// Starts one on `w`'s schema and queue.
+    fn spawn(w: &World) -> Self {
+        let exe = std::env::current_exe().expect("test binary");
+        let mut process = tokio::process::Command::new(exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "child_consumer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SCHEMA_ENV, &w.schema.schema)
+            .env(QUEUE_ENV, w.queue())
+            .env("DATABASE_URL", database_url())
+            .env("AMQP_URL", amqp_url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn a consumer process");
+        let stdout = process.stdout.take().expect("its standard output");
+        Self {
+            process,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// Its next line that says `what`, from there on.
+    async fn says(&mut self, what: &str) -> String {
+        let line = async {
+            while let Some(line) = self.lines.next_line().await.expect("read its output") {
+                // libtest's "test child_consumer ... " may lead the line.
+                if let Some(at) = line.find(what) {
+                    return line[at..].to_owned();
+                }
+            }
+            panic!("the consumer process ended before saying {what:?}");
+        };
+        tokio::time::timeout(Duration::from_secs(60), line)
+            .await
+            .unwrap_or_else(|_| panic!("the consumer process said no {what:?} within 60 s"))
+    }
+
+    async fn kill(mut self) {
+        let _ = self.process.kill().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_in_order() {
     let w = ledger_world("pause").await;
@@ -178,33 +280,28 @@ async fn a_handler_paused_by_the_tool_stays_paused_across_a_restart_and_resumes_
 
     listed(&w).await;
 
-    // Restarted: paused from its first reading, before it takes anything.
-    let second = start(&w).await;
-    second
-        .until("the restarted consumer starts paused", |s| {
-            s.running && s.handlers_paused == 1
-        })
-        .await;
+    // Restarted, as a process of its own: paused from its first reading,
+    // before it takes anything.
+    let mut second = Child::spawn(&w);
+    let started = second.says("started").await;
     assert_eq!(
-        second.stats.snapshot().received,
-        0,
+        started, "started paused=1 received=0",
         "a paused consumer takes nothing"
     );
     let resume = w.run(&["resume", "post_entry"]).await;
     assert_eq!(resume.status.code(), Some(0), "{}", both(&resume));
-    second
-        .until("entries 2 to 4 applied once resumed", |s| {
-            s.processed == 3 && s.handlers_paused == 0
-        })
-        .await;
+    let done = second.says("processed").await;
+    assert_eq!(
+        done, "processed=3 paused=0 retries=0 dead=0",
+        "entries 2 to 4, once resumed"
+    );
     assert_eq!(applied(&w).await, [1, 2, 3, 4], "each once, in order");
     assert_eq!(
         failed_attempts(&w).await,
         0,
         "no attempt failed or was spent while paused"
     );
-    let stats = second.stop().await;
-    assert_eq!((stats.retries, stats.dead_letters()), (0, 0), "{stats:?}");
+    second.kill().await;
 
     let not_paused = w.run(&["resume", "post_entry"]).await;
     assert_eq!(not_paused.status.code(), Some(7), "{}", both(&not_paused));
