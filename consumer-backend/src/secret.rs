@@ -133,6 +133,13 @@ impl Secret {
         &self.value
     }
 
+    /// Whether `candidate` is the value, compared in constant time (a
+    /// token offered to an endpoint: the time taken says nothing of how
+    /// much of it was right).
+    pub fn matches(&self, candidate: &str) -> bool {
+        same_bytes(self.value.as_bytes(), candidate.as_bytes())
+    }
+
     /// Where the value came from (`environment variable KAFKA_PASSWORD`,
     /// `file /run/secrets/kafka`, `a value given in code`), for messages
     /// that help an operator find a wrong secret without showing it.
@@ -156,6 +163,13 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secret({})", self.origin())
     }
+}
+
+/// Whether `a` and `b` are the same bytes, compared without stopping at
+/// the first difference (for tokens: the time taken depends on their
+/// lengths only).
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -186,6 +186,31 @@ pub enum Command {
     #[cfg(feature = "kinesis")]
     #[command(subcommand)]
     Kinesis(Kinesis),
+    /// Pauses a handler (or every handler: `*`): its running consumers
+    /// stop running its deliveries within about a second, spending no
+    /// attempt, until it is resumed; kept in the store across restarts.
+    Pause {
+        /// The handler's name, or `*` for every handler.
+        handler: String,
+        /// Why (shown by `consumer paused`, logged by the consumers).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who pauses (default: the login name).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Resumes a paused handler (or `*`): its deliveries run again, in
+    /// order, within about a second.
+    Resume {
+        /// The handler's name, or `*`.
+        handler: String,
+    },
+    /// The paused handlers: since when, by whom, why.
+    Paused {
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Payload schemas: check the current ones against committed snapshots,
     /// record a new version.
     #[command(subcommand)]

@@ -45,6 +45,7 @@ mod json;
 mod kinesis;
 mod letter;
 mod outbox;
+mod pauses;
 mod places;
 mod progress;
 mod render;
@@ -138,6 +139,13 @@ async fn run(cli: Cli) -> Result<()> {
                 kinesis::checkpoint(services, &reading, &shard, to, dry_run, out).await
             }
         },
+        Command::Pause {
+            handler,
+            reason,
+            by,
+        } => pauses::pause(services, &handler, by, &reason, out).await,
+        Command::Resume { handler } => pauses::resume(services, &handler, out).await,
+        Command::Paused { json } => pauses::list(services, json, out).await,
         Command::Schema(cmd) => match cmd {
             Schema::Check(args) => schema::check(&args, out),
             Schema::Record(args) => schema::record(&args, out),

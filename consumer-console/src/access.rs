@@ -37,7 +37,7 @@ impl Token {
     }
 
     fn opens(&self, candidate: &str) -> bool {
-        same(self.0.as_bytes(), candidate.as_bytes())
+        consumer_core::secret::same_bytes(self.0.as_bytes(), candidate.as_bytes())
     }
 }
 
@@ -45,11 +45,6 @@ impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Token(***)")
     }
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What the guard knows.
@@ -260,7 +255,7 @@ impl<S: Send + Sync> FromRequest<S> for ActionForm {
             .find(|(k, _)| k == "csrf")
             .map(|(_, v)| v.as_str());
         match (&csrf, sent) {
-            (Some(Csrf(expected)), Some(sent)) if same(expected.as_bytes(), sent.as_bytes()) => {
+            (Some(Csrf(expected)), Some(sent)) if consumer_core::secret::same_bytes(expected.as_bytes(), sent.as_bytes()) => {
                 Ok(Self {
                     fields,
                     actor,

@@ -10,6 +10,8 @@ use std::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -37,6 +39,9 @@ pub struct Stats {
     keys_held: AtomicU64,
     keys_drained: AtomicU64,
     parked: AtomicU64,
+    handlers_paused: AtomicU64,
+    /// The handlers paused now, by name (for the readiness probe's body).
+    paused: Mutex<BTreeSet<&'static str>>,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -98,6 +103,10 @@ pub struct StatsSnapshot {
     /// Deliveries parked behind a held key (acked on the broker, kept in
     /// the store until the key is released).
     pub parked: u64,
+    /// Handlers of the consumer an operator has paused now (see
+    /// [`PausedHandlers`](crate::store::paused::PausedHandlers)): their
+    /// deliveries wait, spending no attempt.
+    pub handlers_paused: u64,
     /// Deliveries held right now.
     pub in_flight: u64,
     /// The consumer passed its start-time checks and takes deliveries.
@@ -163,6 +172,8 @@ impl Default for Stats {
             keys_held: AtomicU64::new(0),
             keys_drained: AtomicU64::new(0),
             parked: AtomicU64::new(0),
+            handlers_paused: AtomicU64::new(0),
+            paused: Mutex::default(),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -214,6 +225,26 @@ impl Stats {
             self.circuits_open.fetch_sub(1, Relaxed);
         }
         self.changed();
+    }
+
+    /// `handler` is paused now (`true`) or not.
+    pub(crate) fn set_paused(&self, handler: &'static str, paused: bool) {
+        let mut all = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        if paused {
+            all.insert(handler);
+        } else {
+            all.remove(handler);
+        }
+        self.handlers_paused
+            .store(u64::try_from(all.len()).unwrap_or(u64::MAX), Relaxed);
+        drop(all);
+        self.changed();
+    }
+
+    /// The handlers an operator has paused now, by name.
+    pub fn paused_handlers(&self) -> Vec<&'static str> {
+        let all = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        all.iter().copied().collect()
     }
 
     pub(crate) fn set_running(&self) {
@@ -310,6 +341,7 @@ impl Stats {
             keys_held: self.keys_held.load(Relaxed),
             keys_drained: self.keys_drained.load(Relaxed),
             parked: self.parked.load(Relaxed),
+            handlers_paused: self.handlers_paused.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             draining: self.draining.load(Acquire),
             running: self.running.load(Relaxed),

@@ -528,6 +528,7 @@ pub const CATALOGUE: &[MetricSpec] = &[
     super::held::HELD_KEYS_PARKED,
     super::held::HELD_KEYS,
     super::held::HELD_KEYS_OLDEST_AGE,
+    super::paused::HANDLER_PAUSED,
 ];
 
 /// The spec named `name`.

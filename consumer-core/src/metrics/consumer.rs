@@ -11,6 +11,7 @@ use super::attr::{self, operation};
 use super::catalogue;
 use super::circuit::CircuitInstruments;
 use super::held::HeldInstruments;
+use super::paused::PausedInstruments;
 use super::source::{SourceInstruments, SourceSeries};
 use crate::envelope::Envelope;
 
@@ -41,6 +42,7 @@ pub(crate) struct ConsumerMetrics {
     critical_time: Histogram<f64>,
     circuits: CircuitInstruments,
     held: HeldInstruments,
+    paused: PausedInstruments,
     _source: Option<SourceInstruments>,
 }
 
@@ -99,6 +101,7 @@ impl ConsumerMetrics {
             critical_time: catalogue::CRITICAL_TIME.histogram(meter),
             circuits: CircuitInstruments::new(meter, &series),
             held: HeldInstruments::new(meter, &series),
+            paused: PausedInstruments::new(meter, &series),
             _source: source,
             series,
         }
@@ -326,6 +329,10 @@ impl ConsumerMetrics {
 
     pub(crate) fn circuit(&self, handler: &'static str, state: &'static str, open: i64) {
         self.circuits.record(handler, state, open);
+    }
+
+    pub(crate) fn paused(&self, handler: &'static str, paused: bool) {
+        self.paused.set(handler, paused);
     }
 
     pub(crate) fn key_held(&self, handler: &str) {

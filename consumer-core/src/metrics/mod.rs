@@ -49,6 +49,7 @@ pub mod catalogue;
 pub mod circuit;
 pub(crate) mod consumer;
 pub mod held;
+pub mod paused;
 pub mod source;
 
 use opentelemetry::InstrumentationScope;

@@ -155,34 +155,13 @@ where
         let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
-            let admission = if circuit.is_closed() {
-                Admission::Closed
-            } else {
-                tokio::select! {
-                    admitted = circuit.admit(&envelope.id, envelope.attempt) => admitted,
-                    () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
-                }
+            let Some(admission) = self.admit(name, &circuit, &envelope).await else {
+                return self.settler.release(&envelope, acker).await;
             };
             // Settle spans are children of the attempt's span (of the
             // delivery's context when no attempt ran).
-            let (outcome, cx) = match self.precheck(&envelope) {
-                Err(e) => (Outcome::Failed(Failure::new(FailureKind::Poison, e)), None),
-                Ok(()) => {
-                    // The handler's turn, when it has limits; shutdown
-                    // releases a delivery still waiting for one.
-                    let turn = if self.limits.is_empty() {
-                        None
-                    } else {
-                        tokio::select! {
-                            biased;
-                            turn = self.limits.enter(name) => Some(turn),
-                            () = self.stopping.begun() => return self.settler.release(&envelope, acker).await,
-                        }
-                    };
-                    let attempted = self.attempt(handler, &envelope).await;
-                    drop(turn);
-                    attempted
-                }
+            let Some((outcome, cx)) = self.attempt_in_turn(handler, &envelope).await else {
+                return self.settler.release(&envelope, acker).await;
             };
             self.record_circuit(&circuit, name, &envelope.id, admission, &outcome);
             let failure = match outcome {
@@ -229,6 +208,52 @@ where
                 Next::Ended(ended) => return ended,
                 Next::Again(next, kept) => (envelope, acker) = (next, kept),
             }
+        }
+    }
+
+    /// One attempt: the pre-check, then the handler, in its turn when it
+    /// has limits; `None` when shutdown began while the delivery waited
+    /// for its turn (it is released).
+    async fn attempt_in_turn(
+        &self,
+        handler: &R::Handler,
+        envelope: &Arc<Envelope>,
+    ) -> Option<(Outcome, Option<Context>)> {
+        if let Err(e) = self.precheck(envelope) {
+            let poison = Outcome::Failed(Failure::new(FailureKind::Poison, e));
+            return Some((poison, None));
+        }
+        let turn = if self.limits.is_empty() {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                turn = self.limits.enter(handler.name()) => Some(turn),
+                () = self.stopping.begun() => return None,
+            }
+        };
+        let attempted = self.attempt(handler, envelope).await;
+        drop(turn);
+        Some(attempted)
+    }
+
+    /// Waits until the delivery may run an attempt: its handler not
+    /// paused by an operator, then let through by its circuit (at once
+    /// while closed); `None` when shutdown began first. A paused handler's
+    /// deliveries wait before the circuit's: none of them probes.
+    async fn admit(&self, name: &str, circuit: &Circuit, envelope: &Envelope) -> Option<Admission> {
+        if self.pauses.is_paused(name) {
+            tokio::select! {
+                () = self.pauses.until_resumed(name) => {}
+                () = self.stopping.begun() => return None,
+            }
+        }
+        if circuit.is_closed() {
+            return Some(Admission::Closed);
+        }
+        tokio::select! {
+            admitted = circuit.admit(&envelope.id, envelope.attempt) => Some(admitted),
+            () = self.stopping.begun() => None,
         }
     }
 

@@ -24,6 +24,8 @@ mod held;
 mod lanes;
 mod limits;
 pub(crate) mod observe;
+mod pause;
+mod permits;
 mod settle;
 mod worker;
 
@@ -33,7 +35,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
-use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use attempt::InputError;
@@ -53,6 +55,7 @@ use crate::store::held::OnDeadLetter;
 use crate::trace::SpanScope;
 use held::HeldSource;
 use lanes::LaneTable;
+use permits::{next_permit, refill_batch};
 
 /// The source a consumer reads: the broker's, with the drain of released
 /// held keys.
@@ -98,6 +101,7 @@ pub struct Consumer<Src, S, R> {
     settle_timeout: Duration,
     held_key_lease: Duration,
     circuit: CircuitPolicy,
+    pause_poll: Duration,
     limits: Vec<(&'static str, HandlerLimit)>,
     stats: Arc<Stats>,
     meter: Option<Meter>,
@@ -163,6 +167,7 @@ where
             settle_timeout: Duration::from_secs(30),
             held_key_lease: held::LEASE,
             circuit: CircuitPolicy::off(),
+            pause_poll: pause::POLL,
             limits: Vec::new(),
             stats: Arc::default(),
             meter: None,
@@ -229,6 +234,16 @@ where
     /// before circuits existed.
     pub fn with_circuit(mut self, policy: CircuitPolicy) -> Self {
         self.circuit = policy;
+        self
+    }
+
+    /// How often this consumer reads which handlers an operator paused
+    /// (`consumer pause`, the service's admin endpoint; see
+    /// [`PausedHandlers`](crate::store::paused::PausedHandlers)): a pause
+    /// or a resume takes effect within this. Default 1 s (at least 10 ms):
+    /// one small query a second per consumer.
+    pub fn with_pause_poll(mut self, every: Duration) -> Self {
+        self.pause_poll = every.max(Duration::from_millis(10));
         self
     }
 
@@ -319,8 +334,10 @@ where
         let (stop_tx, stop_rx) = watch::channel(false);
         let max_in_flight = self.max_in_flight;
         let shutdown_timeout = self.shutdown_timeout;
+        let pause_poll = self.pause_poll;
         let (mut source, worker) = self.into_worker(Stopping(stop_rx));
         let worker = Arc::new(worker);
+        let watching = worker.watch_pauses(pause_poll).await;
         let permits = Arc::new(Semaphore::new(max_in_flight));
         let mut lanes: JoinSet<()> = JoinSet::new();
         worker.observer.emit(Happened::Running);
@@ -349,6 +366,7 @@ where
         }
         worker.lanes.close_idle_lanes();
         while lanes.join_next().await.is_some() {}
+        watching.abort();
         drop(worker);
         source.close().await;
         result
@@ -357,6 +375,7 @@ where
     /// The source, and what the lane tasks share: the routes, the settle
     /// loop, the lanes, the instruments.
     fn into_worker(self, stopping: Stopping) -> Parts<Src, S, R> {
+        let names = self.routes.handlers().iter().map(|h| h.name()).collect();
         let holding: Vec<&'static str> = self
             .routes
             .handlers()
@@ -405,6 +424,7 @@ where
             spans,
             max_payload_bytes: self.max_payload_bytes,
             circuits: circuit::Circuits::new(self.circuit),
+            pauses: Arc::new(pause::Pauses::new(names)),
             limits: limits::Limits::new(&self.limits),
             stopping,
         };
@@ -435,12 +455,13 @@ where
     // dropped on return, as the drain waits for every permit.
     let mut reserve: Option<OwnedSemaphorePermit> = None;
     loop {
-        // An open circuit: take nothing until its probe is due.
-        if worker.circuits.any_open() {
+        // An open circuit: take nothing until its probe is due; every
+        // handler paused: nothing until one is resumed.
+        if worker.circuits.any_open() || worker.pauses.all_paused() {
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
-                () = worker.circuits.wait_until_none_open() => {}
+                () = worker.until_taking() => {}
             }
         }
         let permit = tokio::select! {
@@ -523,66 +544,6 @@ fn hand_over<S, R, A>(
         while lanes.try_join_next().is_some() {}
         lanes.spawn(Arc::clone(worker).run_lanes(lane, first));
     }
-}
-
-/// Permits a saturated dispatcher waits for before it takes deliveries
-/// again: an eighth of the window, so that one wake-up hands several
-/// deliveries over instead of one per settled delivery.
-fn refill_batch(max_in_flight: usize) -> u32 {
-    u32::try_from((max_in_flight / 8).clamp(1, 64)).unwrap_or(1)
-}
-
-/// How long a saturated dispatcher waits for a whole batch of permits
-/// before it takes what came free (deliveries held long, such as in-place
-/// retries waiting, may keep a batch from ever coming free).
-const REFILL_WAIT: Duration = Duration::from_millis(1);
-
-/// The next delivery's permit: from `reserve`, else a free one, else (every
-/// permit taken) a batch of `batch` once it came free, or what came free
-/// within [`REFILL_WAIT`]; the rest of a batch goes to `reserve`.
-///
-/// Cancel-safe: dropped while waiting, it has taken nothing.
-async fn next_permit(
-    permits: &Arc<Semaphore>,
-    reserve: &mut Option<OwnedSemaphorePermit>,
-    batch: u32,
-) -> Result<OwnedSemaphorePermit, AcquireError> {
-    if let Some(held) = reserve.take() {
-        return Ok(one_of(held, reserve));
-    }
-    // Closed: the wait below says so.
-    if let Ok(one) = Arc::clone(permits).try_acquire_owned() {
-        return Ok(one);
-    }
-    let many = Arc::clone(permits).acquire_many_owned(batch);
-    let taken = match tokio::time::timeout(REFILL_WAIT, many).await {
-        Ok(taken) => taken?,
-        Err(_) => {
-            let mut taken = Arc::clone(permits).acquire_owned().await?;
-            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
-            if free > 0
-                && let Ok(more) = Arc::clone(permits).try_acquire_many_owned(free)
-            {
-                taken.merge(more);
-            }
-            taken
-        }
-    };
-    Ok(one_of(taken, reserve))
-}
-
-/// One permit of `held`; the others go to `reserve`.
-fn one_of(
-    mut held: OwnedSemaphorePermit,
-    reserve: &mut Option<OwnedSemaphorePermit>,
-) -> OwnedSemaphorePermit {
-    if held.num_permits() > 1
-        && let Some(one) = held.split(1)
-    {
-        *reserve = Some(held);
-        return one;
-    }
-    held
 }
 
 /// How the runtime finished with a delivery.

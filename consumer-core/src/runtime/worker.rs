@@ -3,9 +3,11 @@
 //! [`attempt`](super::attempt)), then wait idle for the next lane.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::TraceContextExt as _;
+use tokio::task::JoinHandle;
 
 use super::lanes::LaneTable;
 use super::observe::{Happened, Observer};
@@ -29,6 +31,8 @@ pub(super) struct Worker<S, R, A> {
     pub(super) max_payload_bytes: usize,
     /// Each handler's circuit.
     pub(super) circuits: super::circuit::Circuits,
+    /// Which handlers an operator paused.
+    pub(super) pauses: Arc<super::pause::Pauses>,
     /// The limited handlers' limits.
     pub(super) limits: super::limits::Limits,
     pub(super) stopping: Stopping,
@@ -40,6 +44,22 @@ where
     R: Routes<S>,
     A: Acker,
 {
+    /// Waits while the consumer takes nothing: until the open circuits'
+    /// probe is due (half-open, it takes again), then until some handler
+    /// is not paused.
+    pub(super) async fn until_taking(&self) {
+        self.circuits.wait_until_none_open().await;
+        self.pauses.until_one_runs().await;
+    }
+
+    /// Reads which handlers are paused, then starts the task that reads
+    /// them every `every` (see [`pause::watch`](super::pause::watch)).
+    pub(super) async fn watch_pauses(&self, every: Duration) -> JoinHandle<()> {
+        let store = self.store.clone();
+        let pauses = Arc::clone(&self.pauses);
+        super::pause::watch(store, pauses, self.observer.clone(), every).await
+    }
+
     /// A lane task: runs its lane, then every lane it is handed while idle,
     /// until the idle tasks are closed.
     pub(super) async fn run_lanes(self: Arc<Self>, lane: u64, first: Job<A>) {

@@ -23,6 +23,8 @@ pub(super) struct Served {
     /// JSON documents by path (the AsyncAPI document), rendered before
     /// the start.
     pub(super) documents: Vec<(&'static str, std::sync::Arc<String>)>,
+    /// The admin routes, when the service has them.
+    pub(super) admin: Option<super::admin::Admin>,
 }
 
 /// Longest request head read; probes send a few hundred bytes.
@@ -77,7 +79,12 @@ pub(super) fn serve(
         .iter()
         .map(|(path, _)| format!(", {path}"))
         .collect();
-    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}{documents}");
+    let admin = if served.admin.is_some() {
+        ", admin: POST /admin/pause/{handler}, /admin/resume/{handler}, GET /admin/paused"
+    } else {
+        ""
+    };
+    tracing::info!(target: "consumer::service", %bound, "health endpoint: GET /livez, /readyz{metrics}{documents}{admin}");
     Ok(tokio::spawn(accept(listener, served)))
 }
 
@@ -122,14 +129,14 @@ async fn accept(listener: TcpListener, served: Served) {
 }
 
 /// What a request gets back.
-struct Response {
+pub(super) struct Response {
     status: &'static str,
     content_type: &'static str,
     body: String,
 }
 
 impl Response {
-    fn text(status: &'static str, body: String) -> Self {
+    pub(super) fn text(status: &'static str, body: String) -> Self {
         Self {
             status,
             content_type: "text/plain; charset=utf-8",
@@ -189,11 +196,18 @@ async fn answer(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let answered = match &served.admin {
+        Some(admin) if path.starts_with("/admin/") => {
+            let head = String::from_utf8_lossy(&head);
+            admin.respond(method, path, &head).await
+        }
+        _ => respond(method, path, served),
+    };
     let Response {
         status,
         content_type,
         body,
-    } = respond(method, path, served);
+    } = answered;
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -224,6 +238,9 @@ fn probe(ok: bool, what: &str, health: &Health) -> Response {
             part.name,
             part.state.as_str()
         ));
+        if !part.paused.is_empty() {
+            body.push_str(&format!(" (paused: {})", part.paused.join(", ")));
+        }
         if let Some(e) = part.error {
             body.push_str(&format!(": {e}"));
         }
@@ -268,6 +285,7 @@ mod tests {
                 health,
                 metrics: None,
                 documents: Vec::new(),
+                admin: None,
             },
         )
         .expect("serve");
@@ -315,6 +333,7 @@ mod tests {
             health,
             metrics: None,
             documents: vec![("/big", big)],
+            admin: None,
         };
         let server = serve(listener, served).expect("serve");
         let mut stalled = Vec::new();

@@ -54,6 +54,10 @@ pub struct PartHealth {
     pub state: PartState,
     /// Its error, once it failed.
     pub error: Option<String>,
+    /// A consumer's handlers an operator has paused now (see
+    /// [`PausedHandlers`](crate::store::paused::PausedHandlers)): a
+    /// paused part is still ready.
+    pub paused: Vec<&'static str>,
 }
 
 /// The state of one part, shared between the service and its health.
@@ -143,6 +147,11 @@ impl Health {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .clone(),
+                paused: p
+                    .stats
+                    .as_ref()
+                    .map(|s| s.paused_handlers())
+                    .unwrap_or_default(),
             })
             .collect()
     }

@@ -40,6 +40,7 @@
 //!   serves the process's metrics as `GET /metrics` on the same endpoint
 //!   (see [`crate::metrics`] for what is there).
 
+mod admin;
 mod endpoint;
 mod health;
 #[cfg(feature = "prometheus")]
@@ -98,6 +99,7 @@ pub struct Service {
     version: &'static str,
     described: Vec<crate::describe::PartDescription>,
     documents: Vec<(&'static str, Arc<String>)>,
+    admin: Option<admin::Admin>,
 }
 
 impl std::fmt::Debug for Service {
@@ -125,6 +127,7 @@ impl Service {
             version: "0.0.0",
             described: Vec::new(),
             documents: Vec::new(),
+            admin: None,
         }
     }
 
@@ -258,6 +261,22 @@ impl Service {
         self
     }
 
+    /// Serves the admin endpoint on the health endpoint (off unless set):
+    /// `POST /admin/pause/{handler}?reason=..&by=..` (`*`: every handler),
+    /// `POST /admin/resume/{handler}` and `GET /admin/paused`, on `store`'s
+    /// pauses ([`PausedHandlers`](crate::store::paused::PausedHandlers),
+    /// the store its consumers read them from). Every request needs
+    /// `Authorization: Bearer <token>`; without it, or with another, 401.
+    #[must_use]
+    pub fn with_admin<S: crate::store::paused::PausedHandlers>(
+        mut self,
+        token: crate::secret::Secret,
+        store: S,
+    ) -> Self {
+        self.admin = Some(admin::Admin::new(token, store));
+        self
+    }
+
     /// Where the health endpoint listens (its port, when `0` was asked).
     pub fn health_endpoint(&self) -> Option<SocketAddr> {
         self.endpoint.as_ref().and_then(|l| l.local_addr().ok())
@@ -292,6 +311,7 @@ impl Service {
                         health: health.clone(),
                         metrics: self.metrics.clone(),
                         documents: self.documents.clone(),
+                        admin: self.admin.clone(),
                     },
                 )
                 .map_err(|e| Error::Config(format!("the health endpoint cannot serve: {e}")))?,

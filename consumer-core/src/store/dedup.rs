@@ -6,6 +6,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::held::HeldKeys;
+use super::paused::PausedHandlers;
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
@@ -24,8 +25,9 @@ pub struct FailureRecord {
 /// Implemented by [`Store`](super::Store) (PostgreSQL, SQLite: durable) and
 /// [`MemoryStore`](super::MemoryStore) (in process: tests, benchmarks, throwaway demos).
 /// Every store also keeps held keys ([`HeldKeys`]), for handlers whose
-/// dead letters hold their key.
-pub trait DedupStore: HeldKeys + Clone + Send + Sync + 'static {
+/// dead letters hold their key, and the handlers an operator paused
+/// ([`PausedHandlers`]).
+pub trait DedupStore: HeldKeys + PausedHandlers + Clone + Send + Sync + 'static {
     /// The transaction a handler receives: it already holds the dedup row.
     type Tx: Send + 'static;
 

@@ -33,6 +33,8 @@ pub mod held;
 mod held_statements;
 mod letter_row;
 mod memory;
+pub mod paused;
+mod paused_statements;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sql;

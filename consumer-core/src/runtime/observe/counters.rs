@@ -24,6 +24,8 @@ pub(super) fn on(s: &Stats, what: &Happened<'_>) {
             }
             Transition::Closed { .. } => s.circuit_open(false),
         },
+        Happened::Paused { handler, .. } => s.set_paused(handler, true),
+        Happened::Resumed { handler, .. } => s.set_paused(handler, false),
         Happened::Processed => s.incr(Counter::Processed),
         Happened::Duplicate { .. } => s.incr(Counter::Duplicates),
         Happened::Retrying { .. } => s.incr(Counter::Retries),
@@ -47,6 +49,8 @@ pub(super) fn on(s: &Stats, what: &Happened<'_>) {
             s.incr(Counter::SettleErrors);
         }
         Happened::ShutdownTimedOut { .. }
+        | Happened::PausesUnread { .. }
+        | Happened::PausesRead
         | Happened::HeldCounted { .. }
         | Happened::SourceFailed { .. }
         | Happened::FailureNotRecorded { .. }

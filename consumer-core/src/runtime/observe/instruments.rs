@@ -62,7 +62,11 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             Transition::Opened { reopened, .. } => m.circuit(handler, "open", i64::from(!reopened)),
             Transition::Closed { .. } => m.circuit(handler, "closed", -1),
         },
+        Happened::Paused { handler, .. } => m.paused(handler, true),
+        Happened::Resumed { handler, .. } => m.paused(handler, false),
         Happened::Running
+        | Happened::PausesUnread { .. }
+        | Happened::PausesRead
         | Happened::KeyDrained { .. }
         | Happened::Draining
         | Happened::ShutdownTimedOut { .. }

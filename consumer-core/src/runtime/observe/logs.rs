@@ -12,6 +12,10 @@ pub(super) fn on(what: &Happened<'_>) {
         | Happened::FailureNotRecorded { .. }
         | Happened::FailuresNotCleared { .. } => on_consumer(what),
         Happened::Circuit { .. } => on_circuit(what),
+        Happened::Paused { .. }
+        | Happened::Resumed { .. }
+        | Happened::PausesUnread { .. }
+        | Happened::PausesRead => on_pause(what),
         Happened::Ignored(envelope) => {
             tracing::debug!(target: "consumer::runtime", message_id = %envelope.id, kind = ?envelope.kind, "no handler takes this event type; acked as told");
         }
@@ -201,6 +205,38 @@ fn on_consumer(what: &Happened<'_>) {
         }
         Happened::FailuresNotCleared { error } => {
             tracing::debug!(target: "consumer::runtime", error = %error, "could not clear failure records; purge will");
+        }
+        _ => {}
+    }
+}
+
+/// An operator paused or resumed a handler; the pauses could not be read.
+fn on_pause(what: &Happened<'_>) {
+    match *what {
+        Happened::Paused {
+            handler,
+            by,
+            reason,
+        } => tracing::warn!(
+            target: "consumer::runtime",
+            handler,
+            by,
+            reason,
+            "handler paused by an operator: its deliveries wait, spending no attempt, until it is resumed"
+        ),
+        Happened::Resumed {
+            handler,
+            was_paused: true,
+        } => {
+            tracing::info!(target: "consumer::runtime", handler, "handler resumed: its deliveries run again")
+        }
+        Happened::PausesUnread { error } => tracing::warn!(
+            target: "consumer::runtime",
+            error = %error,
+            "cannot read the paused handlers from the store; keeping the ones read last"
+        ),
+        Happened::PausesRead => {
+            tracing::info!(target: "consumer::runtime", "the paused handlers can be read from the store again");
         }
         _ => {}
     }

@@ -62,6 +62,25 @@ pub(crate) enum Happened<'a> {
         /// Different messages in a row that failed (for an opening).
         opens_after: u32,
     },
+    /// An operator paused the handler (or every handler): its deliveries
+    /// wait, spending no attempt, until it is resumed.
+    Paused {
+        handler: &'static str,
+        by: &'a str,
+        reason: &'a str,
+    },
+    /// The handler is not paused: resumed (`was_paused`), or found running
+    /// at the consumer's first reading of the pauses.
+    Resumed {
+        handler: &'static str,
+        was_paused: bool,
+    },
+    /// The store's pauses could not be read: the last ones read stay.
+    PausesUnread {
+        error: &'a (dyn std::fmt::Display + Sync),
+    },
+    /// The store's pauses can be read again.
+    PausesRead,
     /// Taken from the source and handed to its lane.
     Received(&'a Envelope),
     /// Left the runtime: settled `took` after it was received, or released

@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use super::{Claim, DedupStore, FailureRecord};
 
 mod held;
+mod paused;
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 
@@ -42,6 +43,8 @@ struct State {
     dead_letters: Vec<(DeadLetter, String)>,
     /// Held keys (`handler \0 key`), with their parked messages.
     holds: HashMap<String, held::Hold>,
+    /// Paused handlers, by name.
+    paused: std::collections::BTreeMap<String, crate::store::paused::PausedHandler>,
 }
 
 #[derive(Debug, Clone, Copy)]
