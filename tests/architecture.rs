@@ -2,7 +2,12 @@
 //! backends depend on `consumer-backend` and never on the runtime, the
 //! codec crate on neither, the console on no reader (its `Operator` is the
 //! CLI's), core's modules depend on each other without a
-//! loop, and the root stays the application's (at most 35 names).
+//! loop, the root stays the application's (at most 35 names), and the
+//! sizes hold: no library function over 80 lines, no file of core over
+//! 600, core's library under 16 k code lines (`architecture/sizes.rs`).
+
+#[path = "architecture/sizes.rs"]
+mod sizes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -412,4 +417,59 @@ fn every_guide_page_is_built_and_listed() {
         "guide pages left out:\n{}",
         missing.join("\n")
     );
+}
+
+#[test]
+fn no_library_function_is_over_80_lines() {
+    let mut over = Vec::new();
+    for dir in sizes::library_dirs(&workspace()) {
+        for file in rust_files(&dir) {
+            let Some(text) = sizes::library_text(&file) else {
+                continue;
+            };
+            for (name, line, len) in sizes::functions(&sizes::code_only(&text)) {
+                if len > sizes::MAX_FUNCTION_LINES {
+                    let path = file.strip_prefix(workspace()).unwrap_or(&file);
+                    over.push(format!("{}:{line} `{name}`: {len} lines", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "library functions over {} lines (split them into named steps):\n{}",
+        sizes::MAX_FUNCTION_LINES,
+        over.join("\n")
+    );
+}
+
+#[test]
+fn core_stays_within_its_size() {
+    let mut code = 0;
+    let mut long = Vec::new();
+    for file in rust_files(&workspace().join("consumer-core/src")) {
+        let Some(text) = sizes::library_text(&file) else {
+            continue;
+        };
+        let lines = text.lines().count();
+        if lines > sizes::MAX_CORE_FILE_LINES {
+            long.push(format!("{}: {lines} lines", file.display()));
+        }
+        code += sizes::code_only(&text)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+    }
+    assert!(
+        long.is_empty(),
+        "files of core over {} lines (one concern per file):\n{}",
+        sizes::MAX_CORE_FILE_LINES,
+        long.join("\n")
+    );
+    assert!(
+        code <= sizes::MAX_CORE_CODE_LINES,
+        "core's library holds {code} code lines, over {}: move a feature into a crate of its own",
+        sizes::MAX_CORE_CODE_LINES
+    );
+    println!("core's library: {code} code lines");
 }

@@ -17,33 +17,20 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
             error,
         } => m.processed(envelope, handler, took, error),
         Happened::Duplicate { envelope, handler } => m.duplicate(envelope, handler),
+        Happened::RetryCopyRefused { .. }
+        | Happened::LetterStored { .. }
+        | Happened::LetterTooLarge { .. }
+        | Happened::SettleFailed { .. } => on_fallback(m, what),
         Happened::Retried {
             envelope,
             handler,
             mode,
         } => m.retry(envelope, handler, mode),
-        Happened::RetryCopyRefused { envelope, .. } => {
-            m.fallback(envelope, fallback::RETRY_IN_PLACE);
-        }
         Happened::DeadLettered {
             envelope,
             handler,
             kind,
         } => m.dead_letter(envelope, handler, kind.as_str()),
-        Happened::LetterStored {
-            envelope,
-            first: true,
-            ..
-        } => m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE),
-        Happened::LetterTooLarge {
-            envelope,
-            first: true,
-            ..
-        } => {
-            m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
-            m.fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
-        }
-        Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::RELEASE),
         Happened::Parked { handler, .. } => m.parked(handler),
         Happened::KeyHeld { handler, .. } => m.key_held(handler),
         Happened::HeldCounted { handler, count } => m.held_counted(handler, count),
@@ -78,11 +65,34 @@ pub(super) fn on(m: &ConsumerMetrics, what: &Happened<'_>) {
         | Happened::DeadLettering { .. }
         | Happened::AlreadyDeadLettered { .. }
         | Happened::MarkFailed { .. }
-        | Happened::LetterStored { first: false, .. }
-        | Happened::LetterTooLarge { first: false, .. }
         | Happened::LetterWithoutPayloadRefused { .. }
         | Happened::ReleaseFailed { .. }
         | Happened::AckFailed { .. }
         | Happened::SettleStepFailed { .. } => {}
+    }
+}
+
+/// The fallbacks a settle took, counted once each (a letter stored again is
+/// not a new fallback).
+fn on_fallback(m: &ConsumerMetrics, what: &Happened<'_>) {
+    match *what {
+        Happened::RetryCopyRefused { envelope, .. } => {
+            m.fallback(envelope, fallback::RETRY_IN_PLACE);
+        }
+        Happened::LetterStored {
+            envelope,
+            first: true,
+            ..
+        } => m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE),
+        Happened::LetterTooLarge {
+            envelope,
+            first: true,
+            ..
+        } => {
+            m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
+            m.fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
+        }
+        Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::RELEASE),
+        _ => {}
     }
 }

@@ -50,6 +50,36 @@ pub(super) fn on(what: &Happened<'_>) {
             error = %error,
             "the broker did not take the retry copy; retrying in place"
         ),
+        Happened::Parked { .. } | Happened::KeyHeld { .. } | Happened::KeyDrained { .. } => {
+            on_held(what);
+        }
+        Happened::DeadLettering { .. }
+        | Happened::AlreadyDeadLettered { .. }
+        | Happened::MarkFailed { .. }
+        | Happened::LetterStored { .. }
+        | Happened::LetterTooLarge { .. }
+        | Happened::LetterWithoutPayloadRefused { .. }
+        | Happened::SettleFailed { .. } => on_letter(what),
+        Happened::ReleaseFailed { .. }
+        | Happened::AckFailed { .. }
+        | Happened::SettleStepFailed { .. } => on_settle_step(what),
+        Happened::Running
+        | Happened::HeldCounted { .. }
+        | Happened::Draining
+        | Happened::Received(_)
+        | Happened::Left { .. }
+        | Happened::Attempted { .. }
+        | Happened::Processed
+        | Happened::Retried { .. }
+        | Happened::DeadLettered { .. }
+        | Happened::Released(_)
+        | Happened::SettleOperation { .. } => {}
+    }
+}
+
+/// The log lines of held keys: a delivery parked, a key held, a key drained.
+fn on_held(what: &Happened<'_>) {
+    match *what {
         Happened::Parked {
             envelope,
             handler,
@@ -78,13 +108,14 @@ pub(super) fn on(what: &Happened<'_>) {
             key,
             "key drained: its parked messages ran, and its messages run as they come again"
         ),
-        Happened::DeadLettering { .. }
-        | Happened::AlreadyDeadLettered { .. }
-        | Happened::MarkFailed { .. }
-        | Happened::LetterStored { .. }
-        | Happened::LetterTooLarge { .. }
-        | Happened::LetterWithoutPayloadRefused { .. }
-        | Happened::SettleFailed { .. } => on_letter(what),
+        _ => {}
+    }
+}
+
+/// The log lines of settle operations that failed: a release, an ack, a
+/// step and what follows it.
+fn on_settle_step(what: &Happened<'_>) {
+    match *what {
         Happened::ReleaseFailed { error } => {
             tracing::warn!(target: "consumer::runtime", error = %error, "release failed; the broker redelivers unsettled deliveries");
         }
@@ -102,17 +133,7 @@ pub(super) fn on(what: &Happened<'_>) {
                 tracing::warn!(target: "consumer::runtime", step, error = %error, ?delay, "settle step failed; trying again");
             }
         },
-        Happened::Running
-        | Happened::HeldCounted { .. }
-        | Happened::Draining
-        | Happened::Received(_)
-        | Happened::Left { .. }
-        | Happened::Attempted { .. }
-        | Happened::Processed
-        | Happened::Retried { .. }
-        | Happened::DeadLettered { .. }
-        | Happened::Released(_)
-        | Happened::SettleOperation { .. } => {}
+        _ => {}
     }
 }
 
