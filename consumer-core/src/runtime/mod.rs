@@ -366,7 +366,10 @@ where
         }
         worker.lanes.close_idle_lanes();
         while lanes.join_next().await.is_some() {}
+        // Awaited, not only aborted: the task holds the instruments, whose
+        // series must be gone when `run_until` returns.
         watching.abort();
+        let _ = watching.await;
         drop(worker);
         source.close().await;
         result
