@@ -18,7 +18,7 @@ use super::source::SourceSeries;
 pub const HANDLER_PAUSED: MetricSpec = MetricSpec::new(
     "consumer.handler.paused",
     Instrument::Gauge,
-    "1",
+    "{handler}",
     "1 while an operator has paused the handler (its deliveries wait, spending no attempt), 0 while it runs.",
     &[MESSAGING_SYSTEM, CONSUMER_GROUP, HANDLER],
 );
