@@ -27,52 +27,22 @@ use consumer::kinesis::aws_sdk_kinesis;
 use consumer::kinesis::client::AwsKinesis;
 use consumer::kinesis::lease::MemoryLeaseStore;
 use consumer::kinesis::{KinesisClient, KinesisPublisher, KinesisSource, envelope};
-use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher, handler};
+use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher};
+
+#[path = "throughput/mod.rs"]
+mod throughput;
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use throughput::{Figure, KEYS, messages, noop};
 
-const KEYS: usize = 64;
 const SHARDS: i32 = 2;
 const PUT_BATCH: usize = 500;
 const POLL: Duration = Duration::from_millis(200);
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Pad {
-    pad: String,
-}
-
-#[handler(retry = none)]
-async fn noop(_m: Pad) -> Result<(), std::io::Error> {
-    Ok(())
-}
-
 /// This process's CPU time (user + system), to the nanosecond.
 fn cpu() -> Duration {
     cpu_time::ProcessTime::now().as_duration()
-}
-
-struct Figure {
-    rate: f64,
-    cpu_us: f64,
-}
-
-fn measure(n: usize, wall: Duration, cpu: Duration) -> Figure {
-    Figure {
-        rate: n as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
-    }
-}
-
-fn messages(n: usize) -> Vec<Message> {
-    let pad = "x".repeat(1024 - 10);
-    (0..n)
-        .map(|i| {
-            Message::json("Pad", &Pad { pad: pad.clone() })
-                .expect("json")
-                .with_key(format!("k{}", i % KEYS))
-        })
-        .collect()
 }
 
 /// Creates `stream` and waits until moto says it is active.
@@ -129,7 +99,7 @@ async fn raw_publish(sdk: &aws_sdk_kinesis::Client, stream: &str, msgs: &[Messag
             .expect("put_records");
         assert_eq!(out.failed_record_count(), Some(0));
     }
-    measure(msgs.len(), t0.elapsed(), cpu() - c0)
+    Figure::measure(msgs.len(), t0.elapsed(), cpu() - c0)
 }
 
 async fn framework_publish(client: KinesisClient, stream: &str, msgs: &[Message]) -> Figure {
@@ -147,7 +117,7 @@ async fn framework_publish(client: KinesisClient, stream: &str, msgs: &[Message]
             r.expect("publish");
         }
     }
-    measure(msgs.len(), t0.elapsed(), cpu() - c0)
+    Figure::measure(msgs.len(), t0.elapsed(), cpu() - c0)
 }
 
 /// Reads one shard from its start until `stop` says every record arrived;
@@ -233,7 +203,7 @@ async fn raw_consume(sdk: &aws_sdk_kinesis::Client, stream: &str, n: usize) -> F
         read += shard_read;
     }
     assert!(read >= n, "every record read: {read} of {n}");
-    measure(n, t0.elapsed(), cpu() - c0)
+    Figure::measure(n, t0.elapsed(), cpu() - c0)
 }
 
 async fn framework_consume(client: KinesisClient, stream: &str, n: usize) -> Figure {
@@ -250,7 +220,7 @@ async fn framework_consume(client: KinesisClient, stream: &str, n: usize) -> Fig
         let _ = stopped.await;
     }));
     stats.wait_for(|s| s.processed as usize >= n).await;
-    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let f = Figure::measure(n, t0.elapsed(), cpu() - c0);
     let _ = stop.send(());
     run.await.expect("join").expect("consumer");
     f
