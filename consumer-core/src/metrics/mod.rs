@@ -40,6 +40,15 @@
 //! | `consumer.outbox.scheduled.lateness` | histogram | s | a scheduled event's due time to broker confirmation |
 //! | `consumer.outbox.failed` | counter | {event} | marked failed |
 //! | `consumer.outbox.round.failures` | counter | {round} | relay rounds that failed |
+//! | `consumer.circuit.open` | updowncounter | {circuit} | handlers whose circuit is open |
+//! | `consumer.circuit.transitions` | counter | {transition} | circuits opened and closed, by `consumer.circuit.state` |
+//! | `consumer.held_keys.holds` | counter | {key} | keys held by a dead-lettered message |
+//! | `consumer.held_keys.parked` | counter | {message} | messages parked behind a held key |
+//! | `consumer.held_keys` | gauge | {key} | keys held now (read from the store) |
+//! | `consumer.held_keys.oldest.age` | gauge | s | how long the oldest held key has waited |
+//! | `consumer.handler.paused` | gauge | {handler} | 1 while an operator has paused the handler, else 0 |
+//!
+//! Sagas add theirs (`consumer.saga.*`, in `consumer-saga`).
 //!
 //! The attributes of each are in [`catalogue`]; their keys and closed sets
 //! of values in [`attr`]. None carries a message id, key or offset.
@@ -70,4 +79,37 @@ pub fn scope() -> InstrumentationScope {
 /// The meter from the global provider, as installed now.
 pub fn global_meter() -> Meter {
     opentelemetry::global::meter_with_scope(scope())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The table above names every metric of the catalogue, with its
+    /// instrument and unit, and nothing else: a metric added to one and not
+    /// the other fails here.
+    #[test]
+    fn the_module_table_is_the_catalogue() {
+        let rows: Vec<(String, String, String)> = include_str!("mod.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                Some((
+                    cells.first()?.trim_end_matches('`').to_owned(),
+                    (*cells.get(1)?).to_owned(),
+                    (*cells.get(2)?).to_owned(),
+                ))
+            })
+            .collect();
+        let catalogue: Vec<(String, String, String)> = super::CATALOGUE
+            .iter()
+            .map(|m| {
+                (
+                    m.name.to_owned(),
+                    m.instrument.to_string(),
+                    m.unit.to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(rows, catalogue);
+    }
 }
