@@ -152,22 +152,6 @@ async fn framework_consume(url: &str, topology: Topology, n: usize) -> Figure {
     f
 }
 
-fn line(name: &str, f: &Figure, base: Option<&Figure>) {
-    match base {
-        None => println!(
-            "  {name:<34} {:>9.0} msg/s  {:>6.1} µs CPU/msg  (baseline)",
-            f.rate, f.cpu_us
-        ),
-        Some(b) => println!(
-            "  {name:<34} {:>9.0} msg/s  {:>6.1} µs CPU/msg  {:.2}× throughput, {:.2}× CPU",
-            f.rate,
-            f.cpu_us,
-            f.rate / b.rate,
-            f.cpu_us / b.cpu_us
-        ),
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let url = std::env::var("AMQP_URL")
@@ -203,15 +187,15 @@ async fn main() {
     );
     println!("publishing with confirms:");
     let raw_pub = raw_publish(&conn, &raw_q, &msgs).await;
-    line("raw lapin", &raw_pub, None);
+    raw_pub.line("raw lapin", None, "msg");
     let fw_pub = framework_publish(&url, fw.queue(), &msgs).await;
-    line("AmqpPublisher (outbox relay path)", &fw_pub, Some(&raw_pub));
+    fw_pub.line("AmqpPublisher (outbox relay path)", Some(&raw_pub), "msg");
 
     println!("\nconsuming with a per-message ack:");
     let raw_con = raw_consume(&conn, &raw_q, n).await;
-    line("raw lapin", &raw_con, None);
+    raw_con.line("raw lapin", None, "msg");
     let fw_con = framework_consume(&url, fw.clone(), n).await;
-    line("framework, no-op handler", &fw_con, Some(&raw_con));
+    fw_con.line("framework, no-op handler", Some(&raw_con), "msg");
 
     for q in [
         raw_q.clone(),

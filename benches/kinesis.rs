@@ -226,22 +226,6 @@ async fn framework_consume(client: KinesisClient, stream: &str, n: usize) -> Fig
     f
 }
 
-fn line(name: &str, f: &Figure, base: Option<&Figure>) {
-    match base {
-        None => println!(
-            "  {name:<36} {:>7.0} rec/s  {:>6.1} µs CPU/rec  (baseline)",
-            f.rate, f.cpu_us
-        ),
-        Some(b) => println!(
-            "  {name:<36} {:>7.0} rec/s  {:>6.1} µs CPU/rec  {:.2}× throughput, {:.2}× CPU",
-            f.rate,
-            f.cpu_us,
-            f.rate / b.rate,
-            f.cpu_us / b.cpu_us
-        ),
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let endpoint = std::env::var("KINESIS_ENDPOINT")
@@ -265,19 +249,19 @@ async fn main() {
     );
     println!("publishing (PutRecords of {PUT_BATCH}):");
     let raw_pub = raw_publish(&sdk, &raw_stream, &msgs).await;
-    line("raw aws-sdk-kinesis PutRecords", &raw_pub, None);
+    raw_pub.line("raw aws-sdk-kinesis PutRecords", None, "rec");
     let fw_pub = framework_publish(client.clone(), &fw_stream, &msgs).await;
-    line(
+    fw_pub.line(
         "KinesisPublisher (outbox relay path)",
-        &fw_pub,
         Some(&raw_pub),
+        "rec",
     );
 
     println!("\nconsuming (GetRecords per shard, checkpoints):");
     let raw_con = raw_consume(&sdk, &raw_stream, n).await;
-    line("raw GetRecords loop", &raw_con, None);
+    raw_con.line("raw GetRecords loop", None, "rec");
     let fw_con = framework_consume(client, &fw_stream, n).await;
-    line("framework, no-op handler", &fw_con, Some(&raw_con));
+    fw_con.line("framework, no-op handler", Some(&raw_con), "rec");
 
     for stream in [raw_stream, fw_stream] {
         let _ = sdk.delete_stream().stream_name(stream).send().await;

@@ -21,51 +21,23 @@ use std::time::{Duration, Instant};
 use consumer::sqs::aws_sdk_sqs;
 use consumer::sqs::client::AwsSqs;
 use consumer::sqs::{SqsClient, SqsPublisher, SqsSource, Topology};
-use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher, handler};
+use consumer::{Consumer, MemoryStore, Message, Outgoing, Publisher};
+
+#[path = "throughput/mod.rs"]
+mod throughput;
 
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
+use throughput::{Figure, KEYS, messages, noop};
 
-const GROUPS: usize = 64;
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Pad {
-    pad: String,
-}
-
-#[handler(retry = none)]
-async fn noop(_m: Pad) -> Result<(), std::io::Error> {
-    Ok(())
-}
+/// FIFO groups: the messages' keys.
+const GROUPS: usize = KEYS;
 
 /// This process's CPU time (user + system), to the nanosecond.
 fn cpu() -> Duration {
     cpu_time::ProcessTime::now().as_duration()
-}
-
-struct Figure {
-    rate: f64,
-    cpu_us: f64,
-}
-
-fn measure(n: usize, wall: Duration, cpu: Duration) -> Figure {
-    Figure {
-        rate: n as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
-    }
-}
-
-fn messages(n: usize) -> Vec<Message> {
-    let pad = "x".repeat(1024 - 10);
-    (0..n)
-        .map(|i| {
-            Message::json("Pad", &Pad { pad: pad.clone() })
-                .expect("json")
-                .with_key(format!("k{}", i % GROUPS))
-        })
-        .collect()
 }
 
 async fn raw_publish(client: &aws_sdk_sqs::Client, url: &str, msgs: &[Message]) -> Figure {
@@ -122,7 +94,7 @@ async fn raw_publish(client: &aws_sdk_sqs::Client, url: &str, msgs: &[Message]) 
             r.expect("join");
         }
     }
-    measure(msgs.len(), t0.elapsed(), cpu() - c0)
+    Figure::measure(msgs.len(), t0.elapsed(), cpu() - c0)
 }
 
 async fn raw_consume(client: &aws_sdk_sqs::Client, url: &str, n: usize) -> Figure {
@@ -165,7 +137,7 @@ async fn raw_consume(client: &aws_sdk_sqs::Client, url: &str, n: usize) -> Figur
             .expect("delete");
         assert!(out.failed().is_empty());
     }
-    measure(n, t0.elapsed(), cpu() - c0)
+    Figure::measure(n, t0.elapsed(), cpu() - c0)
 }
 
 async fn framework_publish(client: SqsClient, queue: &str, msgs: &[Message]) -> Figure {
@@ -190,7 +162,7 @@ async fn framework_publish(client: SqsClient, queue: &str, msgs: &[Message]) -> 
             r.expect("publish");
         }
     }
-    measure(msgs.len() - 1, t0.elapsed(), cpu() - c0)
+    Figure::measure(msgs.len() - 1, t0.elapsed(), cpu() - c0)
 }
 
 async fn framework_consume(client: SqsClient, topology: Topology, n: usize) -> Figure {
@@ -207,26 +179,10 @@ async fn framework_consume(client: SqsClient, topology: Topology, n: usize) -> F
         let _ = stopped.await;
     }));
     stats.wait_for(|s| s.processed as usize >= n).await;
-    let f = measure(n, t0.elapsed(), cpu() - c0);
+    let f = Figure::measure(n, t0.elapsed(), cpu() - c0);
     let _ = stop.send(());
     run.await.expect("join").expect("consumer");
     f
-}
-
-fn line(name: &str, f: &Figure, base: Option<&Figure>) {
-    match base {
-        None => println!(
-            "  {name:<36} {:>7.0} msg/s  {:>6.1} µs CPU/msg  (baseline)",
-            f.rate, f.cpu_us
-        ),
-        Some(b) => println!(
-            "  {name:<36} {:>7.0} msg/s  {:>6.1} µs CPU/msg  {:.2}× throughput, {:.2}× CPU",
-            f.rate,
-            f.cpu_us,
-            f.rate / b.rate,
-            f.cpu_us / b.cpu_us
-        ),
-    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -263,15 +219,15 @@ async fn main() {
     );
     println!("publishing ({GROUPS} messages a publish, one per group):");
     let raw_pub = raw_publish(&raw, &raw_url, &msgs).await;
-    line("raw aws-sdk-sqs SendMessageBatch", &raw_pub, None);
+    raw_pub.line("raw aws-sdk-sqs SendMessageBatch", None, "msg");
     let fw_pub = framework_publish(client.clone(), topology.queue().name(), &msgs).await;
-    line("SqsPublisher (outbox relay path)", &fw_pub, Some(&raw_pub));
+    fw_pub.line("SqsPublisher (outbox relay path)", Some(&raw_pub), "msg");
 
     println!("\nconsuming (receive 10, delete in batches):");
     let raw_con = raw_consume(&raw, &raw_url, n).await;
-    line("raw receive + DeleteMessageBatch", &raw_con, None);
+    raw_con.line("raw receive + DeleteMessageBatch", None, "msg");
     let fw_con = framework_consume(client.clone(), topology.clone(), n).await;
-    line("framework, no-op handler", &fw_con, Some(&raw_con));
+    fw_con.line("framework, no-op handler", Some(&raw_con), "msg");
 
     for url in [raw_url, fw_url, fw_dlq] {
         let _ = raw.delete_queue().queue_url(url).send().await;

@@ -55,6 +55,24 @@ impl Figure {
         }
     }
 
+    /// Prints this figure as `name`'s line, with its ratios to `base` (none:
+    /// it is the baseline); `unit` names what is counted (`msg`, `rec`).
+    pub fn line(&self, name: &str, base: Option<&Self>, unit: &str) {
+        match base {
+            None => println!(
+                "  {name:<36} {:>9.0} {unit}/s  {:>6.1} µs CPU/{unit}  (baseline)",
+                self.rate, self.cpu_us
+            ),
+            Some(b) => println!(
+                "  {name:<36} {:>9.0} {unit}/s  {:>6.1} µs CPU/{unit}  {:.2}× throughput, {:.2}× CPU",
+                self.rate,
+                self.cpu_us,
+                self.rate / b.rate,
+                self.cpu_us / b.cpu_us
+            ),
+        }
+    }
+
     /// The highest rate and the lowest CPU time of a side's runs, each on
     /// its own: on a shared machine, noise only ever makes a figure worse.
     pub fn best(runs: &[Self]) -> Self {
