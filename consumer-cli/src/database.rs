@@ -41,6 +41,14 @@ pub async fn connect(services: &Services) -> Result<PgPool> {
 }
 
 /// `e`, or, when `table` is missing, a sentence saying where to look.
+/// A store call's error, its database failure explained on `table`.
+pub fn explain_store(e: consumer_core::Error, table: &str) -> Error {
+    match e {
+        consumer_core::Error::Database(db) => explain(db, table),
+        other => Error::Other(other.to_string()),
+    }
+}
+
 pub fn explain(e: sqlx::Error, table: &str) -> Error {
     match &e {
         sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => {

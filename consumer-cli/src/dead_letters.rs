@@ -12,7 +12,7 @@ use crate::journal::Journal;
 use crate::json::{LetterJson, ListedJson, line};
 use crate::letter::{Filter, Letter};
 use crate::places::{Held, Letters};
-use crate::render::Table;
+use crate::render::{Table, write};
 
 /// What a read selected.
 struct Selected {
@@ -96,12 +96,6 @@ pub async fn list(
     let table = letters_table(&letters, keeps_replayed, replayed.as_ref());
     write(out, &table.render())?;
     write(out, &format!("{} dead letter(s)\n", letters.len()))
-}
-
-/// Writes `text` to the output.
-fn write(out: &mut dyn Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())
-        .map_err(Error::io("writing the output"))
 }
 
 /// `list --group-by`: how many letters per kind, handler or error, the

@@ -21,21 +21,13 @@ use crate::args::Services;
 use crate::database;
 use crate::error::{Error, Result};
 use crate::json::line;
-use crate::render::Table;
+use crate::render::{Table, write};
 
 /// Keys listed per page read from the store.
 const PAGE: u32 = 500;
 
 pub fn explain(e: consumer_core::Error) -> Error {
-    match e {
-        consumer_core::Error::Database(db) => database::explain(db, "consumer_held_keys"),
-        other => Error::Other(other.to_string()),
-    }
-}
-
-fn write(out: &mut impl Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())
-        .map_err(Error::io("writing the output"))
+    database::explain_store(e, "consumer_held_keys")
 }
 
 /// `list`: read page by page (keyset), so a long list costs no long query.

@@ -21,7 +21,7 @@ use crate::args::{KinesisReading, Services};
 use crate::database;
 use crate::error::{Error, Result};
 use crate::json::line;
-use crate::render::Table;
+use crate::render::{Table, write};
 
 /// The longest sequence number Kinesis writes.
 const MAX_SEQUENCE_DIGITS: usize = 128;
@@ -34,11 +34,6 @@ fn explain(e: LeaseError) -> Error {
         | LeaseError::Changed { .. }) => Error::Refused(refused.to_string()),
         other => Error::Other(other.to_string()),
     }
-}
-
-fn write(out: &mut impl Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())
-        .map_err(Error::io("writing the output"))
 }
 
 async fn store(

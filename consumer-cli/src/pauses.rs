@@ -15,18 +15,10 @@ use crate::args::Services;
 use crate::database;
 use crate::error::{Error, Result};
 use crate::json::line;
-use crate::render::Table;
+use crate::render::{Table, write};
 
 fn explain(e: consumer_core::Error) -> Error {
-    match e {
-        consumer_core::Error::Database(db) => database::explain(db, "consumer_paused_handlers"),
-        other => Error::Other(other.to_string()),
-    }
-}
-
-fn write(out: &mut impl Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())
-        .map_err(Error::io("writing the output"))
+    database::explain_store(e, "consumer_paused_handlers")
 }
 
 /// What the handler name stands for, in a sentence.

@@ -77,6 +77,12 @@ pub fn age(seconds: i64) -> String {
     }
 }
 
+/// Writes `text` to the tool's output.
+pub fn write(out: &mut (impl std::io::Write + ?Sized), text: &str) -> crate::error::Result<()> {
+    out.write_all(text.as_bytes())
+        .map_err(crate::error::Error::io("writing the output"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

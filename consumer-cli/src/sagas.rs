@@ -23,7 +23,7 @@ use crate::args::{SagaFilterArgs, Services};
 use crate::database;
 use crate::error::{Error, Result};
 use crate::json::line;
-use crate::render::{Table, age};
+use crate::render::{Table, age, write};
 
 pub(crate) fn store(pool: sqlx::PgPool) -> SagaStore<Postgres> {
     SagaStore::new(pool)
@@ -39,11 +39,6 @@ pub(crate) fn operator(e: OperatorError) -> Error {
         }
         other => Error::Other(other.to_string()),
     }
-}
-
-fn write(out: &mut impl Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())
-        .map_err(Error::io("writing the output"))
 }
 
 fn seconds_since(t: OffsetDateTime) -> i64 {
