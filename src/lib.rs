@@ -127,6 +127,8 @@ pub mod architecture {
 ///     idempotency_key = <expr>,           // default: the message id
 ///     retry = exponential(base = "100ms", max_delay = "30s", attempts = 5, mode = in_place),
 ///     terminal = <pattern> | <pattern>,   // default: nothing is terminal
+///     on_dead_letter = hold_key,          // default: move_on
+///     circuit = breaker(opens_after = 5, open_for = "5s", max_open_for = "60s"),
 ///     event_type = "OrderPlaced",         // or ["A", "B"]; default: the message type's name
 ///     name = "charge",                    // default: the function's name
 ///     crate = ::consumer,                 // for renamed dependencies
@@ -150,6 +152,14 @@ pub mod architecture {
 ///   type [`RetryPolicy`].
 /// * `terminal` patterns are matched against `&E`: a match is dead-lettered
 ///   without retry; any other error is transient and retried.
+/// * `on_dead_letter = hold_key` sets the key's later messages aside once
+///   one of its messages is dead-lettered, until an operator releases or
+///   skips it (sequenced dead letters; the guide's
+///   [faults page](guide::faults)).
+/// * `circuit` is this handler's own circuit: `breaker(...)` (every
+///   argument optional, defaults shown above), `off`, or any expression of
+///   type [`runtime::CircuitPolicy`]. Left out, the handler follows the
+///   consumer's ([`Consumer::with_circuit`]).
 /// * `event_type` is the CloudEvents type (`ce_type`) a [`Router`] sends
 ///   the handler; a consumer that runs the handler alone ignores it.
 ///

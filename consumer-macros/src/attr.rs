@@ -22,9 +22,10 @@ mod kw {
     syn::custom_keyword!(redeliver);
     syn::custom_keyword!(batch);
     syn::custom_keyword!(on_dead_letter);
+    syn::custom_keyword!(circuit);
 }
 
-const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `on_dead_letter`, `event_type`, `name`, `crate`";
+const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `on_dead_letter`, `circuit`, `event_type`, `name`, `crate`";
 const RETRY_ARGS: &str = "expected one of: `base`, `max_delay`, `attempts`, `mode`";
 
 /// Everything written between the parentheses.
@@ -40,6 +41,8 @@ pub struct Args {
     pub batch: Option<Span>,
     /// `on_dead_letter = hold_key` (or `move_on`).
     pub on_dead_letter: Option<Ident>,
+    /// `circuit = off | breaker(..) | <expr>`.
+    pub circuit: Option<crate::circuit::Circuit>,
     /// Errors that did not stop parsing (duplicates), reported together.
     pub errors: Option<syn::Error>,
 }
@@ -135,6 +138,10 @@ impl Args {
                 "on_dead_letter",
                 errors,
             );
+        } else if lookahead.peek(kw::circuit) {
+            let k = input.parse::<kw::circuit>()?;
+            let c = value(input, crate::circuit::Circuit::parse)?;
+            set(&mut self.circuit, c, k.span, "circuit", errors);
         } else if lookahead.peek(kw::name) {
             let k = input.parse::<kw::name>()?;
             let lit = value(input, parse_name)?;

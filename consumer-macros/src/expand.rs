@@ -44,7 +44,8 @@ pub(crate) struct Common {
     /// The store type the impl is for.
     pub(crate) db: TokenStream,
     pub(crate) where_clause: TokenStream,
-    /// `fn name`, `fn retry_policy`, `fn event_types`, `fn payload_type`.
+    /// `fn name`, `fn retry_policy`, `fn circuit_policy` (when the handler has
+    /// its own), `fn event_types`, `fn payload_type`.
     pub(crate) describe: TokenStream,
 }
 
@@ -125,11 +126,13 @@ fn items(m: &Model, func: &ItemFn) -> TokenStream {
     }
 }
 
-/// `fn name`, `fn retry_policy`, `fn event_types`, `fn payload_type`.
+/// `fn name`, `fn retry_policy`, `fn circuit_policy` (when the handler has
+/// its own), `fn event_types`, `fn payload_type`.
 fn describe(m: &Model) -> TokenStream {
     let krate = &m.krate;
     let name = &m.name;
     let retry = &m.retry;
+    let circuit = &m.circuit;
     let event_types = &m.event_types;
     let msg_ty = &m.message_ty;
     quote! {
@@ -140,6 +143,8 @@ fn describe(m: &Model) -> TokenStream {
         fn retry_policy(&self) -> #krate::RetryPolicy {
             #retry
         }
+
+        #circuit
 
         fn event_types(&self) -> &'static [&'static str] {
             &[#(#event_types),*]

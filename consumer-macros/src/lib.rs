@@ -4,6 +4,7 @@
 //! See the facade's documentation for the arguments and their defaults.
 
 mod attr;
+mod circuit;
 mod expand;
 mod expand_batch;
 mod valid;

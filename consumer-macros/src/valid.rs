@@ -31,6 +31,8 @@ pub struct Model {
     pub batch: bool,
     /// `on_dead_letter = hold_key`: its dead letters hold their key.
     pub holds_key: bool,
+    /// `circuit = ..`: `fn circuit_policy`, when the handler has its own.
+    pub circuit: Option<TokenStream>,
 }
 
 struct Errors(Option<syn::Error>);
@@ -75,6 +77,10 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         .unwrap_or_else(|| syn::parse_quote!(::consumer));
     let retry = retry_tokens(&args, &krate, &mut errors);
     let holds_key = holds_key(&args, &mut errors);
+    let circuit = crate::circuit::tokens(args.circuit.as_ref(), &krate).unwrap_or_else(|e| {
+        errors.push_error(e);
+        None
+    });
 
     if let Some(e) = errors.0 {
         return Err(e);
@@ -99,6 +105,7 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         event_types,
         batch: args.batch.is_some(),
         holds_key,
+        circuit,
     })
 }
 

@@ -115,6 +115,10 @@ impl<H: BatchHandler<S>, S: DedupStore> Handler<S> for Batched<H, S> {
         self.handler.retry_policy()
     }
 
+    fn circuit_policy(&self) -> Option<crate::handler::CircuitPolicy> {
+        self.handler.circuit_policy()
+    }
+
     fn event_types(&self) -> &'static [&'static str] {
         self.handler.event_types()
     }

@@ -66,6 +66,12 @@ pub trait BatchHandler<S: DedupStore>: Send + Sync + 'static {
     /// How failed messages are retried (one at a time; see the module docs).
     fn retry_policy(&self) -> RetryPolicy;
 
+    /// This handler's own circuit, as [`Handler::circuit_policy`]
+    /// (each message's outcome counts, as for a handler of one message).
+    fn circuit_policy(&self) -> Option<crate::handler::CircuitPolicy> {
+        None
+    }
+
     /// The CloudEvents types a [`Router`](crate::Router) sends this handler.
     fn event_types(&self) -> &'static [&'static str] {
         &[]

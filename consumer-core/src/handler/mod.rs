@@ -6,6 +6,7 @@
 //! so nothing needs `dyn Handler`, and the hot path keeps one future per
 //! message without a boxed allocation.
 
+mod circuit_policy;
 mod context;
 mod invocation;
 mod outcome;
@@ -13,6 +14,7 @@ mod panic;
 
 use std::future::Future;
 
+pub use circuit_policy::CircuitPolicy;
 pub use context::MessageContext;
 pub use invocation::Invocation;
 pub use outcome::{DecodeError, Failure, FailureKind, Outcome};
@@ -88,6 +90,14 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     /// ([`OnDeadLetter::HoldKey`]: sequenced dead letters).
     fn on_dead_letter(&self) -> OnDeadLetter {
         OnDeadLetter::MoveOn
+    }
+
+    /// When this handler's circuit opens and for how long:
+    /// `#[handler(circuit = ..)]` sets it; `None` (the default here)
+    /// follows the consumer's
+    /// [`with_circuit`](crate::runtime::Consumer::with_circuit).
+    fn circuit_policy(&self) -> Option<CircuitPolicy> {
+        None
     }
 
     /// Runs one attempt.

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::handler::CircuitPolicy;
 use crate::handler::{Handler, Invocation, Outcome};
 use crate::retry::RetryPolicy;
 use crate::store::DedupStore;
@@ -25,6 +26,8 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     fn payload_type(&self) -> Option<crate::describe::PayloadType>;
     /// [`Handler::on_dead_letter`].
     fn on_dead_letter(&self) -> crate::handler::OnDeadLetter;
+    /// [`Handler::circuit_policy`].
+    fn circuit_policy(&self) -> Option<CircuitPolicy>;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -59,6 +62,10 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
 
     fn on_dead_letter(&self) -> crate::handler::OnDeadLetter {
         Handler::on_dead_letter(self)
+    }
+
+    fn circuit_policy(&self) -> Option<CircuitPolicy> {
+        Handler::circuit_policy(self)
     }
 
     fn handle_boxed<'a>(
@@ -96,6 +103,10 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
 
     fn on_dead_letter(&self) -> crate::handler::OnDeadLetter {
         ErasedHandler::on_dead_letter(self)
+    }
+
+    fn circuit_policy(&self) -> Option<CircuitPolicy> {
+        ErasedHandler::circuit_policy(self)
     }
 
     // An async fn, not the box itself: it holds the two borrows apart,

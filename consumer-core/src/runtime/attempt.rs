@@ -151,7 +151,7 @@ where
             _ => acker,
         };
         let policy = handler.retry_policy();
-        let circuit = self.circuits.of(name);
+        let circuit = self.circuits.of(name, handler.circuit_policy());
         let mut envelope = bounded_attempt(envelope, &policy);
         let mut failed_here = false;
         loop {
@@ -277,7 +277,7 @@ where
             self.observer.emit(Happened::Circuit {
                 handler,
                 transition,
-                opens_after: self.circuits.policy().opens_after(),
+                opens_after: circuit.policy().opens_after(),
             });
         }
     }

@@ -38,8 +38,8 @@ use opentelemetry::metrics::Meter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
+pub use crate::handler::CircuitPolicy;
 pub use attempt::InputError;
-pub use circuit::CircuitPolicy;
 pub use limits::HandlerLimit;
 
 use crate::envelope::Envelope;
@@ -166,7 +166,7 @@ where
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
             held_key_lease: held::LEASE,
-            circuit: CircuitPolicy::off(),
+            circuit: CircuitPolicy::default(),
             pause_poll: pause::POLL,
             limits: Vec::new(),
             stats: Arc::default(),
@@ -227,11 +227,11 @@ where
         self
     }
 
-    /// When a handler's circuit opens and for how long: see
-    /// [`CircuitPolicy`], whose `default()` opens after 5 different
-    /// messages in a row failed transiently. Off unless set here, in this
-    /// release: every failure then goes through the retry policy alone, as
-    /// before circuits existed.
+    /// When a handler's circuit opens and for how long, for the handlers
+    /// without a policy of their own (`#[handler(circuit = ..)]`): by
+    /// default [`CircuitPolicy::default()`], which opens after 5 different
+    /// messages in a row failed transiently. [`CircuitPolicy::off()`]
+    /// sends every failure through the retry policy alone.
     pub fn with_circuit(mut self, policy: CircuitPolicy) -> Self {
         self.circuit = policy;
         self
