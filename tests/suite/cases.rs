@@ -52,10 +52,7 @@ where
     )
     .with_max_in_flight(64)
     .with_max_payload_bytes(64 * 1024)
-    .with_settle_timeout(Duration::from_secs(5))
-    // These cases pin each message's retry policy, many messages failing
-    // at once on purpose: the circuit has its own cases.
-    .with_circuit(CircuitPolicy::off());
+    .with_settle_timeout(Duration::from_secs(5));
     let stats = consumer.stats();
     let drained = broker.clone();
     let topic_owned = topic.to_owned();

@@ -26,9 +26,9 @@ pub struct CircuitPolicy {
 impl Default for CircuitPolicy {
     /// The recommended policy: opens after 5 different messages in a row
     /// failed transiently; open for 5 s, doubling after each failed probe
-    /// up to 60 s. A consumer's circuits follow it unless set otherwise
-    /// with [`Consumer::with_circuit`](crate::runtime::Consumer::with_circuit) or,
-    /// for one handler, `#[handler(circuit = ..)]`
+    /// up to 60 s. A consumer's circuits are [off](Self::off) unless set
+    /// with [`Consumer::with_circuit`](crate::runtime::Consumer::with_circuit)
+    /// or, for one handler, `#[handler(circuit = ..)]`
     /// ([`Handler::circuit_policy`](super::Handler::circuit_policy)).
     fn default() -> Self {
         Self::new(5, Duration::from_secs(5), Duration::from_secs(60))

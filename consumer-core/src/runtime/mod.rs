@@ -166,7 +166,7 @@ where
             shutdown_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
             held_key_lease: held::LEASE,
-            circuit: CircuitPolicy::default(),
+            circuit: CircuitPolicy::off(),
             pause_poll: pause::POLL,
             limits: Vec::new(),
             stats: Arc::default(),
@@ -228,10 +228,11 @@ where
     }
 
     /// When a handler's circuit opens and for how long, for the handlers
-    /// without a policy of their own (`#[handler(circuit = ..)]`): by
-    /// default [`CircuitPolicy::default()`], which opens after 5 different
-    /// messages in a row failed transiently. [`CircuitPolicy::off()`]
-    /// sends every failure through the retry policy alone.
+    /// without a policy of their own (`#[handler(circuit = ..)]`):
+    /// [`CircuitPolicy::default()`] opens after 5 different messages in a
+    /// row failed transiently. Off unless set here or on the handler, in
+    /// this release ([`CircuitPolicy::off()`]): every failure then goes
+    /// through the retry policy alone.
     pub fn with_circuit(mut self, policy: CircuitPolicy) -> Self {
         self.circuit = policy;
         self
