@@ -249,3 +249,86 @@ mod key_limit {
         assert!(error.contains("dedup key"), "{error}");
     }
 }
+
+mod letter_nowhere {
+    //! A dead letter that neither the broker nor the store takes holds its
+    //! delivery, and so its key: the handler does not run again, the key's
+    //! later message waits behind it, and once the store takes the letter
+    //! the key moves on. (It used to be released, to come back, fail the
+    //! same way and be released again, for as long as both refused.)
+
+    use consumer::testing::{Faults, FaultySource};
+    use consumer::{Consumer, MemoryBroker, Message, PgTx, error::BrokerErrorKind, handler};
+
+    use crate::conformance::support::{self, Harness, PgHarness};
+
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[allow(dead_code)]
+        n: u32,
+    }
+
+    #[handler]
+    async fn post(_entry: Entry, _tx: &mut PgTx) -> Result<(), std::convert::Infallible> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_nothing_takes_holds_its_key_and_is_not_run_again() {
+        let h = PgHarness::new().await;
+        // The store's table refuses every letter until the constraint goes.
+        sqlx::query(
+            "ALTER TABLE consumer_dead_letters ADD CONSTRAINT refuse_all CHECK (false) NOT VALID",
+        )
+        .execute(h.pool())
+        .await
+        .expect("a constraint that refuses every letter");
+        let broker = MemoryBroker::new(1);
+        let poison = Message::raw(&b"{not json"[..])
+            .with_id("poison")
+            .with_key("account-1");
+        broker.publish("t", poison).await.expect("publish");
+        let after = Message::raw(&br#"{"n":2}"#[..])
+            .with_id("after")
+            .with_key("account-1");
+        broker.publish("t", after).await.expect("publish");
+
+        let faults = Faults::new();
+        faults.refuse_dead_letters(Some(BrokerErrorKind::NoDestination));
+        let source = FaultySource::new(broker.source("t"), faults);
+        let consumer = Consumer::new(source, h.store(), post);
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        let run = tokio::spawn(consumer.run_until(async move { drained.wait_drained("t").await }));
+
+        // Two tries of the letter, a second apart: held all along.
+        let held = support::within(stats.wait_for(|s| s.settle_failures >= 2)).await;
+        assert_eq!(
+            (held.received, held.processed, held.dead_letters_stored),
+            (2, 0, 0),
+            "the poison message was not given back to fail again, and its key's \
+             later message waits behind it: {held:?}"
+        );
+
+        sqlx::query("ALTER TABLE consumer_dead_letters DROP CONSTRAINT refuse_all")
+            .execute(h.pool())
+            .await
+            .expect("the table takes letters again");
+        support::within(run).await.expect("join").expect("consumer");
+
+        let s = stats.snapshot();
+        assert_eq!(
+            (
+                s.received,
+                s.dead_poison,
+                s.dead_letters_stored,
+                s.processed
+            ),
+            (2, 1, 1, 1),
+            "{s:?}"
+        );
+        let stored = h.stored_dead_letters().await;
+        assert_eq!(stored.len(), 1, "{stored:#?}");
+        assert_eq!(stored[0].message_id, "poison");
+    }
+}

@@ -81,9 +81,10 @@ pub struct StatsSnapshot {
     pub dead_letters_stored: u64,
     /// Retry copies the broker refused, retried in place instead.
     pub retry_fallbacks: u64,
-    /// Deliveries released for redelivery because every settle fallback
-    /// failed (the broker refused the dead letter and the store could not
-    /// take it): each one is logged at ERROR.
+    /// Tries of a dead letter that nothing took (the broker refused it and
+    /// the store could not take it): each one is logged at ERROR, and the
+    /// delivery is held, its key's later messages behind it, until a try
+    /// succeeds.
     pub settle_failures: u64,
     /// Deliveries a [`Router`](crate::Router) told to ignore unknown types
     /// acked because no handler takes their type.

@@ -118,7 +118,8 @@ pub mod fallback {
     pub const DEAD_LETTER_TO_STORE: &str = "dead_letter_to_store";
     /// The broker refused the retry copy; the retry ran in place.
     pub const RETRY_IN_PLACE: &str = "retry_in_place";
-    /// Nothing took the dead letter; the delivery was released to come
-    /// again (logged at ERROR).
-    pub const RELEASE: &str = "release";
+    /// Nothing took the dead letter; the delivery is held (its key's later
+    /// messages wait behind it) and the letter tried again (logged at
+    /// ERROR, once per try).
+    pub const HOLD: &str = "hold";
 }

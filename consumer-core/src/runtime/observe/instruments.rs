@@ -92,7 +92,7 @@ fn on_fallback(m: &ConsumerMetrics, what: &Happened<'_>) {
             m.fallback(envelope, fallback::DEAD_LETTER_TO_STORE);
             m.fallback(envelope, fallback::DEAD_LETTER_WITHOUT_PAYLOAD);
         }
-        Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::RELEASE),
+        Happened::SettleFailed { envelope, .. } => m.fallback(envelope, fallback::HOLD),
         _ => {}
     }
 }

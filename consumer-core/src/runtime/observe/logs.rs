@@ -197,6 +197,7 @@ fn on_letter(what: &Happened<'_>) {
             message_id,
             kind,
             error,
+            again_in,
             ..
         } => tracing::error!(
             target: "consumer::runtime",
@@ -204,7 +205,8 @@ fn on_letter(what: &Happened<'_>) {
             message_id = %message_id,
             kind = %kind,
             error = %error,
-            "could not dead-letter the message on the broker nor in the store; releasing it for redelivery"
+            again_in = ?again_in,
+            "could not dead-letter the message on the broker nor in the store; holding it (its key's later messages wait) and trying again"
         ),
         _ => {}
     }

@@ -189,13 +189,15 @@ pub(crate) enum Happened<'a> {
     },
     /// The letter without its payload was refused too.
     LetterWithoutPayloadRefused { message_id: &'a str, error: &'a str },
-    /// Nothing took the letter: the delivery is released for redelivery.
+    /// Nothing took the letter: the delivery is held, its key's later
+    /// messages behind it, and the letter is tried again after `again_in`.
     SettleFailed {
         envelope: &'a Envelope,
         handler: &'a str,
         message_id: &'a str,
         kind: DeadLetterKind,
         error: &'a str,
+        again_in: Duration,
     },
     /// Given back to the broker unsettled.
     Released(&'a Envelope),
