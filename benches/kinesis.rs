@@ -13,7 +13,9 @@
 //!   last sequence number as its checkpoint; the framework runs a no-op
 //!   handler on the in-memory store through `KinesisSource` (leases and
 //!   checkpoints in a `MemoryLeaseStore`, a checkpoint written every
-//!   second).
+//!   second), with its default bound of unsettled records per shard and
+//!   again with room for a whole call (10 000), the second time reading
+//!   the same stream from its start.
 //!
 //! `cargo bench --bench kinesis --features kinesis` (needs a Kinesis
 //! emulator: `scripts/services sqs` starts moto, which serves both;
@@ -206,13 +208,21 @@ async fn raw_consume(sdk: &aws_sdk_kinesis::Client, stream: &str, n: usize) -> F
     Figure::measure(n, t0.elapsed(), cpu() - c0)
 }
 
-async fn framework_consume(client: KinesisClient, stream: &str, n: usize) -> Figure {
+/// The framework reads `stream` from its start (a fresh lease store), with
+/// `bound` records unsettled per shard at most (the default when `None`).
+async fn framework_consume(
+    client: KinesisClient,
+    stream: &str,
+    n: usize,
+    bound: Option<usize>,
+) -> Figure {
     let (t0, c0) = (Instant::now(), cpu());
-    let source = KinesisSource::builder(client, stream, MemoryLeaseStore::new())
-        .with_poll_interval(POLL)
-        .connect()
-        .await
-        .expect("source");
+    let mut builder =
+        KinesisSource::builder(client, stream, MemoryLeaseStore::new()).with_poll_interval(POLL);
+    if let Some(bound) = bound {
+        builder = builder.with_max_unsettled_per_shard(bound);
+    }
+    let source = builder.connect().await.expect("source");
     let consumer = Consumer::new(source, MemoryStore::new(), noop).with_max_in_flight(256);
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -260,8 +270,18 @@ async fn main() {
     println!("\nconsuming (GetRecords per shard, checkpoints):");
     let raw_con = raw_consume(&sdk, &raw_stream, n).await;
     raw_con.line("raw GetRecords loop", None, "rec");
-    let fw_con = framework_consume(client, &fw_stream, n).await;
+    let fw_con = framework_consume(client.clone(), &fw_stream, n, None).await;
     fw_con.line("framework, no-op handler", Some(&raw_con), "rec");
+    // The same stream read again from its start, with room for a whole
+    // call: Kinesis allows five calls a second per shard, so a bound of B
+    // reads at most 5 B records a second per shard, and the raw loop (which
+    // asks for 10 000 a call, paced only by moto) has no bound.
+    let wide = framework_consume(client, &fw_stream, n, Some(10_000)).await;
+    wide.line(
+        "framework, 10 000 unsettled per shard",
+        Some(&raw_con),
+        "rec",
+    );
 
     for stream in [raw_stream, fw_stream] {
         let _ = sdk.delete_stream().stream_name(stream).send().await;

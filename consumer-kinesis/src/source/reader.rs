@@ -15,7 +15,10 @@
 //!   and an expired one (`ExpiredIteratorException`) too, after the last
 //!   record read (or from the session's start).
 //! * **Bound**: at most `max_unsettled` records of the shard read and not
-//!   settled; a full reader waits for a settle.
+//!   settled. A full reader waits until settles made room for a call worth
+//!   making (half the bound, or a batch if smaller), or for a poll
+//!   interval when a slow record holds the room small: a call is one of
+//!   five a second, and one that reads a handful of records wastes it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,8 +79,17 @@ pub(crate) async fn read(reading: Arc<Reading>, session: Arc<Session>) {
         session,
         iterator: None,
         failures: 0,
+        short_since: None,
+        last_call: None,
     };
     reader.run().await;
+}
+
+/// The room a reader at its bound waits for before it calls again: half
+/// the bound, or a batch when that is smaller.
+fn low_water(reading: &Reading) -> usize {
+    let batch = usize::try_from(reading.batch_size).unwrap_or(1);
+    (reading.max_unsettled / 2).clamp(1, batch.max(1))
 }
 
 enum Next {
@@ -91,6 +103,11 @@ struct Reader {
     /// The iterator for the next call, and when it was obtained.
     iterator: Option<(String, Instant)>,
     failures: u32,
+    /// Since when the room has been under the low water mark.
+    short_since: Option<Instant>,
+    /// When the last `GetRecords` call began: the next one waits from
+    /// there, not from when its records were handed out.
+    last_call: Option<Instant>,
 }
 
 impl Reader {
@@ -108,11 +125,15 @@ impl Reader {
                 }
                 self.reading.max_unsettled.saturating_sub(ledger.len())
             };
-            if room == 0 {
-                let changed = self.session.changed.notified();
-                let _ = tokio::time::timeout(self.reading.poll_interval, changed).await;
-                continue;
+            if room < low_water(&self.reading) {
+                let short_since = *self.short_since.get_or_insert_with(Instant::now);
+                if room == 0 || short_since.elapsed() < self.reading.poll_interval {
+                    let changed = self.session.changed.notified();
+                    let _ = tokio::time::timeout(self.reading.poll_interval, changed).await;
+                    continue;
+                }
             }
+            self.short_since = None;
             let Some(iterator) = self.iterator().await else {
                 return;
             };
@@ -120,6 +141,7 @@ impl Reader {
                 .unwrap_or(i32::MAX)
                 .min(self.reading.batch_size);
             StatsInner::add(&self.reading.stats.get_records_calls, 1);
+            self.last_call = Some(Instant::now());
             let next = match self.reading.api.get_records(&iterator, limit).await {
                 Ok(page) => self.hand_out(page).await,
                 Err(e) => self.failed("GetRecords", e).await,
@@ -221,7 +243,8 @@ impl Reader {
         } else {
             self.reading.poll_interval
         };
-        tokio::time::sleep(pause).await;
+        let since = self.last_call.unwrap_or_else(Instant::now);
+        tokio::time::sleep_until(since + pause).await;
         Next::Go
     }
 
