@@ -191,8 +191,8 @@ pub(super) fn on(s: &SourceCounters, what: &Happened<'_>) {
         Happened::Reconnecting { .. } => s.add(C::Reconnects, 1),
         Happened::BrokersDisconnected { lost, .. } => s.add(C::Reconnects, lost),
         Happened::Assigned { .. } => s.add(C::Assigned, 1),
+        Happened::Revoking { .. } => s.add(C::Revoked, 1),
         Happened::Revoked { how, .. } => {
-            s.add(C::Revoked, 1);
             if how == Revoke::Lost {
                 s.add(C::Lost, 1);
             }

@@ -154,6 +154,7 @@ pub(super) fn on(b: Broker, counters: &SourceCounters, what: &Happened<'_>) {
         Happened::ReceiveFailed { retry_in: None, .. }
         | Happened::Received { .. }
         | Happened::Polled
+        | Happened::Revoking { .. }
         | Happened::Acked
         | Happened::Left
         | Happened::Released { .. }

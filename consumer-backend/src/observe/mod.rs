@@ -210,7 +210,13 @@ pub enum Happened<'a> {
         /// How many.
         partitions: usize,
     },
-    /// The group took `partitions` partitions back.
+    /// The group asks for `partitions` partitions back: the source starts
+    /// giving them up (waiting for the records it handed out from them).
+    Revoking {
+        /// How many.
+        partitions: usize,
+    },
+    /// The source gave `partitions` revoked partitions up.
     Revoked {
         /// How many.
         partitions: usize,

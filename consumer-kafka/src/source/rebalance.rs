@@ -98,6 +98,9 @@ impl ConsumerContext for Ctx {
                 });
             }
             Rebalance::Revoke(tpl) => {
+                self.shared.observer.emit(Happened::Revoking {
+                    partitions: tpl.count(),
+                });
                 self.revoke(consumer, tpl);
             }
             Rebalance::Error(e) => {
