@@ -7,7 +7,7 @@
 //!
 //! 1. the counters ([`SourceCounters`], in [`counters`]): relaxed atomics,
 //!    read by the backend's stats view and its [`SourceGauges`](crate::SourceGauges);
-//! 2. the log line ([`logs`]), under the backend's target
+//! 2. the log line (`logs.rs`), under the backend's target
 //!    (`consumer::amqp`, `consumer::kafka`, ...), which reads the counters
 //!    when a line reports a total.
 //!
