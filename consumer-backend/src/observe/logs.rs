@@ -31,6 +31,51 @@ pub(super) fn on(b: Broker, counters: &SourceCounters, what: &Happened<'_>) {
         } => {
             line!(b, debug, shard = %at, error = %error, ?delay, "{operation} failed; trying again")
         }
+        Happened::AckFailed { .. }
+        | Happened::ReleaseFailed { .. }
+        | Happened::ExtensionRefused { .. }
+        | Happened::ExtensionsFailed { .. }
+        | Happened::RetryCutShort { .. }
+        | Happened::DeadLetterRefused { .. } => on_settle(b, what),
+        Happened::Reconnecting { .. }
+        | Happened::BrokersDisconnected { .. }
+        | Happened::Assigned { .. }
+        | Happened::Revoked { .. }
+        | Happened::RevokeTimedOut { .. }
+        | Happened::CommitFailed { .. }
+        | Happened::CloseTimedOut { .. } => on_membership(b, counters, what),
+        Happened::LeaseTaken {
+            shard,
+            steal,
+            start,
+        } => {
+            line!(b, info, shard = %shard, steal, ?start, "took a shard's lease");
+        }
+        Happened::LeaseLost { shard } => line!(b, info, shard = %shard, "lost a shard's lease"),
+        Happened::ReceiveFailed { retry_in: None, .. }
+        | Happened::Received { .. }
+        | Happened::Polled
+        | Happened::Revoking { .. }
+        | Happened::Acked
+        | Happened::Left
+        | Happened::Released { .. }
+        | Happened::Extended { .. }
+        | Happened::RetriedByBroker
+        | Happened::DeadLettered
+        | Happened::IteratorRenewed
+        | Happened::Rewound
+        | Happened::Checkpointed { .. }
+        | Happened::Holding { .. }
+        | Happened::LeasesHeld(_)
+        | Happened::BehindLatest(_) => {}
+    }
+}
+
+/// The log lines of what settling and holding deliveries met: a failed
+/// ack or release, a lease that could not be extended, a retry cut short,
+/// a refused dead letter.
+fn on_settle(b: Broker, what: &Happened<'_>) {
+    match *what {
         Happened::AckFailed { error } => line!(
             b,
             warn,
@@ -78,6 +123,15 @@ pub(super) fn on(b: Broker, counters: &SourceCounters, what: &Happened<'_>) {
             error = %error,
             "the dead-letter destination refused a letter"
         ),
+        _ => {}
+    }
+}
+
+/// The log lines of the source's connection and its place in a group:
+/// reconnects, lost broker connections, rebalances, failed commits, a
+/// close that timed out.
+fn on_membership(b: Broker, counters: &SourceCounters, what: &Happened<'_>) {
+    match *what {
         Happened::Reconnecting { queue, reason } => line!(
             b,
             warn,
@@ -143,29 +197,6 @@ pub(super) fn on(b: Broker, counters: &SourceCounters, what: &Happened<'_>) {
             ?timeout,
             "close timeout: the consumer could not leave its group in time (coordinator unreachable?); the group notices after session.timeout.ms"
         ),
-        Happened::LeaseTaken {
-            shard,
-            steal,
-            start,
-        } => {
-            line!(b, info, shard = %shard, steal, ?start, "took a shard's lease");
-        }
-        Happened::LeaseLost { shard } => line!(b, info, shard = %shard, "lost a shard's lease"),
-        Happened::ReceiveFailed { retry_in: None, .. }
-        | Happened::Received { .. }
-        | Happened::Polled
-        | Happened::Revoking { .. }
-        | Happened::Acked
-        | Happened::Left
-        | Happened::Released { .. }
-        | Happened::Extended { .. }
-        | Happened::RetriedByBroker
-        | Happened::DeadLettered
-        | Happened::IteratorRenewed
-        | Happened::Rewound
-        | Happened::Checkpointed { .. }
-        | Happened::Holding { .. }
-        | Happened::LeasesHeld(_)
-        | Happened::BehindLatest(_) => {}
+        _ => {}
     }
 }
