@@ -1,6 +1,7 @@
 //! What a source reports when metrics are collected: lag per partition,
 //! queue depths, and the counters only the backend sees (rebalances,
-//! commit failures, reconnects).
+//! commit failures, reconnects), which it reads from its
+//! [`SourceObserver`](crate::SourceObserver)'s counters.
 //!
 //! A backend implements [`SourceGauges`] and returns it from
 //! [`Source::gauges`](crate::source::Source::gauges); the runtime registers

@@ -15,6 +15,10 @@
 //! * usually a [`Publisher`], for the outbox relay and for applications;
 //! * optionally [`Source::accept_retry_policy`], to refuse or adapt to a
 //!   handler's [`RetryPolicy`] before the first delivery;
+//! * a [`SourceObserver`], through which it emits what happens at its
+//!   source ([`Happened`]: received, acked, released, a lease extended, a
+//!   rebalance, a failed commit, ...) once, where it happens; its counters
+//!   and log lines listen;
 //! * optionally [`SourceGauges`] (queue depth, lag) and
 //!   [`SourceChannels`] / [`ChannelDescription`] (what the service's
 //!   AsyncAPI document says of its channels).
@@ -62,6 +66,7 @@ pub mod describe;
 pub mod envelope;
 pub mod error;
 pub mod gauges;
+pub mod observe;
 pub mod partition;
 pub mod publish;
 pub mod retry;
@@ -79,6 +84,7 @@ pub use envelope::{
 };
 pub use error::{BoxError, BrokerError, BrokerErrorKind, Error, Result};
 pub use gauges::{QueueRole, SourceGauges, SourceReadings};
+pub use observe::{Broker, Happened, SourceObserver};
 pub use partition::partition_for;
 pub use publish::{Outgoing, Publisher};
 pub use retry::{RetryMode, RetryPolicy};

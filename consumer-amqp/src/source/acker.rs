@@ -1,9 +1,9 @@
 //! [`AmqpAcker`]: settles one delivery of an [`AmqpSource`](super::AmqpSource).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use consumer_backend::observe::Happened;
 use consumer_backend::{Acker, Message, RetryCopy};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 
@@ -90,7 +90,7 @@ impl AmqpAcker {
     fn done(&mut self) {
         if !self.settled {
             self.settled = true;
-            self.metrics.settled.fetch_add(1, Ordering::Relaxed);
+            self.metrics.observer.emit(Happened::Left);
         }
     }
 

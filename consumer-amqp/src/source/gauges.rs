@@ -8,10 +8,10 @@
 //! and a collection reports the last reading, so a scrape never waits for
 //! RabbitMQ. The task ends when the consumer does.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use consumer_backend::observe::Counter;
 use consumer_backend::{QueueRole, SourceGauges, SourceReadings};
 
 use super::stats::StatsInner;
@@ -109,7 +109,7 @@ impl SourceGauges for AmqpGauges {
         }
         readings.reconnects(
             Arc::clone(&self.work_queue),
-            self.metrics.reconnects.load(Ordering::Relaxed),
+            self.metrics.observer.counters().get(Counter::Reconnects),
         );
     }
 }

@@ -11,10 +11,10 @@ mod partitioned;
 mod stats;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use consumer_backend::observe::Happened;
 use consumer_backend::{Envelope, Source};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
@@ -233,11 +233,10 @@ impl AmqpSource {
 
     async fn drop_session(&mut self, reason: &str) {
         if let Some(s) = self.session.take() {
-            self.metrics
-                .inner
-                .reconnects
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer::amqp", queue = %self.topology.queue(), reason, "lost the RabbitMQ channel; reconnecting on the next receive");
+            self.metrics.inner.observer.emit(Happened::Reconnecting {
+                queue: self.topology.queue(),
+                reason,
+            });
             crate::connection::let_go(&s.connection, "reconnecting").await;
         }
     }
@@ -307,11 +306,10 @@ impl Source for AmqpSource {
         };
         match session.consumer.next().await {
             Some(Ok(delivery)) => {
-                let m = &self.metrics.inner;
-                m.delivered.fetch_add(1, Ordering::Relaxed);
-                if delivery.redelivered {
-                    m.redelivered.fetch_add(1, Ordering::Relaxed);
-                }
+                self.metrics.inner.observer.emit(Happened::Received {
+                    count: 1,
+                    redelivered: delivery.redelivered,
+                });
                 let lapin::message::Delivery { data, .. } = &delivery;
                 let payload = Bytes::copy_from_slice(data);
                 let envelope = Arc::new(headers::to_envelope_within(

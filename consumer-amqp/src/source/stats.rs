@@ -1,8 +1,10 @@
-//! [`AmqpStats`]: counters of a source and the depths of its queues.
+//! [`AmqpStats`]: the counters of a source, as its [`SourceObserver`]
+//! counts them, and the depths of its queues.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use consumer_backend::observe::{Broker, Counter, SourceObserver};
 
 use crate::error::Result;
 use crate::publisher::AmqpPublisher;
@@ -21,10 +23,9 @@ pub struct AmqpStats {
 pub(super) struct StatsInner {
     pub(super) topology: Arc<Topology>,
     pub(super) publisher: AmqpPublisher,
-    pub(super) delivered: AtomicU64,
-    pub(super) redelivered: AtomicU64,
-    pub(super) settled: AtomicU64,
-    pub(super) reconnects: AtomicU64,
+    /// What the source, its sessions and its ackers emit through; its
+    /// counters are the ones read here.
+    pub(super) observer: SourceObserver,
     /// The queues the source consumes (or tries to), each with whether
     /// RabbitMQ reports it crashed: the `consumer.queue.crashed` gauge.
     pub(super) crashed: Mutex<BTreeMap<Arc<str>, bool>>,
@@ -68,10 +69,7 @@ impl AmqpStats {
             inner: Arc::new(StatsInner {
                 topology,
                 publisher,
-                delivered: AtomicU64::new(0),
-                redelivered: AtomicU64::new(0),
-                settled: AtomicU64::new(0),
-                reconnects: AtomicU64::new(0),
+                observer: SourceObserver::new(Broker::Amqp),
                 crashed: Mutex::default(),
             }),
         }
@@ -79,24 +77,24 @@ impl AmqpStats {
 
     /// Deliveries received from RabbitMQ.
     pub fn delivered(&self) -> u64 {
-        self.inner.delivered.load(Ordering::Relaxed)
+        self.inner.observer.counters().get(Counter::Received)
     }
 
     /// Deliveries RabbitMQ flagged `redelivered` (handed out before and not
     /// acked: a crash, a lost channel, a release).
     pub fn redelivered(&self) -> u64 {
-        self.inner.redelivered.load(Ordering::Relaxed)
+        self.inner.observer.counters().get(Counter::Redelivered)
     }
 
     /// Deliveries received and not yet settled (acked, released or dropped).
     pub fn in_flight(&self) -> u64 {
         self.delivered()
-            .saturating_sub(self.inner.settled.load(Ordering::Relaxed))
+            .saturating_sub(self.inner.observer.counters().get(Counter::Left))
     }
 
     /// How many times the consuming channel was lost and re-opened.
     pub fn reconnects(&self) -> u64 {
-        self.inner.reconnects.load(Ordering::Relaxed)
+        self.inner.observer.counters().get(Counter::Reconnects)
     }
 
     /// Ready messages in the work, dead-letter and delay queues (passive

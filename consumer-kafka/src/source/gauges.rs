@@ -5,9 +5,9 @@
 //! series go away.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use consumer_backend::observe::Counter;
 use consumer_backend::{SourceGauges, SourceReadings};
 
 use super::ledger::Ledger;
@@ -42,16 +42,13 @@ impl SourceGauges for KafkaGauges {
                 );
             }
         }
-        let s = &self.shared;
+        let c = self.shared.observer.counters();
         readings.rebalances(
-            s.assigns.load(Ordering::Relaxed),
-            s.revokes.load(Ordering::Relaxed),
-            s.lost.load(Ordering::Relaxed),
+            c.get(Counter::Assigned),
+            c.get(Counter::Revoked),
+            c.get(Counter::Lost),
         );
-        readings.commit_failures(s.commit_failures.load(Ordering::Relaxed));
-        readings.reconnects(
-            Arc::clone(&self.topic),
-            s.broker_disconnects.load(Ordering::Relaxed),
-        );
+        readings.commit_failures(c.get(Counter::CommitFailures));
+        readings.reconnects(Arc::clone(&self.topic), c.get(Counter::Reconnects));
     }
 }

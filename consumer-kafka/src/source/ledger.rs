@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use consumer_backend::observe::{Broker, SourceObserver};
+
 use super::Delivery;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +81,7 @@ impl Hasher for TpHasher {
 
 /// What the source's poll thread, its ackers and its rebalance callbacks
 /// share: each partition's records in flight (the lowest unfinished offset
-/// is what may be committed), and the source's counters.
-#[derive(Default)]
+/// is what may be committed), and the observer they emit through.
 pub(super) struct Ledger {
     pub(super) state: Mutex<State>,
     /// Signalled when a record of a revoking partition settles.
@@ -92,16 +93,10 @@ pub(super) struct Ledger {
     pub(super) closing: AtomicBool,
     /// The consumer is closed: it has left its group.
     pub(super) closed: AtomicBool,
-    pub(super) delivered: AtomicU64,
-    pub(super) assigns: AtomicU64,
-    pub(super) revokes: AtomicU64,
-    pub(super) revoke_timeouts: AtomicU64,
-    pub(super) lost: AtomicU64,
-    pub(super) commit_failures: AtomicU64,
-    pub(super) close_timeouts: AtomicU64,
-    /// Broker connections librdkafka lost (it reconnects by itself), from
-    /// its statistics: the consumer's `consumer.reconnects`.
-    pub(super) broker_disconnects: AtomicU64,
+    /// What the poll thread, the rebalance callbacks and the source emit
+    /// through; its counters are what [`KafkaStats`](super::KafkaStats)
+    /// and the gauges read.
+    pub(super) observer: SourceObserver,
     /// The longest delay a handler of this source gives a retry copy, in
     /// milliseconds (the runtime says so before the first delivery): a
     /// retry record is never due later than that after it was written.
@@ -115,6 +110,22 @@ pub(super) struct Ledger {
 
 /// Emptied batches kept for reuse, at most.
 const SPARE_BATCHES: usize = 4;
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            settled: Condvar::new(),
+            room: Condvar::new(),
+            dirty: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            observer: SourceObserver::new(Broker::Kafka),
+            longest_retry_delay_ms: AtomicU64::new(0),
+            spare: Mutex::default(),
+        }
+    }
+}
 
 impl Ledger {
     /// An empty batch with room for `capacity` records.

@@ -72,6 +72,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use consumer_backend::observe::Happened;
 use consumer_backend::{Envelope, Source};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
@@ -161,15 +162,9 @@ impl KafkaSource {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::PollThread("panicked")),
             Err(_) => {
-                self.link
-                    .shared
-                    .close_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    target: "consumer::kafka",
-                    timeout = ?self.close_timeout,
-                    "close timeout: the consumer could not leave its group in time (coordinator unreachable?); the group notices after session.timeout.ms"
-                );
+                self.link.shared.observer.emit(Happened::CloseTimedOut {
+                    timeout: self.close_timeout,
+                });
                 Ok(())
             }
         }

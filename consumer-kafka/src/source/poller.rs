@@ -6,6 +6,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use consumer_backend::due_in;
+use consumer_backend::observe::{Commit, Happened};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -194,9 +195,10 @@ impl Poller {
     /// empty one.
     fn hand_out(&self, batch: Vec<Delivery>) {
         if !batch.is_empty() {
-            self.shared
-                .delivered
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.shared.observer.emit(Happened::Received {
+                count: batch.len() as u64,
+                redelivered: false,
+            });
             let _ = self.tx.send(batch);
         }
     }
@@ -332,7 +334,10 @@ impl Poller {
                 if p.parked.as_ref().is_some_and(|k| k.due <= now)
                     && let Some(parked) = p.parked.take()
                 {
-                    self.shared.delivered.fetch_add(1, Ordering::Relaxed);
+                    self.shared.observer.emit(Happened::Received {
+                        count: 1,
+                        redelivered: false,
+                    });
                     let _ = self.tx.send(vec![parked.delivery]);
                 }
                 if p.paused && p.parked.is_none() && p.pending.len() <= self.max_per_partition / 2 {
@@ -372,8 +377,10 @@ impl Poller {
         if tpl.count() > 0
             && let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync)
         {
-            self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer::kafka", error = %e, "final commit failed; finished records may be delivered again (dedup skips them)");
+            self.shared.observer.emit(Happened::CommitFailed {
+                commit: Commit::Close,
+                error: &e,
+            });
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use consumer_backend::observe::{Commit, Happened, Revoke};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -69,15 +70,18 @@ impl ConsumerContext for Ctx {
                 // Nothing new to commit.
                 return;
             }
-            self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(target: "consumer::kafka", error = %e, offsets = offsets.count(), "auto-commit failed (the next one carries the same offsets)");
+            self.shared.observer.emit(Happened::CommitFailed {
+                commit: Commit::Auto {
+                    offsets: offsets.count(),
+                },
+                error: e,
+            });
         }
     }
 
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
-                self.shared.assigns.fetch_add(1, Ordering::Relaxed);
                 let mut state = self.shared.lock();
                 for e in tpl.elements() {
                     state.next_epoch += 1;
@@ -88,10 +92,15 @@ impl ConsumerContext for Ctx {
                     let epoch = state.next_epoch;
                     state.partitions.insert(tp, Partition::new(epoch));
                 }
-                tracing::info!(target: "consumer::kafka", partitions = tpl.count(), "partitions assigned");
+                drop(state);
+                self.shared.observer.emit(Happened::Assigned {
+                    partitions: tpl.count(),
+                });
             }
             Rebalance::Revoke(tpl) => {
-                self.shared.revokes.fetch_add(1, Ordering::Relaxed);
+                self.shared.observer.emit(Happened::Revoking {
+                    partitions: tpl.count(),
+                });
                 self.revoke(consumer, tpl);
             }
             Rebalance::Error(e) => {
@@ -135,19 +144,11 @@ impl Ctx {
             }
         }
         if lost > 0 {
-            let total = self
-                .shared
-                .broker_disconnects
-                .fetch_add(lost, Ordering::Relaxed)
-                + lost;
-            tracing::warn!(
-                target: "consumer::kafka",
-                group = %self.group,
-                brokers = ?brokers,
+            self.shared.observer.emit(Happened::BrokersDisconnected {
+                group: &self.group,
+                brokers: &brokers,
                 lost,
-                total,
-                "lost connections to Kafka brokers; librdkafka reconnects by itself"
-            );
+            });
         }
     }
 
@@ -172,13 +173,10 @@ impl Ctx {
         while held(&state) > 0 {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
-                self.shared.revoke_timeouts.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    target: "consumer::kafka",
-                    held = held(&state),
-                    timeout = ?self.revoke_timeout,
-                    "revoke timeout: giving up partitions with records still running; the next owner gets them again"
-                );
+                self.shared.observer.emit(Happened::RevokeTimedOut {
+                    held: held(&state),
+                    timeout: self.revoke_timeout,
+                });
                 break;
             }
             let settled = &self.shared.settled;
@@ -226,15 +224,20 @@ impl Ctx {
         }
         drop(state);
         if lost {
-            self.shared.lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "consumer::kafka", partitions = targets.len(), "assignment lost: not committing (another member may own the partitions)");
+            self.shared.observer.emit(Happened::Revoked {
+                partitions: targets.len(),
+                how: Revoke::Lost,
+            });
             return;
         }
         if self.shared.closing.load(Ordering::SeqCst) {
             // Leaving the group on close: the final commit already covered
             // these positions (or could not reach the coordinator, and a
             // second attempt would wait another `session.timeout.ms`).
-            tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions released on close");
+            self.shared.observer.emit(Happened::Revoked {
+                partitions: targets.len(),
+                how: Revoke::OnClose,
+            });
             return;
         }
         if commit.count() > 0 {
@@ -242,10 +245,15 @@ impl Ctx {
                 tracing::debug!(target: "consumer::kafka", error = %e, "could not store final offsets");
             }
             if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
-                self.shared.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: "consumer::kafka", error = %e, "commit on revoke failed; the next owner may see finished records again (dedup skips them)");
+                self.shared.observer.emit(Happened::CommitFailed {
+                    commit: Commit::Revoke,
+                    error: &e,
+                });
             }
         }
-        tracing::info!(target: "consumer::kafka", partitions = targets.len(), "partitions revoked");
+        self.shared.observer.emit(Happened::Revoked {
+            partitions: targets.len(),
+            how: Revoke::Committed,
+        });
     }
 }

@@ -1,8 +1,12 @@
-//! [`KafkaStats`]: counters and per-partition lag of one source.
+//! [`KafkaStats`]: the counters of one source, as its
+//! [`SourceObserver`](consumer_backend::SourceObserver) counts them, and
+//! its per-partition lag, as its ledger holds it.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use consumer_backend::observe::Counter;
 
 use super::KafkaSource;
 use super::ledger::Ledger;
@@ -123,15 +127,16 @@ impl KafkaStats {
             })
             .collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let c = s.observer.snapshot();
         KafkaStatsSnapshot {
-            delivered: s.delivered.load(Ordering::Relaxed),
-            rebalances: s.assigns.load(Ordering::Relaxed),
-            revocations: s.revokes.load(Ordering::Relaxed),
-            revoke_timeouts: s.revoke_timeouts.load(Ordering::Relaxed),
-            lost_assignments: s.lost.load(Ordering::Relaxed),
-            commit_failures: s.commit_failures.load(Ordering::Relaxed),
-            close_timeouts: s.close_timeouts.load(Ordering::Relaxed),
-            broker_disconnects: s.broker_disconnects.load(Ordering::Relaxed),
+            delivered: c.get(Counter::Received),
+            rebalances: c.get(Counter::Assigned),
+            revocations: c.get(Counter::Revoked),
+            revoke_timeouts: c.get(Counter::RevokeTimeouts),
+            lost_assignments: c.get(Counter::Lost),
+            commit_failures: c.get(Counter::CommitFailures),
+            close_timeouts: c.get(Counter::CloseTimeouts),
+            broker_disconnects: c.get(Counter::Reconnects),
             closed: s.closed.load(Ordering::SeqCst),
             in_flight: state.partitions.values().map(|p| p.taken).sum(),
             parked: state

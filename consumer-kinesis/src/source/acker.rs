@@ -7,7 +7,7 @@ use consumer_backend::{Acker, BrokerErrorKind, Error, Message, RetryCopy};
 
 use super::dead_letter::LetterSink;
 use super::session::Session;
-use super::stats::StatsInner;
+use consumer_backend::observe::{Happened, Release, SourceObserver};
 
 /// Settles one Kinesis record. Kinesis acknowledges nothing per record:
 /// settling moves the shard's checkpoint ledger.
@@ -29,7 +29,7 @@ pub struct KinesisAcker {
     pub(super) epoch: u64,
     pub(super) index: u64,
     pub(super) letters: Option<Arc<dyn LetterSink>>,
-    pub(super) stats: Arc<StatsInner>,
+    pub(super) observer: SourceObserver,
     pub(super) settled: bool,
 }
 
@@ -53,7 +53,10 @@ impl Acker for KinesisAcker {
     async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
         self.session.release(self.epoch, self.index);
-        StatsInner::add(&self.stats.released, 1);
+        self.observer.emit(Happened::Released {
+            count: 1,
+            why: Release::Asked,
+        });
         Ok(())
     }
 
@@ -66,10 +69,13 @@ impl Acker for KinesisAcker {
             ));
         };
         if let Err(e) = sink.send(letter).await {
-            tracing::warn!(target: "consumer::kinesis", destination = sink.destination(), error = %e, "the dead-letter destination refused a letter");
+            self.observer.emit(Happened::DeadLetterRefused {
+                destination: sink.destination(),
+                error: &e,
+            });
             return Err(e);
         }
-        StatsInner::add(&self.stats.dead_letters, 1);
+        self.observer.emit(Happened::DeadLettered);
         Ok(())
     }
 
@@ -86,7 +92,10 @@ impl Drop for KinesisAcker {
     fn drop(&mut self) {
         if !self.settled {
             self.session.release(self.epoch, self.index);
-            StatsInner::add(&self.stats.released, 1);
+            self.observer.emit(Happened::Released {
+                count: 1,
+                why: Release::Dropped,
+            });
         }
     }
 }

@@ -196,7 +196,7 @@ impl<S: LeaseStore> KinesisSourceBuilder<S> {
             stream,
             tx,
             letters,
-            stats: Arc::clone(&stats.inner),
+            observer: stats.observer.clone(),
             poll_interval: self.poll_interval,
             batch_size: self.batch_size,
             max_unsettled: self.max_unsettled,

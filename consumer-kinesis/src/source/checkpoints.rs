@@ -6,8 +6,8 @@
 use std::time::SystemTime;
 
 use super::lease_loop::LeaseLoop;
-use super::stats::StatsInner;
 use crate::lease::{Checkpoint, CheckpointWrite, LeaseStore};
+use consumer_backend::observe::Happened;
 
 impl<S: LeaseStore> LeaseLoop<S> {
     /// Writes every held shard's checkpoint that moved; gives up the lease
@@ -50,12 +50,12 @@ impl<S: LeaseStore> LeaseLoop<S> {
             .await
         {
             Ok(CheckpointWrite::Written) => {
-                StatsInner::add(&self.stats().checkpoints, 1);
+                self.observer()
+                    .emit(Happened::Checkpointed { shard_end: end });
                 if let Some(held) = self.held.get_mut(shard) {
                     held.written = Some(checkpoint);
                 }
                 if end {
-                    StatsInner::add(&self.stats().shards_ended, 1);
                     self.give_up(shard, "it is read and settled to its end")
                         .await;
                     return false;

@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -22,11 +21,11 @@ use tokio::task::JoinHandle;
 
 use super::reader::{self, Reading};
 use super::session::Session;
-use super::stats::StatsInner;
 use crate::client::IteratorStart;
 use crate::error::Error;
 use crate::lease::{Checkpoint, Lease, LeaseStore, balance};
 use crate::shards::{self, ShardInfo};
+use consumer_backend::observe::{Happened, SourceObserver};
 
 /// A shard this instance holds: its session, its reader, and the
 /// checkpoint last written.
@@ -86,8 +85,8 @@ impl<S: LeaseStore> LeaseLoop<S> {
         self.shutdown().await;
     }
 
-    pub(super) fn stats(&self) -> &StatsInner {
-        &self.reading.stats
+    pub(super) fn observer(&self) -> &SourceObserver {
+        &self.reading.observer
     }
 
     fn until(&self) -> SystemTime {
@@ -216,8 +215,11 @@ impl<S: LeaseStore> LeaseLoop<S> {
             .await;
         match taken {
             Ok(Some(_)) => {
-                StatsInner::add(&self.stats().leases_taken, 1);
-                tracing::info!(target: "consumer::kinesis", shard = %shard, steal, ?start, "took a shard's lease");
+                self.observer().emit(Happened::LeaseTaken {
+                    shard,
+                    steal,
+                    start: &start,
+                });
                 // A lease this instance held but let lapse (its renewals
                 // failed) is a new session: the old reader must not go on.
                 if let Some(old) = self.held.remove(shard) {
@@ -260,8 +262,7 @@ impl<S: LeaseStore> LeaseLoop<S> {
     pub(super) fn lose(&mut self, shard: &str) {
         if let Some(held) = self.held.remove(shard) {
             held.reader.abort();
-            StatsInner::add(&self.stats().leases_lost, 1);
-            tracing::info!(target: "consumer::kinesis", shard = %shard, "lost a shard's lease");
+            self.observer().emit(Happened::LeaseLost { shard });
         }
         self.count_held();
     }
@@ -269,9 +270,8 @@ impl<S: LeaseStore> LeaseLoop<S> {
     /// Publishes which shards are held: the count, and the sessions the
     /// gauges read.
     pub(super) fn count_held(&self) {
-        self.stats()
-            .leases_held
-            .store(self.held.len() as u64, Ordering::Relaxed);
+        self.observer()
+            .emit(Happened::LeasesHeld(self.held.len() as u64));
         let mut shown = self
             .reading
             .held

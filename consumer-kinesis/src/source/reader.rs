@@ -33,10 +33,10 @@ use super::acker::KinesisAcker;
 use super::dead_letter::LetterSink;
 use super::record::envelope_of;
 use super::session::Session;
-use super::stats::StatsInner;
 use crate::client::{ApiError, KinesisApi, RecordsPage, is_expired_iterator, is_throttled};
 use crate::error::Error;
 use crate::stream_name::StreamName;
+use consumer_backend::observe::{Happened, SourceObserver};
 
 /// The least time between two `GetRecords` calls on a shard: Kinesis
 /// allows five a second per shard.
@@ -59,7 +59,7 @@ pub(crate) struct Reading {
     pub(crate) channel: Channel,
     pub(crate) tx: mpsc::Sender<Delivery>,
     pub(crate) letters: Option<Arc<dyn LetterSink>>,
-    pub(crate) stats: Arc<StatsInner>,
+    pub(crate) observer: SourceObserver,
     pub(crate) poll_interval: Duration,
     pub(crate) batch_size: i32,
     pub(crate) max_unsettled: usize,
@@ -118,7 +118,7 @@ impl Reader {
                 if ledger.needs_rewind() {
                     ledger.rewind();
                     self.iterator = None;
-                    StatsInner::add(&self.reading.stats.rewinds, 1);
+                    self.reading.observer.emit(Happened::Rewound);
                 }
                 if ledger.is_end_read() {
                     return;
@@ -140,7 +140,7 @@ impl Reader {
             let limit = i32::try_from(room)
                 .unwrap_or(i32::MAX)
                 .min(self.reading.batch_size);
-            StatsInner::add(&self.reading.stats.get_records_calls, 1);
+            self.reading.observer.emit(Happened::Polled);
             self.last_call = Some(Instant::now());
             let next = match self.reading.api.get_records(&iterator, limit).await {
                 Ok(page) => self.hand_out(page).await,
@@ -162,7 +162,7 @@ impl Reader {
                 return Some(it.clone());
             }
             if self.iterator.take().is_some() {
-                StatsInner::add(&self.reading.stats.iterators_renewed, 1);
+                self.reading.observer.emit(Happened::IteratorRenewed);
             }
             let start = self.session.ledger().resume_at();
             let got = self
@@ -187,12 +187,10 @@ impl Reader {
     /// Enters `page`'s records in the ledger and hands them out, in order.
     async fn hand_out(&mut self, page: RecordsPage) -> Next {
         self.failures = 0;
-        let stats = &self.reading.stats;
+        let observer = &self.reading.observer;
         let behind = page.millis_behind_latest.unwrap_or(0);
         let behind_ms = u64::try_from(behind).unwrap_or(0);
-        stats
-            .millis_behind_latest
-            .store(behind_ms, Ordering::Relaxed);
+        observer.emit(Happened::BehindLatest(Duration::from_millis(behind_ms)));
         self.session
             .millis_behind
             .store(behind_ms, Ordering::Relaxed);
@@ -216,10 +214,13 @@ impl Reader {
                 epoch,
                 index,
                 letters: self.reading.letters.clone(),
-                stats: Arc::clone(stats),
+                observer: observer.clone(),
                 settled: false,
             };
-            StatsInner::add(&stats.received, 1);
+            observer.emit(Happened::Received {
+                count: 1,
+                redelivered: false,
+            });
             if self
                 .reading
                 .tx
@@ -251,10 +252,9 @@ impl Reader {
     /// A call failed: an expired iterator is obtained again, a failure
     /// that heals backs off, one that does not goes to the runtime.
     async fn failed(&mut self, operation: &'static str, e: ApiError) -> Next {
-        let stats = &self.reading.stats;
         if is_expired_iterator(&e) {
             self.iterator = None;
-            StatsInner::add(&stats.iterators_renewed, 1);
+            self.reading.observer.emit(Happened::IteratorRenewed);
             return Next::Go;
         }
         if !e.kind().is_retriable() {
@@ -267,16 +267,17 @@ impl Reader {
             let _ = self.reading.tx.send(Err(error.into())).await;
             return Next::Stop;
         }
-        if is_throttled(&e) {
-            StatsInner::add(&stats.throttled, 1);
-        } else {
-            StatsInner::add(&stats.read_errors, 1);
-        }
         self.failures = self.failures.saturating_add(1);
         let delay = BACKOFF
             .delay(self.failures, &mut rand::rng())
             .max(MIN_CALL_INTERVAL);
-        tracing::debug!(target: "consumer::kinesis", shard = %self.session.shard_id, error = %e, ?delay, "{operation} failed; trying again");
+        self.reading.observer.emit(Happened::ReceiveFailed {
+            at: &self.session.shard_id,
+            operation,
+            error: &e,
+            throttled: is_throttled(&e),
+            retry_in: Some(delay),
+        });
         tokio::time::sleep(delay).await;
         Next::Go
     }

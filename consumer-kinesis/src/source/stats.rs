@@ -1,38 +1,21 @@
-//! [`KinesisStats`]: in-process counters of a
-//! [`KinesisSource`](super::KinesisSource).
+//! [`KinesisStats`]: the counters of a [`KinesisSource`](super::KinesisSource),
+//! as its [`SourceObserver`] counts them, read as Kinesis names them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use consumer_backend::observe::{Broker, Counter, Level, SourceObserver};
 
 /// Live counters of a [`KinesisSource`](super::KinesisSource); clone it
 /// before handing the source to the consumer, read it with
 /// [`snapshot`](Self::snapshot).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct KinesisStats {
-    pub(super) inner: Arc<StatsInner>,
+    pub(super) observer: SourceObserver,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct StatsInner {
-    pub(crate) received: AtomicU64,
-    pub(crate) get_records_calls: AtomicU64,
-    pub(crate) throttled: AtomicU64,
-    pub(crate) read_errors: AtomicU64,
-    pub(crate) iterators_renewed: AtomicU64,
-    pub(crate) rewinds: AtomicU64,
-    pub(crate) released: AtomicU64,
-    pub(crate) dead_letters: AtomicU64,
-    pub(crate) checkpoints: AtomicU64,
-    pub(crate) leases_taken: AtomicU64,
-    pub(crate) leases_lost: AtomicU64,
-    pub(crate) shards_ended: AtomicU64,
-    pub(crate) leases_held: AtomicU64,
-    pub(crate) millis_behind_latest: AtomicU64,
-}
-
-impl StatsInner {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+impl Default for KinesisStats {
+    fn default() -> Self {
+        Self {
+            observer: SourceObserver::new(Broker::Kinesis),
+        }
     }
 }
 
@@ -75,23 +58,22 @@ pub struct KinesisStatsSnapshot {
 impl KinesisStats {
     /// The counters now.
     pub fn snapshot(&self) -> KinesisStatsSnapshot {
-        let i = &self.inner;
-        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let s = self.observer.snapshot();
         KinesisStatsSnapshot {
-            received: n(&i.received),
-            get_records_calls: n(&i.get_records_calls),
-            throttled: n(&i.throttled),
-            read_errors: n(&i.read_errors),
-            iterators_renewed: n(&i.iterators_renewed),
-            rewinds: n(&i.rewinds),
-            released: n(&i.released),
-            dead_letters: n(&i.dead_letters),
-            checkpoints: n(&i.checkpoints),
-            leases_taken: n(&i.leases_taken),
-            leases_lost: n(&i.leases_lost),
-            shards_ended: n(&i.shards_ended),
-            leases_held: n(&i.leases_held),
-            millis_behind_latest: n(&i.millis_behind_latest),
+            received: s.get(Counter::Received),
+            get_records_calls: s.get(Counter::Polls),
+            throttled: s.get(Counter::Throttled),
+            read_errors: s.get(Counter::ReceiveErrors),
+            iterators_renewed: s.get(Counter::IteratorsRenewed),
+            rewinds: s.get(Counter::Rewinds),
+            released: s.get(Counter::Released),
+            dead_letters: s.get(Counter::DeadLetters),
+            checkpoints: s.get(Counter::Checkpoints),
+            leases_taken: s.get(Counter::LeasesTaken),
+            leases_lost: s.get(Counter::LeasesLost),
+            shards_ended: s.get(Counter::ShardsEnded),
+            leases_held: s.level(Level::LeasesHeld),
+            millis_behind_latest: s.level(Level::MillisBehindLatest),
         }
     }
 }

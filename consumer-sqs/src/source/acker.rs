@@ -8,7 +8,7 @@ use consumer_backend::{Acker, Message, RetryCopy};
 use super::Shared;
 use super::calls::Op;
 use super::ledger::secs;
-use super::stats::StatsInner;
+use consumer_backend::observe::{Happened, Release};
 
 /// How long SQS keeps a message invisible at most, counted from its
 /// receive.
@@ -87,7 +87,10 @@ impl Acker for SqsAcker {
             .call(self.receipt.clone(), Op::Visibility(0))
             .await;
         self.leave();
-        StatsInner::add(&self.shared.stats.released, 1);
+        self.shared.observer.emit(Happened::Released {
+            count: 1,
+            why: Release::Asked,
+        });
         r.map_err(Into::into)
     }
 
@@ -107,7 +110,10 @@ impl Acker for SqsAcker {
             .saturating_sub(self.received.elapsed())
             .saturating_sub(CAP_MARGIN);
         if copy.delay > left {
-            tracing::warn!(target: "consumer::sqs", delay = ?copy.delay, ?left, "the retry's delay is past SQS's 12 h from the receive; the message comes back earlier");
+            self.shared.observer.emit(Happened::RetryCutShort {
+                delay: copy.delay,
+                left,
+            });
         }
         let seconds = secs(copy.delay.min(left));
         self.shared
@@ -115,7 +121,7 @@ impl Acker for SqsAcker {
             .call(self.receipt.clone(), Op::Visibility(seconds))
             .await?;
         self.parked = true;
-        StatsInner::add(&self.shared.stats.retried_by_visibility, 1);
+        self.shared.observer.emit(Happened::RetriedByBroker);
         self.settled = true;
         self.shared.park(self.token).await;
         Ok(())
@@ -131,7 +137,10 @@ impl Drop for SqsAcker {
         self.shared
             .releases
             .send(self.receipt.clone(), Op::Visibility(0));
-        StatsInner::add(&self.shared.stats.released, 1);
+        self.shared.observer.emit(Happened::Released {
+            count: 1,
+            why: Release::Dropped,
+        });
         self.leave();
     }
 }

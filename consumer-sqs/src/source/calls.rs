@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::stats::StatsInner;
+use consumer_backend::observe::{Happened, SourceObserver};
 
 use crate::client::{ApiError, BatchOutcome, EntryFailure, ReceiptEntry, SqsApi, VisibilityEntry};
 use crate::error::Error;
@@ -63,13 +63,13 @@ impl Open {
 impl Calls {
     /// Starts the task for `queue_url`, gathering each call's entries for
     /// at most `linger`; it ends when every `Calls` clone is dropped and
-    /// the queue is empty. Deletes are counted in `stats`.
+    /// the queue is empty. Deletes are emitted to `observer`.
     pub(super) fn start(
         api: Arc<dyn SqsApi>,
         queue_url: String,
         queue: String,
         linger: Duration,
-        stats: Arc<StatsInner>,
+        observer: SourceObserver,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let open = Arc::<Open>::default();
@@ -77,7 +77,7 @@ impl Calls {
             api,
             url: Arc::from(queue_url),
             queue: Arc::from(queue),
-            stats,
+            observer,
             open: Arc::clone(&open),
         };
         tokio::spawn(run(task, linger, rx));
@@ -129,7 +129,7 @@ struct Task {
     api: Arc<dyn SqsApi>,
     url: Arc<str>,
     queue: Arc<str>,
-    stats: Arc<StatsInner>,
+    observer: SourceObserver,
     open: Arc<Open>,
 }
 
@@ -249,12 +249,14 @@ fn fail_all(task: &Task, open: Vec<Entry>, e: Error) {
     let kind = e.kind();
     let mut first = Some(e);
     for (_, _, op, reply) in open {
-        count(task, op, false);
         let err = first.take().unwrap_or_else(|| Error::Sqs {
             operation: "settle",
             queue: task.queue.to_string(),
             source: crate::client::ApiError::new(kind, text.clone()),
         });
+        if op == Op::Delete {
+            task.observer.emit(Happened::AckFailed { error: &err });
+        }
         let _ = reply.send(Err(err));
     }
 }
@@ -271,7 +273,9 @@ fn answer(
     let mut retry = Vec::new();
     for (id, receipt, op, reply) in open {
         let Some(i) = failures.iter().position(|(_, f)| f.id == id) else {
-            count(task, op, true);
+            if op == Op::Delete {
+                task.observer.emit(Happened::Acked);
+            }
             let _ = reply.send(Ok(()));
             continue;
         };
@@ -284,27 +288,13 @@ fn answer(
         if error.is_retriable() && !last {
             retry.push((id, receipt, op, reply));
         } else {
-            count(task, op, false);
             if op == Op::Delete {
-                tracing::warn!(target: "consumer::sqs", error = %error, "could not delete a settled message; SQS redelivers it when its visibility ends, and dedup skips it");
+                task.observer.emit(Happened::AckFailed { error: &error });
             }
             let _ = reply.send(Err(error));
         }
     }
     retry
-}
-
-/// Counts a delete that succeeded or failed for good; visibility changes
-/// are not counted.
-fn count(task: &Task, op: Op, ok: bool) {
-    if op == Op::Delete {
-        let c = if ok {
-            &task.stats.deleted
-        } else {
-            &task.stats.delete_failures
-        };
-        StatsInner::add(c, 1);
-    }
 }
 
 fn backoff(attempt: u32) -> Duration {

@@ -26,8 +26,8 @@ use crate::connection::SqsClient;
 use crate::error::{Error, Result};
 use crate::topology::{Resolved, Topology};
 use calls::{Calls, Op};
+use consumer_backend::observe::{Happened, Release, SourceObserver};
 use ledger::{Entry, Ledger};
-use stats::StatsInner;
 
 /// How long a delete call waits for more acks to fill its batch.
 const DELETE_LINGER: Duration = Duration::from_millis(5);
@@ -98,7 +98,7 @@ pub(crate) struct Shared {
     pub(crate) queues: Resolved,
     ledger: Mutex<Ledger>,
     changed: Notify,
-    stats: Arc<StatsInner>,
+    observer: SourceObserver,
     deletes: Calls,
     releases: Calls,
     visibility: Duration,
@@ -113,9 +113,10 @@ impl Shared {
     }
 
     fn counts(&self, ledger: &Ledger) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.stats.in_flight.store(ledger.len() as u64, Relaxed);
-        self.stats.waiting.store(ledger.waiting() as u64, Relaxed);
+        self.observer.emit(Happened::Holding {
+            in_flight: ledger.len() as u64,
+            waiting: ledger.waiting() as u64,
+        });
     }
 
     /// The delivery is settled: it leaves the ledger.
@@ -149,14 +150,20 @@ impl Shared {
         if siblings.is_empty() {
             return;
         }
-        StatsInner::add(&self.stats.released, siblings.len() as u64);
+        self.observer.emit(Happened::Released {
+            count: siblings.len() as u64,
+            why: Release::GroupRetried,
+        });
         let calls: Vec<_> = siblings
             .into_iter()
             .map(|r| self.releases.call(r, Op::Visibility(0)))
             .collect();
         for c in calls {
             if let Err(e) = c.await {
-                tracing::warn!(target: "consumer::sqs", error = %e, "could not give back a message of a retried group; SQS does when its visibility ends");
+                self.observer.emit(Happened::ReleaseFailed {
+                    why: Release::GroupRetried,
+                    error: &e,
+                });
             }
         }
     }
@@ -211,7 +218,7 @@ impl Shared {
                 failure,
             });
         }
-        StatsInner::add(&self.stats.dead_letters, 1);
+        self.observer.emit(Happened::DeadLettered);
         Ok(())
     }
 }
@@ -275,20 +282,20 @@ impl SqsSourceBuilder {
     pub async fn connect(self) -> Result<SqsSource> {
         let api = self.client.api();
         let queues = self.topology.resolve(&*api).await?;
-        let stats = Arc::<StatsInner>::default();
+        let observer = SqsStats::default().observer;
         let deletes = Calls::start(
             Arc::clone(&api),
             queues.queue_url.clone(),
             queues.queue.to_string(),
             DELETE_LINGER,
-            Arc::clone(&stats),
+            observer.clone(),
         );
         let releases = Calls::start(
             Arc::clone(&api),
             queues.queue_url.clone(),
             queues.queue.to_string(),
             Duration::ZERO,
-            Arc::clone(&stats),
+            observer.clone(),
         );
         let shared = Arc::new(Shared {
             max_letter_bytes: self
@@ -297,7 +304,7 @@ impl SqsSourceBuilder {
             api,
             ledger: Mutex::default(),
             changed: Notify::new(),
-            stats,
+            observer,
             deletes,
             releases,
             visibility: self.visibility,
@@ -361,16 +368,20 @@ async fn heartbeat(shared: std::sync::Weak<Shared>) {
             {
                 Ok(o) => {
                     let failed = o.failed.len() as u64;
-                    StatsInner::add(&s.stats.extended, n - failed);
-                    StatsInner::add(&s.stats.extension_failures, failed);
+                    s.observer.emit(Happened::Extended { count: n - failed });
                     for f in o.failed {
-                        tracing::debug!(target: "consumer::sqs", code = %f.code, message = %f.message, "could not extend a message's visibility (settled meanwhile, or its receipt expired)");
+                        s.observer.emit(Happened::ExtensionRefused {
+                            code: &f.code,
+                            message: &f.message,
+                        });
                     }
                 }
                 Err(e) => {
-                    StatsInner::add(&s.stats.extension_failures, n);
                     failed = true;
-                    tracing::warn!(target: "consumer::sqs", error = %e, "could not extend the visibility of held messages; trying again at the next tick");
+                    s.observer.emit(Happened::ExtensionsFailed {
+                        count: n,
+                        error: &e,
+                    });
                     // Let the next tick try these again.
                     let mut l = s.ledger();
                     for (token, _, _) in chunk {
@@ -409,7 +420,7 @@ impl SqsSource {
     /// Counters; clone it before handing the source to the consumer.
     pub fn stats(&self) -> SqsStats {
         SqsStats {
-            inner: Arc::clone(&self.shared.stats),
+            observer: self.shared.observer.clone(),
         }
     }
 
@@ -460,10 +471,10 @@ impl SqsSource {
         let mut l = s.ledger();
         for m in messages {
             let rc = m.receive_count();
-            StatsInner::add(&s.stats.received, 1);
-            if rc > 1 {
-                StatsInner::add(&s.stats.redelivered, 1);
-            }
+            s.observer.emit(Happened::Received {
+                count: 1,
+                redelivered: rc > 1,
+            });
             let attributes::Unpacked {
                 headers,
                 payload,
@@ -615,8 +626,14 @@ impl Source for SqsSource {
                                     self.admit(messages);
                                 }
                                 Ok(Err(e)) => {
-                                    StatsInner::add(&self.shared.stats.receive_errors, 1);
                                     let e = Error::sqs("ReceiveMessage", self.shared.queues.queue.name())(e);
+                                    self.shared.observer.emit(Happened::ReceiveFailed {
+                                        at: self.shared.queues.queue.name(),
+                                        operation: "ReceiveMessage",
+                                        error: &e,
+                                        throttled: false,
+                                        retry_in: None,
+                                    });
                                     if !e.is_retriable() {
                                         self.attempt_id = None;
                                     }
@@ -653,14 +670,20 @@ impl Source for SqsSource {
             }
         }
         let waiting = self.shared.ledger().drain_waiting();
-        StatsInner::add(&self.shared.stats.released, waiting.len() as u64);
+        self.shared.observer.emit(Happened::Released {
+            count: waiting.len() as u64,
+            why: Release::Closing,
+        });
         let calls: Vec<_> = waiting
             .into_iter()
             .map(|r| self.shared.releases.call(r, Op::Visibility(0)))
             .collect();
         for c in calls {
             if let Err(e) = c.await {
-                tracing::debug!(target: "consumer::sqs", error = %e, "could not give back a waiting message; SQS does when its visibility ends");
+                self.shared.observer.emit(Happened::ReleaseFailed {
+                    why: Release::Closing,
+                    error: &e,
+                });
             }
         }
         self.shared.deletes.flush().await;

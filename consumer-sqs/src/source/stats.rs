@@ -1,35 +1,21 @@
-//! [`SqsStats`]: in-process counters of an [`SqsSource`](super::SqsSource).
+//! [`SqsStats`]: the counters of an [`SqsSource`](super::SqsSource), as its
+//! [`SourceObserver`] counts them, read as SQS names them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use consumer_backend::observe::{Broker, Counter, Level, SourceObserver};
 
 /// Live counters of an [`SqsSource`](super::SqsSource); clone it before
 /// handing the source to the consumer, read it with
 /// [`snapshot`](Self::snapshot).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SqsStats {
-    pub(super) inner: Arc<StatsInner>,
+    pub(super) observer: SourceObserver,
 }
 
-#[derive(Debug, Default)]
-pub(super) struct StatsInner {
-    pub(super) received: AtomicU64,
-    pub(super) redelivered: AtomicU64,
-    pub(super) receive_errors: AtomicU64,
-    pub(super) deleted: AtomicU64,
-    pub(super) delete_failures: AtomicU64,
-    pub(super) released: AtomicU64,
-    pub(super) extended: AtomicU64,
-    pub(super) extension_failures: AtomicU64,
-    pub(super) retried_by_visibility: AtomicU64,
-    pub(super) dead_letters: AtomicU64,
-    pub(super) in_flight: AtomicU64,
-    pub(super) waiting: AtomicU64,
-}
-
-impl StatsInner {
-    pub(super) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+impl Default for SqsStats {
+    fn default() -> Self {
+        Self {
+            observer: SourceObserver::new(Broker::Sqs),
+        }
     }
 }
 
@@ -67,21 +53,20 @@ pub struct SqsStatsSnapshot {
 impl SqsStats {
     /// The counters now.
     pub fn snapshot(&self) -> SqsStatsSnapshot {
-        let i = &self.inner;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let s = self.observer.snapshot();
         SqsStatsSnapshot {
-            received: get(&i.received),
-            redelivered: get(&i.redelivered),
-            receive_errors: get(&i.receive_errors),
-            deleted: get(&i.deleted),
-            delete_failures: get(&i.delete_failures),
-            released: get(&i.released),
-            extended: get(&i.extended),
-            extension_failures: get(&i.extension_failures),
-            retried_by_visibility: get(&i.retried_by_visibility),
-            dead_letters: get(&i.dead_letters),
-            in_flight: get(&i.in_flight),
-            waiting: get(&i.waiting),
+            received: s.get(Counter::Received),
+            redelivered: s.get(Counter::Redelivered),
+            receive_errors: s.get(Counter::ReceiveErrors),
+            deleted: s.get(Counter::Acked),
+            delete_failures: s.get(Counter::AckFailures),
+            released: s.get(Counter::Released),
+            extended: s.get(Counter::Extended),
+            extension_failures: s.get(Counter::ExtensionFailures),
+            retried_by_visibility: s.get(Counter::RetriedByBroker),
+            dead_letters: s.get(Counter::DeadLetters),
+            in_flight: s.level(Level::InFlight),
+            waiting: s.level(Level::Waiting),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use consumer_backend::observe::Happened;
 use consumer_backend::{Envelope, Source};
 use tokio::sync::{Notify, watch};
 
@@ -254,11 +255,10 @@ impl PartitionedSource {
 
     async fn drop_session(&mut self, reason: &str) {
         if let Some(mut s) = self.session.take() {
-            self.metrics
-                .inner
-                .reconnects
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(target: "consumer::amqp", queue = %self.topology.name(), reason, "lost the RabbitMQ connection; reconnecting on the next receive");
+            self.metrics.inner.observer.emit(Happened::Reconnecting {
+                queue: self.topology.name(),
+                reason,
+            });
             s.abort_all();
             crate::connection::let_go(&s.connection, "reconnecting").await;
         }
@@ -274,13 +274,10 @@ impl PartitionedSource {
         guard: InFlightGuard,
     ) -> Option<(Arc<Envelope>, AmqpAcker)> {
         let topology = self.partitions.get(p as usize).map(Arc::clone)?;
-        let m = &self.metrics.inner;
-        m.delivered
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if delivery.redelivered {
-            m.redelivered
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.metrics.inner.observer.emit(Happened::Received {
+            count: 1,
+            redelivered: delivery.redelivered,
+        });
         let payload = Bytes::copy_from_slice(&delivery.data);
         let envelope = headers::to_envelope_within(
             self.options.max_body,
