@@ -1330,6 +1330,9 @@ pub async fn the_host_stops_every_part_with_work_in_flight_and_loses_nothing<B: 
     #[allow(clippy::unnecessary_min_or_max)]
     let entering = SuiteHarness::CONCURRENT_WRITERS.min(3);
     support::within(gate.wait_entered(entering)).await;
+    // Ready once both consumers run: the audit consumer may still be
+    // reading the store's pauses when the orders' deliveries are in.
+    support::within(audit_stats.wait_for(|s| s.running)).await;
     assert!(health.is_ready(), "{:?}", health.parts());
     let _ = stop.send(());
     support::within(orders_stats.wait_for(|s| s.draining)).await;
