@@ -150,7 +150,13 @@ async fn wait(
 
 /// Runs the stream through `fault` on `broker`'s topic with the store on
 /// `h`, then checks the history.
-async fn through<B: BrokerHarness>(broker: B, h: PgHarness, fault: Fault, jobs: Vec<Job>) {
+async fn through<B: BrokerHarness>(
+    on: &str,
+    broker: B,
+    h: PgHarness,
+    fault: Fault,
+    jobs: Vec<Job>,
+) {
     let started = Instant::now();
     publish(&broker, "t", &jobs).await;
     let consumer = Consumer::new(BrokerHarness::source(&broker, "t").await, h.store(), apply)
@@ -172,6 +178,7 @@ async fn through<B: BrokerHarness>(broker: B, h: PgHarness, fault: Fault, jobs: 
         s.circuits_open == 1
     })
     .await;
+    let opened_after = fault_began.elapsed();
     // After the first probe failed (it opened again), every attempt
     // admitted before the circuit opened has ended: what runs from then
     // on is probes alone.
@@ -221,16 +228,19 @@ async fn through<B: BrokerHarness>(broker: B, h: PgHarness, fault: Fault, jobs: 
         .await
         .expect("join")
         .expect("the consumer ran cleanly");
-    check_history(&broker, &h, &stats.snapshot(), name).await;
+    let end = stats.snapshot();
+    check_history(&broker, &h, &end, name).await;
     println!(
-        "{name} of {} s on {}: the circuit opened {} times, {} attempts spent while open, \
-         the backlog ({} messages) drained {:.1} s after the fault ended; the case took {:.1} s",
+        "{name} of {} s on {on}: the circuit opened {:.1} s after the fault began, \
+         {} times in all, {retried_while_open} attempts spent while open; the backlog \
+         ({} messages) drained {:.1} s after the fault ended, {} duplicates skipped; \
+         the case took {:.1} s",
         outage().as_secs(),
-        std::any::type_name::<B>(),
+        opened_after.as_secs_f64(),
         before_end.circuits_opened,
-        retried_while_open,
         total - probed.processed,
         drained_in.as_secs_f64(),
+        end.duplicates,
         started.elapsed().as_secs_f64(),
     );
 }
@@ -271,18 +281,18 @@ async fn on_private_postgres() -> (PgHarness, PrivatePostgres) {
     (PgHarness::on_pool(pool, "public".to_owned()).await, server)
 }
 
-async fn downstream_outage<B: BrokerHarness>() {
+async fn downstream_outage<B: BrokerHarness>(on: &str) {
     let h = PgHarness::new().await;
     let broker = B::new(4).await;
     let outage = Outage::later();
     let jobs = stream(Some(&outage));
-    through(broker, h, Fault::Downstream(outage), jobs).await;
+    through(on, broker, h, Fault::Downstream(outage), jobs).await;
 }
 
-async fn database_crash<B: BrokerHarness>() {
+async fn database_crash<B: BrokerHarness>(on: &str) {
     let (h, server) = on_private_postgres().await;
     let broker = B::new(4).await;
-    through(broker, h, Fault::Database(server), stream(None)).await;
+    through(on, broker, h, Fault::Database(server), stream(None)).await;
 }
 
 mod rabbitmq {
@@ -290,12 +300,12 @@ mod rabbitmq {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_downstream_outage_pauses_the_stream_and_loses_nothing() {
-        downstream_outage::<AmqpBroker>().await;
+        downstream_outage::<AmqpBroker>("RabbitMQ").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_crash_pauses_the_stream_and_loses_nothing() {
-        database_crash::<AmqpBroker>().await;
+        database_crash::<AmqpBroker>("RabbitMQ").await;
     }
 }
 
@@ -304,11 +314,11 @@ mod kafka {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_downstream_outage_pauses_the_stream_and_loses_nothing() {
-        downstream_outage::<ExternalKafka>().await;
+        downstream_outage::<ExternalKafka>("Kafka").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_crash_pauses_the_stream_and_loses_nothing() {
-        database_crash::<ExternalKafka>().await;
+        database_crash::<ExternalKafka>("Kafka").await;
     }
 }
