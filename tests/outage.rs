@@ -168,9 +168,12 @@ async fn through<B: BrokerHarness>(
         let _ = stopped.await;
     }));
 
-    wait(&stats, DRAIN_LIMIT, "the stream's first messages were not processed", |s| {
-        s.processed >= BEFORE_FAULT
-    })
+    wait(
+        &stats,
+        DRAIN_LIMIT,
+        "the stream's first messages were not processed",
+        |s| s.processed >= BEFORE_FAULT,
+    )
     .await;
     let fault_began = Instant::now();
     fault.begin().await;
@@ -250,7 +253,10 @@ async fn check_history<B: BrokerHarness>(broker: &B, h: &PgHarness, s: &StatsSna
     assert_eq!(s.dead_letters(), 0, "no dead letter after a {name}: {s:?}");
     assert_eq!(s.circuits_open, 0, "closed once a probe worked: {s:?}");
     let letters = BrokerHarness::dead_letter_records(broker, "t").await;
-    assert!(letters.is_empty(), "dead letters on the broker: {letters:?}");
+    assert!(
+        letters.is_empty(),
+        "dead letters on the broker: {letters:?}"
+    );
     let stored = h.stored_dead_letters().await;
     assert!(stored.is_empty(), "dead letters in the store: {stored:?}");
     let effects = h.effects_in_commit_order("apply").await;

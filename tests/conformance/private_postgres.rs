@@ -25,8 +25,7 @@ fn server_binaries() -> PathBuf {
         .filter_map(|e| {
             let version = e.file_name().to_str()?.parse::<u32>().ok()?;
             let bin = e.path().join("bin");
-            (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file())
-                .then_some((version, bin))
+            (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file()).then_some((version, bin))
         })
         .collect();
     found.sort();
@@ -69,10 +68,8 @@ impl PrivatePostgres {
     /// A new cluster, started and answering.
     pub async fn start() -> Self {
         let bin = server_binaries();
-        let data = std::env::temp_dir().join(format!(
-            "consumer-pg-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let data =
+            std::env::temp_dir().join(format!("consumer-pg-{}", uuid::Uuid::new_v4().simple()));
         let as_user = is_root().then_some("postgres");
         let server = Self {
             bin,
