@@ -17,6 +17,7 @@ pub mod kafka;
 #[cfg(feature = "kinesis")]
 pub mod kinesis;
 pub mod links;
+pub mod private_postgres;
 pub mod retry_log;
 pub mod scale_out;
 #[cfg(feature = "sqs")]

@@ -546,17 +546,12 @@ impl PgHarness {
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.pool
     }
-}
 
-impl Harness for PgHarness {
-    type Db = sqlx::Postgres;
-    const CONCURRENT_WRITERS: usize = usize::MAX;
-
-    async fn new() -> Self {
-        let fresh = consumer::testing::FreshSchema::create("ct", 8)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let (pool, schema) = (fresh.pool, fresh.schema);
+    /// The harness on `pool`, whose tables go in `schema` (the pool's
+    /// search path): the effects table and the store's tables are made
+    /// there. [`Harness::new`] takes a fresh schema on `DATABASE_URL`; a
+    /// test with a PostgreSQL server of its own passes that server's pool.
+    pub async fn on_pool(pool: sqlx::PgPool, schema: String) -> Self {
         sqlx::query(
             "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, handler TEXT NOT NULL, \
              job_id TEXT NOT NULL, key TEXT NOT NULL, seq BIGINT NOT NULL, message_id TEXT NOT NULL)",
@@ -569,6 +564,18 @@ impl Harness for PgHarness {
         // the store's extension.
         h.store().migrate().await.expect("migrations");
         h
+    }
+}
+
+impl Harness for PgHarness {
+    type Db = sqlx::Postgres;
+    const CONCURRENT_WRITERS: usize = usize::MAX;
+
+    async fn new() -> Self {
+        let fresh = consumer::testing::FreshSchema::create("ct", 8)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self::on_pool(fresh.pool, fresh.schema).await
     }
 
     fn store(&self) -> Store<sqlx::Postgres> {
@@ -605,9 +612,21 @@ fn outages() -> &'static Mutex<HashMap<u64, bool>> {
 impl Outage {
     /// An outage that has begun.
     pub fn begin() -> Self {
+        let outage = Self::later();
+        outage.start();
+        outage
+    }
+
+    /// An outage that has not begun yet: [`Outage::start`] begins it.
+    pub fn later() -> Self {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        outages().lock().expect("outages").insert(id, true);
+        outages().lock().expect("outages").insert(id, false);
         Self { id }
+    }
+
+    /// The downstream goes down.
+    pub fn start(&self) {
+        outages().lock().expect("outages").insert(self.id, true);
     }
 
     pub fn id(&self) -> u64 {

@@ -14,7 +14,9 @@
 //!   retried and dead-lettered by its policy as before.
 //! * **Open**: the consumer takes no new deliveries, and those it holds
 //!   wait before their next attempt. A transient failure of an attempt that
-//!   was already running spends no attempt: the delivery waits too.
+//!   was already running spends no attempt: the delivery waits too. Its
+//!   success does not close the circuit (only the probe's does): it says
+//!   what was true before the failures that opened it.
 //! * **Half-open**, after the open time: one delivery runs as the probe:
 //!   of those with the most attempts left, the one that has waited longest
 //!   (a probe risks an attempt; a failed probe waits again behind the
@@ -285,15 +287,19 @@ impl Circuit {
                 streak.clear();
                 None
             }
-            (Verdict::Worked, State::Open { since, .. })
-            | (Verdict::Worked, State::HalfOpen { since, .. })
-            | (Verdict::Worked, State::Probing { since, .. }) => {
+            // Only the probe's success closes it: an attempt let through
+            // before it opened may succeed after, with news from before
+            // the failures that opened it.
+            (Verdict::Worked, State::Probing { since, probe, .. })
+                if admission == Admission::Probe && probe == id =>
+            {
                 let was_open = now.duration_since(*since);
                 *state = State::Closed {
                     streak: HashSet::new(),
                 };
                 Some(Transition::Closed { was_open })
             }
+            (Verdict::Worked, _) => None,
             (Verdict::FailedTransiently, State::Closed { streak }) => {
                 streak.insert(id.to_owned());
                 let opens_after = usize::try_from(self.policy.opens_after()).unwrap_or(usize::MAX);

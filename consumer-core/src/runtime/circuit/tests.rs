@@ -107,6 +107,35 @@ async fn a_failed_probe_reopens_it_for_twice_as_long_and_another_delivery_probes
     assert_eq!(a.await.expect("a"), Admission::Closed);
 }
 
+/// Found by `tests/outage.rs` on Kafka: deliveries let through just
+/// before the circuit opened that then succeeded closed it in the middle
+/// of the outage, and the next deliveries spent attempts until it opened
+/// again. Their success is news from before the failures that opened it;
+/// only the probe's says the way is clear.
+#[tokio::test(start_paused = true)]
+async fn only_the_probe_closes_it_not_an_attempt_let_through_before_it_opened() {
+    let c = circuit(1);
+    fail(&c, "a");
+    assert!(c.is_open());
+    assert_eq!(
+        c.record("early", Admission::Closed, Verdict::Worked),
+        None,
+        "an attempt that began while closed succeeded while open"
+    );
+    assert!(c.is_open(), "still open: no probe ran");
+    assert_eq!(c.admit("a", 1).await, Admission::Probe);
+    assert_eq!(
+        c.record("late", Admission::Closed, Verdict::Worked),
+        None,
+        "nor while the probe runs"
+    );
+    let closed = c.record("a", Admission::Probe, Verdict::Worked);
+    assert!(
+        matches!(closed, Some(Transition::Closed { .. })),
+        "{closed:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_probe_without_a_verdict_hands_the_probe_to_another() {
     let c = circuit(1);
