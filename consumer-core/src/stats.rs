@@ -42,6 +42,8 @@ pub struct Stats {
     handlers_paused: AtomicU64,
     /// The handlers paused now, by name (for the readiness probe's body).
     paused: Mutex<BTreeSet<&'static str>>,
+    /// The handlers whose circuit is open now, by name (the same).
+    open: Mutex<BTreeSet<&'static str>>,
     in_flight: AtomicU64,
     durations: [AtomicU64; BUCKETS],
     draining: AtomicBool,
@@ -175,6 +177,7 @@ impl Default for Stats {
             parked: AtomicU64::new(0),
             handlers_paused: AtomicU64::new(0),
             paused: Mutex::default(),
+            open: Mutex::default(),
             in_flight: AtomicU64::new(0),
             durations: std::array::from_fn(|_| AtomicU64::new(0)),
             draining: AtomicBool::new(false),
@@ -218,14 +221,24 @@ impl Stats {
         }
     }
 
-    /// One more circuit open (`true`) or one fewer.
-    pub(crate) fn circuit_open(&self, open: bool) {
+    /// `handler`'s circuit is open now (`true`) or closed.
+    pub(crate) fn circuit_open(&self, handler: &'static str, open: bool) {
+        let mut all = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open {
-            self.circuits_open.fetch_add(1, Relaxed);
+            all.insert(handler);
         } else {
-            self.circuits_open.fetch_sub(1, Relaxed);
+            all.remove(handler);
         }
+        self.circuits_open
+            .store(u64::try_from(all.len()).unwrap_or(u64::MAX), Relaxed);
+        drop(all);
         self.changed();
+    }
+
+    /// The handlers whose circuit is open now, by name.
+    pub fn open_circuits(&self) -> Vec<&'static str> {
+        let all = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        all.iter().copied().collect()
     }
 
     /// `handler` is paused now (`true`) or not.

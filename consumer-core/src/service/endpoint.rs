@@ -241,6 +241,12 @@ fn probe(ok: bool, what: &str, health: &Health) -> Response {
         if !part.paused.is_empty() {
             body.push_str(&format!(" (paused: {})", part.paused.join(", ")));
         }
+        if !part.circuits_open.is_empty() {
+            body.push_str(&format!(
+                " (circuit open: {})",
+                part.circuits_open.join(", ")
+            ));
+        }
         if let Some(e) = part.error {
             body.push_str(&format!(": {e}"));
         }

@@ -58,6 +58,11 @@ pub struct PartHealth {
     /// [`PausedHandlers`](crate::store::paused::PausedHandlers)): a
     /// paused part is still ready.
     pub paused: Vec<&'static str>,
+    /// A consumer's handlers whose circuit is open now (see
+    /// [`CircuitPolicy`](crate::runtime::CircuitPolicy)): the consumer
+    /// takes nothing until a probe works, and is still ready (what is down
+    /// is behind it).
+    pub circuits_open: Vec<&'static str>,
 }
 
 /// The state of one part, shared between the service and its health.
@@ -151,6 +156,11 @@ impl Health {
                     .stats
                     .as_ref()
                     .map(|s| s.paused_handlers())
+                    .unwrap_or_default(),
+                circuits_open: p
+                    .stats
+                    .as_ref()
+                    .map(|s| s.open_circuits())
                     .unwrap_or_default(),
             })
             .collect()

@@ -546,6 +546,81 @@ mod tests {
         );
     }
 
+    /// Fails every attempt transiently: what is behind it is down.
+    struct Down;
+
+    impl crate::Handler<crate::MemoryStore> for Down {
+        fn name(&self) -> &'static str {
+            "charge"
+        }
+
+        fn retry_policy(&self) -> crate::RetryPolicy {
+            crate::RetryPolicy::none()
+        }
+
+        fn circuit_policy(&self) -> Option<crate::runtime::CircuitPolicy> {
+            Some(crate::runtime::CircuitPolicy::new(
+                2,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            ))
+        }
+
+        async fn handle(
+            &self,
+            _: &mut crate::handler::Invocation<'_, crate::MemoryStore>,
+        ) -> crate::handler::Outcome {
+            crate::handler::Outcome::Failed(crate::handler::Failure::new(
+                crate::handler::FailureKind::Transient,
+                "the gateway is down",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_names_a_consumers_open_circuit_and_stays_ready() {
+        let broker = crate::MemoryBroker::new(1);
+        for i in 0..3 {
+            broker
+                .publish(
+                    "t",
+                    crate::Message::raw(&b"{}"[..]).with_id(format!("m-{i}")),
+                )
+                .await
+                .expect("publish");
+        }
+        let consumer = crate::Consumer::new(broker.source("t"), crate::MemoryStore::new(), Down);
+        let stats = consumer.stats();
+        let (stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
+        let service = Service::new("s")
+            .consumer("payments", consumer)
+            .with_health_endpoint("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+        let addr = service.health_endpoint().expect("listening");
+        let run = tokio::spawn(service.run_until(async move {
+            let _ = stop.await;
+        }));
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            stats.wait_for(|s| s.circuits_open == 1),
+        )
+        .await
+        .expect("the circuit opened within 30 s");
+        assert_eq!(stats.open_circuits(), ["charge"]);
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+        assert!(
+            ready.contains("consumer payments running (circuit open: charge)"),
+            "{ready}"
+        );
+        let _ = stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("stops")
+            .expect("join")
+            .expect("no part failed");
+    }
+
     #[tokio::test]
     async fn a_json_document_is_served_at_its_path_beside_the_probes() {
         // A part that runs until the stop: a service without parts ends at once.

@@ -15,14 +15,18 @@ pub(super) fn on(s: &Stats, what: &Happened<'_>) {
         }
         Happened::Left { took, .. } => s.leave(took),
         Happened::Ignored(_) => s.incr(Counter::UnknownTypesIgnored),
-        Happened::Circuit { transition, .. } => match transition {
+        Happened::Circuit {
+            handler,
+            transition,
+            ..
+        } => match transition {
             Transition::Opened { reopened, .. } => {
                 s.incr(Counter::CircuitsOpened);
                 if !reopened {
-                    s.circuit_open(true);
+                    s.circuit_open(handler, true);
                 }
             }
-            Transition::Closed { .. } => s.circuit_open(false),
+            Transition::Closed { .. } => s.circuit_open(handler, false),
         },
         Happened::Paused { handler, .. } => s.set_paused(handler, true),
         Happened::Resumed { handler, .. } => s.set_paused(handler, false),
