@@ -5,7 +5,7 @@
 //! version), write what the transition asked for into the outbox, commit.
 
 use crate::statements;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -15,7 +15,8 @@ use super::error::{
     KeyMismatchError, SagaMisuse, SagaNotFound, TimeoutWithoutSaga, TooManyConflicts,
     UnknownSagaEvent,
 };
-use super::metrics::{Ignored, SagaMetrics};
+use super::metrics::Ignored;
+use super::observe::{Happened, SagaObserver};
 use super::record::{HistoryEntry, Meta, SagaWrite, UnreadableRow};
 use super::route::{Route, RouteKind};
 use super::step::{Intent, Step, Written};
@@ -50,8 +51,7 @@ pub struct SagaHandler<S: Saga> {
     timeouts_to: Option<String>,
     key_mismatch: KeyMismatch,
     history_limit: usize,
-    meter: Option<opentelemetry::metrics::Meter>,
-    metrics: OnceLock<SagaMetrics>,
+    observer: SagaObserver,
 }
 
 impl<S: Saga> std::fmt::Debug for SagaHandler<S> {
@@ -114,6 +114,7 @@ fn poison(error: impl Into<consumer_core::BoxError>) -> Outcome {
 
 impl<S: Saga> SagaHandler<S> {
     pub(super) fn from_builder(b: SagaBuilder<S>) -> Self {
+        let observer = SagaObserver::new(b.saga.name(), b.meter);
         Self {
             types: b.routes.iter().map(|r| r.event_type()).collect(),
             saga: b.saga,
@@ -125,8 +126,7 @@ impl<S: Saga> SagaHandler<S> {
             timeouts_to: b.timeouts_to,
             key_mismatch: b.key_mismatch,
             history_limit: b.history_limit,
-            meter: b.meter,
-            metrics: OnceLock::new(),
+            observer,
         }
     }
 
@@ -138,16 +138,6 @@ impl<S: Saga> SagaHandler<S> {
     /// The outbox it writes into.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
-    }
-
-    fn metrics(&self) -> &SagaMetrics {
-        self.metrics.get_or_init(|| {
-            let meter = self
-                .meter
-                .clone()
-                .unwrap_or_else(consumer_core::metrics::global_meter);
-            SagaMetrics::new(&meter, self.saga.name())
-        })
     }
 
     fn route(&self, kind: Option<&str>) -> Option<&dyn Route<S>> {
@@ -199,7 +189,10 @@ impl<S: Saga> SagaHandler<S> {
         match self.key_mismatch {
             KeyMismatch::Refuse => Err(poison(error)),
             KeyMismatch::Accept => {
-                tracing::warn!(target: "consumer::saga", message_id = %envelope.id, "{error}");
+                self.observer.emit(&Happened::KeyMismatchAccepted {
+                    message_id: &envelope.id,
+                    error: &error,
+                });
                 Ok(())
             }
         }
@@ -396,10 +389,7 @@ impl<S: Saga> SagaHandler<S> {
                 Err(failed) => return self.fail(inv, tx, route, saga_id, failed).await,
             };
             match decision {
-                Decision::Conflict => {
-                    self.metrics().conflict();
-                    tracing::debug!(target: "consumer::saga", saga = self.saga.name(), saga_id, "version conflict: applying on top of the new version");
-                }
+                Decision::Conflict => self.observer.emit(&Happened::Conflict { saga_id }),
                 Decision::Saved(effects) => return self.commit(inv, tx, saga_id, effects).await,
                 Decision::Ignored(why) => return self.ignore(inv, tx, route, saga_id, why).await,
                 Decision::NotFound(policy) => {
@@ -427,26 +417,14 @@ impl<S: Saga> SagaHandler<S> {
             let span = tracing::Span::current();
             span.record("consumer.saga.version", effects.version);
             span.record("consumer.saga.status", effects.status.as_str());
-            self.metrics()
-                .saved(effects.started, effects.timed_out, effects.status);
-            self.log_end(saga_id, effects.status);
+            self.observer.emit(&Happened::Saved {
+                saga_id,
+                started: effects.started,
+                timed_out: effects.timed_out,
+                status: effects.status,
+            });
         }
         outcome
-    }
-
-    fn log_end(&self, saga_id: &str, status: SagaStatus) {
-        let saga = self.saga.name();
-        match status {
-            SagaStatus::CompensationFailed => tracing::error!(
-                target: "consumer::saga",
-                saga, saga_id,
-                "compensation failed: the saga is dead-lettered to the store's table; fix the cause, then `consumer sagas resume {saga} {saga_id}`"
-            ),
-            s if !s.is_active() => {
-                tracing::info!(target: "consumer::saga", saga, saga_id, status = s.as_str(), "saga finished")
-            }
-            _ => {}
-        }
     }
 
     async fn ignore<DB: SagaDatabase>(
@@ -461,26 +439,12 @@ impl<S: Saga> SagaHandler<S> {
         if !matches!(outcome, Outcome::Processed) {
             return outcome;
         }
-        self.metrics().ignored(why);
-        if let Ignored::OutOfStatus(status) = why {
-            tracing::warn!(
-                target: "consumer::saga",
-                saga = self.saga.name(), saga_id,
-                event_type = route.event_type(),
-                message_id = %inv.context().message_id(),
-                status = status.as_str(),
-                "acked without a transition: its registration does not run while the saga is {status}"
-            );
-        } else {
-            tracing::debug!(
-                target: "consumer::saga",
-                saga = self.saga.name(), saga_id,
-                event_type = route.event_type(),
-                message_id = %inv.context().message_id(),
-                reason = why.as_str(),
-                "acked without a transition"
-            );
-        }
+        self.observer.emit(&Happened::Ignored {
+            saga_id,
+            event_type: route.event_type(),
+            message_id: inv.context().message_id(),
+            why,
+        });
         outcome
     }
 

@@ -85,6 +85,7 @@ mod letter;
 pub mod metrics;
 mod monitor;
 mod not_found;
+mod observe;
 mod record;
 mod route;
 mod statements;

@@ -1,6 +1,7 @@
 //! The sagas' metrics: their catalogue (beside the runtime's, in the same
-//! form and under the same snapshot), and the instruments of one saga
-//! type, recorded once their transaction committed.
+//! form and under the same snapshot). The saga observer's instruments
+//! listener (`observe/instruments.rs`) records them, once their
+//! transaction committed.
 //!
 //! | name | instrument | unit | what |
 //! |---|---|---|---|
@@ -13,10 +14,6 @@
 //! | `consumer.saga.oldest_active.age` | gauge | s | the oldest active saga's age (`SagaMonitor`) |
 //! | `consumer.saga.compensation_failed` | gauge | {saga} | waiting for an operator (`SagaMonitor`) |
 
-use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Meter};
-
-use super::SagaStatus;
 use consumer_core::metrics::attr::DB_SYSTEM;
 use consumer_core::metrics::catalogue::{Instrument, MetricSpec};
 
@@ -149,60 +146,5 @@ impl Ignored {
             Self::NotFound => "not_found",
             Self::OutOfStatus(_) => "out_of_status",
         }
-    }
-}
-
-pub(super) struct SagaMetrics {
-    kind: [KeyValue; 1],
-    started: Counter<u64>,
-    finished: Counter<u64>,
-    timed_out: Counter<u64>,
-    ignored: Counter<u64>,
-    conflicts: Counter<u64>,
-}
-
-impl SagaMetrics {
-    pub(super) fn new(meter: &Meter, saga_type: &'static str) -> Self {
-        Self {
-            kind: [KeyValue::new(SAGA_TYPE, saga_type)],
-            started: SAGA_STARTED.counter(meter),
-            finished: SAGA_FINISHED.counter(meter),
-            timed_out: SAGA_TIMED_OUT.counter(meter),
-            ignored: SAGA_IGNORED.counter(meter),
-            conflicts: SAGA_CONFLICTS.counter(meter),
-        }
-    }
-
-    /// A transition committed.
-    pub(super) fn saved(&self, started: bool, timed_out: bool, status: SagaStatus) {
-        if started {
-            self.started.add(1, &self.kind);
-        }
-        if timed_out {
-            self.timed_out.add(1, &self.kind);
-        }
-        if !status.is_active() {
-            self.finished.add(
-                1,
-                &[
-                    self.kind[0].clone(),
-                    KeyValue::new(SAGA_STATUS, status.as_str()),
-                ],
-            );
-        }
-    }
-
-    pub(super) fn ignored(&self, why: Ignored) {
-        self.ignored.add(
-            1,
-            &[
-                self.kind[0].clone(),
-                KeyValue::new(SAGA_IGNORED_REASON, why.as_str()),
-            ],
-        );
-    }
-
-    pub(super) fn conflict(&self) {
-        self.conflicts.add(1, &self.kind);
     }
 }
