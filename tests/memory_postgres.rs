@@ -332,3 +332,67 @@ mod letter_nowhere {
         assert_eq!(stored[0].message_id, "poison");
     }
 }
+
+mod letter_unconfirmed {
+    //! A dead letter the broker takes and never confirms (a confirm lost
+    //! with its connection) does not hold its key's lane for ever: the
+    //! publish fails after the settle timeout as one that can heal, the
+    //! step's budget runs out, and the letter goes to the store's table.
+
+    use std::time::Duration;
+
+    use consumer::testing::{Faults, FaultySource};
+    use consumer::{Consumer, MemoryBroker, Message, PgTx, handler};
+
+    use crate::conformance::support::{self, Harness, PgHarness};
+
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[allow(dead_code)]
+        n: u32,
+    }
+
+    #[handler]
+    async fn post(_entry: Entry, _tx: &mut PgTx) -> Result<(), std::convert::Infallible> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_never_confirmed_goes_to_the_table_and_its_key_moves_on() {
+        let h = PgHarness::new().await;
+        let broker = MemoryBroker::new(1);
+        let poison = Message::raw(&b"{not json"[..])
+            .with_id("poison")
+            .with_key("account-1");
+        broker.publish("t", poison).await.expect("publish");
+        let after = Message::raw(&br#"{"n":2}"#[..])
+            .with_id("after")
+            .with_key("account-1");
+        broker.publish("t", after).await.expect("publish");
+
+        let faults = Faults::new();
+        faults.stall_dead_letters();
+        let source = FaultySource::new(broker.source("t"), faults);
+        let consumer =
+            Consumer::new(source, h.store(), post).with_settle_timeout(Duration::from_millis(300));
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        support::within(consumer.run_until(async move { drained.wait_drained("t").await }))
+            .await
+            .expect("consumer");
+
+        let s = stats.snapshot();
+        assert_eq!(
+            (s.dead_poison, s.dead_letters_stored, s.processed),
+            (1, 1, 1),
+            "{s:?}"
+        );
+        let stored = h.stored_dead_letters().await;
+        assert_eq!(stored.len(), 1, "{stored:#?}");
+        assert!(
+            stored[0].refusal.contains("did not answer"),
+            "{}",
+            stored[0].refusal
+        );
+    }
+}

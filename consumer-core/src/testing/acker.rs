@@ -76,6 +76,9 @@ impl<A: Acker> Acker for FaultyAcker<A> {
     }
 
     async fn publish_dead_letter(&mut self, letter: &Message) -> Result<(), Error> {
+        if self.faults.dead_letters_stalled() {
+            std::future::pending::<()>().await;
+        }
         self.faults.dead_letter_fault()?;
         self.inner()?.publish_dead_letter(letter).await
     }

@@ -16,6 +16,7 @@ struct Inner {
     duplicate_publishes: AtomicU32,
     lost_acks: AtomicU32,
     stalled_acks: std::sync::atomic::AtomicBool,
+    stalled_dead_letters: std::sync::atomic::AtomicBool,
     failed_publishes: AtomicU32,
     refused_publishes: Mutex<Option<(u32, BrokerErrorKind)>>,
     refused_dead_letters: Mutex<Option<BrokerErrorKind>>,
@@ -56,6 +57,18 @@ impl Faults {
 
     pub(super) fn acks_stalled(&self) -> bool {
         self.inner.stalled_acks.load(Ordering::SeqCst)
+    }
+
+    /// Every dead letter from now on is sent and never confirmed: a broker
+    /// that took the publish and never answers (a lost confirm).
+    pub fn stall_dead_letters(&self) {
+        self.inner
+            .stalled_dead_letters
+            .store(true, Ordering::SeqCst);
+    }
+
+    pub(super) fn dead_letters_stalled(&self) -> bool {
+        self.inner.stalled_dead_letters.load(Ordering::SeqCst)
     }
 
     /// The next `n` dead-letter, retry-copy or publisher sends fail with an

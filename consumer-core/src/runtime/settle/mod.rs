@@ -160,7 +160,10 @@ impl<S: DedupStore> Settler<S> {
     }
 
     /// Runs one settle operation in its span, and records its duration
-    /// and outcome.
+    /// and outcome. An operation the backend never answers (a confirm or
+    /// an ack lost with its connection) fails after the settle timeout as
+    /// one that can heal, so its step's budget and fallback apply and no
+    /// lane waits for it for ever.
     async fn settle_op<F>(
         &self,
         envelope: &Envelope,
@@ -172,10 +175,24 @@ impl<S: DedupStore> Settler<S> {
     {
         let span = trace::settle_span(envelope, op, &self.spans);
         let started = Instant::now();
+        let bounded = async {
+            tokio::time::timeout(self.timeout, run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(consumer_backend::Error::broker(
+                        consumer_backend::BrokerErrorKind::Unavailable,
+                        format!(
+                            "the broker did not answer the {op} within the settle timeout ({:?})",
+                            self.timeout
+                        ),
+                        None,
+                    ))
+                })
+        };
         let r = if span.is_disabled() {
-            run.await
+            bounded.await
         } else {
-            run.instrument(span.clone()).await
+            bounded.instrument(span.clone()).await
         };
         let error = r.as_ref().err().map(consumer_backend::Error::error_type);
         if let Some(e) = error {
