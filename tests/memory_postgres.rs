@@ -250,12 +250,17 @@ mod key_limit {
     }
 }
 
-mod letter_nowhere {
-    //! A dead letter that neither the broker nor the store takes holds its
-    //! delivery, and so its key: the handler does not run again, the key's
-    //! later message waits behind it, and once the store takes the letter
-    //! the key moves on. (It used to be released, to come back, fail the
-    //! same way and be released again, for as long as both refused.)
+mod unsettled_letters {
+    //! Dead letters whose settle steps do not end: one that neither the
+    //! broker nor the store takes holds its delivery, and so its key (the
+    //! handler does not run again, the key's later message waits, and once
+    //! the store takes the letter the key moves on; it used to be released,
+    //! to come back, fail the same way and be released again, for as long
+    //! as both refused); one the broker takes and never confirms (a confirm
+    //! lost with its connection) fails after the settle timeout as one that
+    //! can heal, and goes to the store's table.
+
+    use std::time::Duration;
 
     use consumer::testing::{Faults, FaultySource};
     use consumer::{Consumer, MemoryBroker, Message, PgTx, error::BrokerErrorKind, handler};
@@ -273,6 +278,24 @@ mod letter_nowhere {
         Ok(())
     }
 
+    /// A poison message, then a good one, of one key; `faults` on the
+    /// source.
+    async fn poison_then_after(
+        faults: &Faults,
+    ) -> (MemoryBroker, FaultySource<consumer::memory::MemorySource>) {
+        let broker = MemoryBroker::new(1);
+        let poison = Message::raw(&b"{not json"[..])
+            .with_id("poison")
+            .with_key("account-1");
+        broker.publish("t", poison).await.expect("publish");
+        let after = Message::raw(&br#"{"n":2}"#[..])
+            .with_id("after")
+            .with_key("account-1");
+        broker.publish("t", after).await.expect("publish");
+        let source = FaultySource::new(broker.source("t"), faults.clone());
+        (broker, source)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dead_letter_nothing_takes_holds_its_key_and_is_not_run_again() {
         let h = PgHarness::new().await;
@@ -283,19 +306,9 @@ mod letter_nowhere {
         .execute(h.pool())
         .await
         .expect("a constraint that refuses every letter");
-        let broker = MemoryBroker::new(1);
-        let poison = Message::raw(&b"{not json"[..])
-            .with_id("poison")
-            .with_key("account-1");
-        broker.publish("t", poison).await.expect("publish");
-        let after = Message::raw(&br#"{"n":2}"#[..])
-            .with_id("after")
-            .with_key("account-1");
-        broker.publish("t", after).await.expect("publish");
-
         let faults = Faults::new();
         faults.refuse_dead_letters(Some(BrokerErrorKind::NoDestination));
-        let source = FaultySource::new(broker.source("t"), faults);
+        let (broker, source) = poison_then_after(&faults).await;
         let consumer = Consumer::new(source, h.store(), post);
         let stats = consumer.stats();
         let drained = broker.clone();
@@ -331,48 +344,13 @@ mod letter_nowhere {
         assert_eq!(stored.len(), 1, "{stored:#?}");
         assert_eq!(stored[0].message_id, "poison");
     }
-}
-
-mod letter_unconfirmed {
-    //! A dead letter the broker takes and never confirms (a confirm lost
-    //! with its connection) does not hold its key's lane for ever: the
-    //! publish fails after the settle timeout as one that can heal, the
-    //! step's budget runs out, and the letter goes to the store's table.
-
-    use std::time::Duration;
-
-    use consumer::testing::{Faults, FaultySource};
-    use consumer::{Consumer, MemoryBroker, Message, PgTx, handler};
-
-    use crate::conformance::support::{self, Harness, PgHarness};
-
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        #[allow(dead_code)]
-        n: u32,
-    }
-
-    #[handler]
-    async fn post(_entry: Entry, _tx: &mut PgTx) -> Result<(), std::convert::Infallible> {
-        Ok(())
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dead_letter_never_confirmed_goes_to_the_table_and_its_key_moves_on() {
         let h = PgHarness::new().await;
-        let broker = MemoryBroker::new(1);
-        let poison = Message::raw(&b"{not json"[..])
-            .with_id("poison")
-            .with_key("account-1");
-        broker.publish("t", poison).await.expect("publish");
-        let after = Message::raw(&br#"{"n":2}"#[..])
-            .with_id("after")
-            .with_key("account-1");
-        broker.publish("t", after).await.expect("publish");
-
         let faults = Faults::new();
         faults.stall_dead_letters();
-        let source = FaultySource::new(broker.source("t"), faults);
+        let (broker, source) = poison_then_after(&faults).await;
         let consumer =
             Consumer::new(source, h.store(), post).with_settle_timeout(Duration::from_millis(300));
         let stats = consumer.stats();
