@@ -154,7 +154,9 @@ impl Route {
         let kinesis = KinesisRoute {
             services: services.clone(),
             to_stream: to_stream
-                .map(|s| crate::places::kinesis::stream_name(s, "--to-stream").map(|s| s.to_string()))
+                .map(|s| {
+                    crate::places::kinesis::stream_name(s, "--to-stream").map(|s| s.to_string())
+                })
                 .transpose()?,
             publisher: tokio::sync::OnceCell::new(),
         };
@@ -361,8 +363,8 @@ impl Route {
 
 #[cfg(all(test, feature = "kinesis"))]
 mod tests {
-    use consumer_core::{DeadLetter, DeadLetterKind, Headers};
     use consumer_core::envelope::Origin;
+    use consumer_core::{DeadLetter, DeadLetterKind, Headers};
     use time::OffsetDateTime;
 
     use super::*;

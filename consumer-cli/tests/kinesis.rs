@@ -186,7 +186,10 @@ impl Streams {
                 .send()
                 .await
                 .ok()
-                .and_then(|s| s.stream_description_summary().map(|d| d.stream_status().clone()))
+                .and_then(|s| {
+                    s.stream_description_summary()
+                        .map(|d| d.stream_status().clone())
+                })
                 == Some(aws_sdk_kinesis::types::StreamStatus::Active)
         })
         .await;
@@ -199,7 +202,10 @@ impl Drop for Streams {
         let sdk = self.sdk.clone();
         let names = std::mem::take(&mut self.names);
         let deleting = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             rt.block_on(async {
@@ -212,18 +218,20 @@ impl Drop for Streams {
     }
 }
 
-/// Runs `book` on `stream` (dead letters to `dead`, leases in the schema)
-/// until `done` holds for its counters, then stops it.
+type Builder = consumer_kinesis::KinesisSourceBuilder<SqlLeaseStore<sqlx::Postgres>>;
+
+/// Runs `book` on `stream` (dead letters where `letters` says, leases in
+/// the schema) until `done` holds for its counters, then stops it.
 async fn consume_until(
     schema: &FreshSchema,
     stream: &str,
-    dead: &str,
+    letters: impl FnOnce(Builder) -> Builder,
     done: impl Fn(&consumer::stats::StatsSnapshot) -> bool,
 ) -> consumer::stats::StatsSnapshot {
     let leases = SqlLeaseStore::new(schema.pool.clone(), "billing", stream);
     leases.migrate().await.expect("the lease table");
-    let source = KinesisSource::builder(KinesisClient::local(kinesis_endpoint()), stream, leases)
-        .with_dead_letter_stream(dead)
+    let builder = KinesisSource::builder(KinesisClient::local(kinesis_endpoint()), stream, leases);
+    let source = letters(builder)
         .with_lease_duration(Duration::from_secs(2))
         .with_poll_interval(Duration::from_millis(200))
         .with_checkpoint_interval(Duration::from_millis(50))
@@ -244,8 +252,8 @@ async fn consume_until(
     reached
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_once() {
+/// A schema with `book`'s tables, booking `a` broken.
+async fn booking_schema() -> FreshSchema {
     let schema = FreshSchema::create("ct_cli_kinesis_dlq", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -257,47 +265,69 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
     .execute(&schema.pool)
     .await
     .expect("business tables");
+    schema
+}
+
+/// The binary with `args`, pointed at the schema and the emulators.
+async fn cli(schema: &FreshSchema, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_consumer"))
+        .env("DATABASE_URL", database_url())
+        .env("CONSUMER_SCHEMA", &schema.schema)
+        .env("KINESIS_ENDPOINT", kinesis_endpoint())
+        .env("SQS_ENDPOINT", kinesis_endpoint())
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("the consumer binary runs")
+}
+
+/// Booking `a`, keyed and identified, as a producer puts it on `stream`.
+fn booking_on(stream: &str) -> Outgoing {
+    Outgoing {
+        destination: stream.to_owned(),
+        message: Message::json("Booking", &Booking { id: "a".into() })
+            .expect("json")
+            .with_key("a")
+            .with_id("m-a"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_once() {
+    let schema = booking_schema().await;
     let mut streams = Streams::new();
     let stream = streams.create("orders").await;
     let dead = streams.create("orders-dlq").await;
     let client = KinesisClient::local(kinesis_endpoint());
     let publisher = KinesisPublisher::builder(client).build();
-    let put = |destination: &str, message: Message| Outgoing {
-        destination: destination.to_owned(),
-        message,
-    };
-    let booking = Message::json("Booking", &Booking { id: "a".into() })
-        .expect("json")
-        .with_key("a")
-        .with_id("m-a");
     // A record another producer put on the dead-letter stream: no letter.
-    let stray = Message::raw(&b"not a letter"[..]).with_key("x");
-    for r in publisher
-        .publish(&[put(&stream, booking), put(&dead, stray)])
-        .await
-    {
+    let stray = Outgoing {
+        destination: dead.clone(),
+        message: Message::raw(&b"not a letter"[..]).with_key("x"),
+    };
+    for r in publisher.publish(&[booking_on(&stream), stray]).await {
         r.expect("Kinesis takes the record");
     }
-    consume_until(&schema, &stream, &dead, |s| s.dead_terminal >= 1).await;
+    let to_dead = |b: Builder| b.with_dead_letter_stream(&dead);
+    consume_until(&schema, &stream, to_dead, |s| s.dead_terminal >= 1).await;
     let leases = SqlLeaseStore::new(schema.pool.clone(), "billing", stream.as_str());
     assert!(
         matches!(
-            leases.checkpoint_of("shardId-000000000000").await.expect("read"),
+            leases
+                .checkpoint_of("shardId-000000000000")
+                .await
+                .expect("read"),
             Some(Checkpoint::At(_))
         ),
         "the dead-lettered record is checkpointed"
     );
 
-    let cli = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_consumer"));
-        cmd.env("DATABASE_URL", database_url())
-            .env("CONSUMER_SCHEMA", &schema.schema)
-            .env("KINESIS_ENDPOINT", kinesis_endpoint())
-            .args(args)
-            .kill_on_drop(true);
-        async move { cmd.output().await.expect("the consumer binary runs") }
-    };
-    let list = cli(&["dead-letters", "list", "--kinesis-stream", &dead, "--json"]).await;
+    let list = cli(
+        &schema,
+        &["dead-letters", "list", "--kinesis-stream", &dead, "--json"],
+    )
+    .await;
     assert!(list.status.success(), "{}", both(&list));
     let letters: Vec<serde_json::Value> = stdout(&list)
         .lines()
@@ -305,7 +335,10 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
         .collect();
     assert_eq!(letters.len(), 1, "{}", both(&list));
     assert_eq!(
-        (letters[0]["kind"].as_str(), letters[0]["message_id"].as_str()),
+        (
+            letters[0]["kind"].as_str(),
+            letters[0]["message_id"].as_str()
+        ),
         (Some("terminal"), Some("m-a")),
         "{}",
         both(&list)
@@ -316,13 +349,21 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
         both(&list)
     );
     let id = letters[0]["id"].as_str().expect("an id").to_owned();
-    let show = cli(&["dead-letters", "show", &id, "--kinesis-stream", &dead]).await;
+    let show = cli(
+        &schema,
+        &["dead-letters", "show", &id, "--kinesis-stream", &dead],
+    )
+    .await;
     assert!(
         show.status.success() && stdout(&show).contains("booking a is broken"),
         "{}",
         both(&show)
     );
-    let purge = cli(&["dead-letters", "purge", "--kinesis-stream", &dead, "--yes"]).await;
+    let purge = cli(
+        &schema,
+        &["dead-letters", "purge", "--kinesis-stream", &dead, "--yes"],
+    )
+    .await;
     assert_eq!(purge.status.code(), Some(2), "{}", both(&purge));
     assert!(
         String::from_utf8_lossy(&purge.stderr).contains("retention deletes letters"),
@@ -334,7 +375,11 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
         .execute(&schema.pool)
         .await
         .expect("the handler fixed");
-    let replay = cli(&["dead-letters", "replay", "--kinesis-stream", &dead]).await;
+    let replay = cli(
+        &schema,
+        &["dead-letters", "replay", "--kinesis-stream", &dead],
+    )
+    .await;
     assert!(replay.status.success(), "{}", both(&replay));
     assert!(
         stdout(&replay).contains(&format!("-> Kinesis stream {stream}"))
@@ -342,7 +387,11 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
         "{}",
         both(&replay)
     );
-    let again = cli(&["dead-letters", "replay", "--kinesis-stream", &dead]).await;
+    let again = cli(
+        &schema,
+        &["dead-letters", "replay", "--kinesis-stream", &dead],
+    )
+    .await;
     assert!(again.status.success(), "{}", both(&again));
     assert!(
         stdout(&again).contains("replayed 0;") && stdout(&again).contains("already sent 1"),
@@ -350,12 +399,81 @@ async fn a_kinesis_consumers_dead_letter_is_listed_and_replayed_to_its_stream_on
         both(&again)
     );
 
-    let after = consume_until(&schema, &stream, &dead, |s| s.processed >= 1).await;
+    let after = consume_until(&schema, &stream, to_dead, |s| s.processed >= 1).await;
     assert_eq!(
         (after.received, after.dead_terminal, after.duplicates),
         (1, 0, 0),
         "only the replay is read after the checkpoint: {after:?}"
     );
+    let bookings: Vec<String> = sqlx::query_scalar("SELECT booking_id FROM bookings")
+        .fetch_all(&schema.pool)
+        .await
+        .expect("bookings");
+    assert_eq!(bookings, ["a"], "processed once");
+    schema.drop_schema().await.expect("drop the test schema");
+}
+
+/// A Kinesis consumer whose dead letters go to an SQS queue: the letters'
+/// origin is the stream, so a replay from the queue goes to the stream,
+/// not to an SQS queue of the stream's name.
+#[cfg(feature = "sqs")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kinesis_consumers_dead_letter_in_an_sqs_queue_is_replayed_to_its_stream() {
+    use consumer_sqs::{SqsClient, SqsPublisher, Topology};
+
+    let schema = booking_schema().await;
+    let mut streams = Streams::new();
+    let stream = streams.create("orders").await;
+    let sqs = SqsClient::local(kinesis_endpoint());
+    let queue = format!(
+        "ct-cli-kdlq-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    Topology::new(&queue)
+        .expect("a queue name")
+        .declare(&sqs)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no SQS emulator answers at {} ({e}): run `scripts/services sqs`",
+                kinesis_endpoint()
+            )
+        });
+    let publisher = KinesisPublisher::builder(KinesisClient::local(kinesis_endpoint())).build();
+    for r in publisher.publish(&[booking_on(&stream)]).await {
+        r.expect("Kinesis takes the record");
+    }
+    let letters_publisher = SqsPublisher::builder(sqs.clone())
+        .connect()
+        .await
+        .expect("an SQS publisher");
+    let to_queue = |b: Builder| b.with_dead_letter_publisher(letters_publisher.clone(), &queue);
+    consume_until(&schema, &stream, to_queue, |s| s.dead_terminal >= 1).await;
+
+    sqlx::query("DELETE FROM broken")
+        .execute(&schema.pool)
+        .await
+        .expect("the handler fixed");
+    let replay = cli(&schema, &["dead-letters", "replay", "--sqs-queue", &queue]).await;
+    assert!(replay.status.success(), "{}", both(&replay));
+    assert!(
+        stdout(&replay).contains(&format!("-> Kinesis stream {stream}"))
+            && stdout(&replay).contains("replayed 1;"),
+        "{}",
+        both(&replay)
+    );
+    let list = cli(
+        &schema,
+        &["dead-letters", "list", "--sqs-queue", &queue, "--json"],
+    )
+    .await;
+    assert!(
+        list.status.success() && stdout(&list).trim().is_empty(),
+        "a replayed letter is deleted from the queue: {}",
+        both(&list)
+    );
+    let after = consume_until(&schema, &stream, to_queue, |s| s.processed >= 1).await;
+    assert_eq!((after.received, after.duplicates), (1, 0), "{after:?}");
     let bookings: Vec<String> = sqlx::query_scalar("SELECT booking_id FROM bookings")
         .fetch_all(&schema.pool)
         .await

@@ -97,10 +97,9 @@ impl DeadLetterStream {
         let deadline = Instant::now() + READ_TIMEOUT;
         let api = self.client.api();
         let name = self.stream.as_str();
-        let shards = api
-            .list_shards(name)
-            .await
-            .map_err(|e| Error::Broker(format!("listing the shards of {}: {e}", self.describe())))?;
+        let shards = api.list_shards(name).await.map_err(|e| {
+            Error::Broker(format!("listing the shards of {}: {e}", self.describe()))
+        })?;
         let mut snapshot = Snapshot::default();
         let mut read: HashSet<String> = HashSet::new();
         loop {
@@ -136,7 +135,9 @@ impl DeadLetterStream {
         }];
         for r in publisher.publish(&out).await {
             r.map_err(|e| {
-                Error::Broker(format!("putting a record on Kinesis stream {destination}: {e}"))
+                Error::Broker(format!(
+                    "putting a record on Kinesis stream {destination}: {e}"
+                ))
             })?;
         }
         Ok(())
@@ -170,8 +171,7 @@ impl ShardRead<'_> {
                 }
                 Err(e) => return Err(self.failed("GetRecords", &e)),
             };
-            let caught_up =
-                page.records.is_empty() && page.millis_behind_latest.unwrap_or(0) == 0;
+            let caught_up = page.records.is_empty() && page.millis_behind_latest.unwrap_or(0) == 0;
             for record in &page.records {
                 if record.arrival.is_some_and(|t| t > self.began) {
                     return Ok(());

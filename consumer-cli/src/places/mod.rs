@@ -193,6 +193,7 @@ impl Letters {
     }
 
     /// Whether the place is an SQS queue (replays go to SQS queues).
+    #[cfg(feature = "sqs")]
     pub fn is_sqs(&self) -> bool {
         match self {
             #[cfg(feature = "sqs")]

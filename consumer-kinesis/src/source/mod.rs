@@ -62,8 +62,8 @@ pub use builder::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_MAX_UNSETTLED,
     DEFAULT_POLL_INTERVAL, KinesisSourceBuilder,
 };
-pub use record::{position_of, shard_and_sequence};
 pub use reader::{ITERATOR_REFRESH, MAX_BACKOFF, MIN_CALL_INTERVAL};
+pub use record::{position_of, shard_and_sequence};
 pub use stats::{KinesisStats, KinesisStatsSnapshot};
 
 use crate::connection::KinesisClient;

@@ -83,7 +83,14 @@ mod tests {
             shard_and_sequence(&p),
             Some(("shardId-000000000003", "4959033827149025660855969"))
         );
-        for other in ["0/42", "17", "3f2a-11", "shardId-x/12", "shardId-000000000001/", ""] {
+        for other in [
+            "0/42",
+            "17",
+            "3f2a-11",
+            "shardId-x/12",
+            "shardId-000000000001/",
+            "",
+        ] {
             assert_eq!(shard_and_sequence(other), None, "{other:?}");
         }
     }
