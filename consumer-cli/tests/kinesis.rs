@@ -179,10 +179,15 @@ impl Streams {
             kinesis_endpoint()
         );
         self.names.push(name.clone());
+        self.wait_active(&name).await;
+        name
+    }
+
+    async fn wait_active(&self, name: &str) {
         support::eventually(&format!("stream {name} active"), || async {
             self.sdk
                 .describe_stream_summary()
-                .stream_name(&name)
+                .stream_name(name)
                 .send()
                 .await
                 .ok()
@@ -193,7 +198,6 @@ impl Streams {
                 == Some(aws_sdk_kinesis::types::StreamStatus::Active)
         })
         .await;
-        name
     }
 }
 
@@ -479,5 +483,77 @@ async fn a_kinesis_consumers_dead_letter_in_an_sqs_queue_is_replayed_to_its_stre
         .await
         .expect("bookings");
     assert_eq!(bookings, ["a"], "processed once");
+    schema.drop_schema().await.expect("drop the test schema");
+}
+
+/// A letter of handler `book` for message `m-{n}`, consumed from a
+/// Kinesis stream, as the source puts it on its dead-letter stream.
+fn letter(n: u32) -> Outgoing {
+    let now = time::OffsetDateTime::now_utc();
+    let letter = consumer::DeadLetter {
+        kind: consumer::DeadLetterKind::Terminal,
+        error: format!("booking {n} is broken"),
+        causes: Vec::new(),
+        attempts: 1,
+        first_failure: now,
+        last_failure: now,
+        handler: "book".into(),
+        message_id: format!("m-{n}"),
+        key: Some(format!("k-{n}")),
+        origin: consumer::envelope::Origin {
+            channel: String::from("orders").into(),
+            position: format!("shardId-000000000000/{n}").into(),
+            ..Default::default()
+        },
+        original_headers: consumer::Headers::default(),
+        payload: bytes::Bytes::from_static(b"{}"),
+        payload_omitted: None,
+    };
+    Outgoing {
+        destination: String::new(),
+        message: letter.to_message(),
+    }
+}
+
+/// A dead-letter stream resharded between two letters: the snapshot reads
+/// the closed parent and its children, parent first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharded_dead_letter_stream_is_read_parent_first() {
+    let schema = booking_schema().await;
+    let mut streams = Streams::new();
+    let dead = streams.create("resharded-dlq").await;
+    let publisher = KinesisPublisher::builder(KinesisClient::local(kinesis_endpoint())).build();
+    let put = |n: u32| Outgoing {
+        destination: dead.clone(),
+        ..letter(n)
+    };
+    for r in publisher.publish(&[put(1)]).await {
+        r.expect("Kinesis takes the letter");
+    }
+    streams
+        .sdk
+        .split_shard()
+        .stream_name(&dead)
+        .shard_to_split("shardId-000000000000")
+        .new_starting_hash_key("170141183460469231731687303715884105728")
+        .send()
+        .await
+        .expect("SplitShard answers for an active stream's open shard");
+    streams.wait_active(&dead).await;
+    for r in publisher.publish(&[put(2)]).await {
+        r.expect("Kinesis takes the letter");
+    }
+    let list = cli(
+        &schema,
+        &["dead-letters", "list", "--kinesis-stream", &dead, "--json"],
+    )
+    .await;
+    assert!(list.status.success(), "{}", both(&list));
+    let ids: Vec<String> = stdout(&list)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter_map(|l| l["message_id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ids, ["m-1", "m-2"], "{}", both(&list));
     schema.drop_schema().await.expect("drop the test schema");
 }
