@@ -55,6 +55,11 @@ pub struct Services {
     /// (region, credentials and endpoint from the environment).
     #[arg(long, env = "SQS_ENDPOINT", global = true)]
     pub sqs_endpoint: Option<String>,
+    /// Kinesis, for dead-letter streams and replays to streams (the
+    /// `kinesis` feature): an endpoint (an emulator such as moto); without
+    /// one, the AWS SDK's configuration.
+    #[arg(long, env = "KINESIS_ENDPOINT", global = true)]
+    pub kinesis_endpoint: Option<String>,
     /// How to reach them securely: certificates and credentials.
     #[command(flatten)]
     pub security: SecurityArgs,
@@ -398,23 +403,29 @@ pub enum DeadLetters {
     Replay(ReplayArgs),
 }
 
-/// Where letters live: the store's dead-letter table, or a RabbitMQ
-/// dead-letter queue.
+/// Where letters live: the store's dead-letter table, a RabbitMQ or SQS
+/// dead-letter queue, a Kafka dead-letter topic or a Kinesis dead-letter
+/// stream.
 #[derive(Debug, Args, Clone)]
 pub struct PlaceArgs {
     /// A RabbitMQ dead-letter queue (e.g. `orders.dlq`) instead of the
     /// store's dead-letter table.
-    #[arg(long, conflicts_with_all = ["topic", "sqs_queue"])]
+    #[arg(long, conflicts_with_all = ["topic", "sqs_queue", "kinesis_stream"])]
     pub queue: Option<String>,
     /// A Kafka dead-letter topic (e.g. `orders.dlq`) instead of the store's
     /// dead-letter table.
-    #[arg(long, conflicts_with = "sqs_queue")]
+    #[arg(long, conflicts_with_all = ["sqs_queue", "kinesis_stream"])]
     pub topic: Option<String>,
     /// An SQS dead-letter queue, by name or URL (e.g.
     /// `orders-dlq.fifo`), instead of the store's dead-letter table;
     /// replays go to each letter's origin queue.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "kinesis_stream")]
     pub sqs_queue: Option<String>,
+    /// A Kinesis dead-letter stream (a `KinesisSource`'s
+    /// `with_dead_letter_stream`) instead of the store's dead-letter table;
+    /// replays go to each letter's origin stream (the `kinesis` feature).
+    #[arg(long)]
+    pub kinesis_stream: Option<String>,
 }
 
 /// Filters shared by list, export, purge and replay.
@@ -485,6 +496,12 @@ pub struct ReplayArgs {
     /// each letter's origin.
     #[arg(long)]
     pub to_topic: Option<String>,
+    /// Send the replays of letters that came from a Kinesis stream to this
+    /// stream instead of their origin (the `kinesis` feature): a stream
+    /// that only the failed application reads, so that the other
+    /// applications reading the origin do not see the copy.
+    #[arg(long)]
+    pub to_stream: Option<String>,
     /// Letters per second at most, from 0.001 (one every 1000 s) to 1000;
     /// without it, as fast as the destination confirms.
     #[arg(long, value_parser = Rate::parse)]

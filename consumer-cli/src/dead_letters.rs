@@ -323,7 +323,7 @@ pub async fn purge(
     let mut letters = Letters::open(services, place).await?;
     if !letters.removes_letters() {
         return Err(Error::Usage(format!(
-            "{} cannot delete single records: its retention deletes letters; purge works on the dead-letter table and RabbitMQ queues",
+            "{} cannot delete single records: its retention deletes letters; purge works on the dead-letter table, RabbitMQ queues and SQS queues",
             letters.describe()
         )));
     }

@@ -74,7 +74,12 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
             letters.describe()
         )));
     }
-    let route = Route::new(services, args.to_topic.as_deref()).await?;
+    let route = Route::new(
+        services,
+        args.to_topic.as_deref(),
+        args.to_stream.as_deref(),
+    )
+    .await?;
     #[cfg(feature = "sqs")]
     let route = if letters.is_sqs() {
         route.with_sqs(services).await?

@@ -21,6 +21,25 @@
 //! they were consumed from (their origin), with `SendMessageBatch`, their
 //! key as the FIFO group and their id as the deduplication id: only that
 //! queue's consumers see the copy.
+//!
+//! **Kinesis** (the `kinesis` feature): a letter whose origin is a Kinesis
+//! stream (its position is a shard and a sequence number,
+//! `consumer_kinesis::source::shard_and_sequence`) goes back to that
+//! stream, wherever the letter was read: a Kinesis dead-letter stream, an
+//! SQS dead-letter queue a `KinesisSource` sent it to, the dead-letter
+//! table. It goes with `PutRecords` through the framework's
+//! `KinesisPublisher`, its key as the partition key, so it lands on the
+//! shard the key's records are on now and a key's replays keep their
+//! order; Kinesis confirms it before it is journaled. A stream is read by
+//! every application that consumes it (each its own leases and
+//! checkpoints), so every one of them reads the copy: the failed
+//! application processes it, and each other application finds its own
+//! dedup row for the message (the copy keeps the original `ce_id`) and
+//! absorbs it, as long as that row is within its dedup retention.
+//! `--to-stream` names another stream instead, one only the failed
+//! application reads, when the others must not see the copy at all (their
+//! retention is shorter than the letter's age, or a copy costs them more
+//! than a dedup lookup).
 
 #[cfg(feature = "amqp")]
 use consumer_amqp::AmqpPublisher;
@@ -56,8 +75,58 @@ pub fn replay_message(letter: &Letter) -> Message {
     message
 }
 
-/// Sends replayed letters to the handlers' work queues on RabbitMQ, or to
-/// one Kafka retry topic.
+/// Where one letter's replay goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Destination {
+    /// A Kinesis stream: the letter's origin, or `--to-stream`.
+    #[cfg(feature = "kinesis")]
+    KinesisStream(String),
+    /// The letter's origin SQS queue.
+    #[cfg(feature = "sqs")]
+    SqsQueue(String),
+    /// The `--to-topic` Kafka topic.
+    #[cfg(feature = "kafka")]
+    KafkaTopic(String),
+    /// The letter's origin RabbitMQ work queue.
+    WorkQueue(String),
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            #[cfg(feature = "kinesis")]
+            Self::KinesisStream(s) => write!(f, "Kinesis stream {s}"),
+            #[cfg(feature = "sqs")]
+            Self::SqsQueue(q) => write!(f, "SQS queue {q}"),
+            #[cfg(feature = "kafka")]
+            Self::KafkaTopic(t) => write!(f, "Kafka topic {t}"),
+            Self::WorkQueue(q) => write!(f, "queue {q}"),
+        }
+    }
+}
+
+/// Whether `letter` was consumed from a Kinesis stream: the position a
+/// `KinesisSource` gives its records.
+#[cfg(feature = "kinesis")]
+fn from_kinesis(letter: &Letter) -> bool {
+    consumer_kinesis::source::shard_and_sequence(letter.letter.origin.position.as_str()).is_some()
+}
+
+/// The replays of letters that came from a Kinesis stream.
+#[cfg(feature = "kinesis")]
+#[derive(Debug)]
+struct KinesisRoute {
+    services: Services,
+    /// `--to-stream`.
+    to_stream: Option<String>,
+    /// Made on the first replay to Kinesis (the AWS SDK's configuration is
+    /// read only then).
+    publisher: tokio::sync::OnceCell<consumer_kinesis::KinesisPublisher>,
+}
+
+/// Sends replayed letters to the handlers' work queues on RabbitMQ, to
+/// one Kafka retry topic, to their origin SQS queues, or to Kinesis
+/// streams.
 #[derive(Debug)]
 pub struct Route {
     #[cfg(feature = "amqp")]
@@ -68,12 +137,35 @@ pub struct Route {
     kafka: Option<(String, consumer_kafka::KafkaPublisher)>,
     #[cfg(feature = "sqs")]
     sqs: Option<consumer_sqs::SqsPublisher>,
+    #[cfg(feature = "kinesis")]
+    kinesis: KinesisRoute,
 }
 
 impl Route {
     /// A route on the RabbitMQ the flags name (connected on first send), or
-    /// to Kafka topic `to_topic`.
-    pub async fn new(services: &Services, to_topic: Option<&str>) -> Result<Self> {
+    /// to Kafka topic `to_topic`; letters from a Kinesis stream go to it,
+    /// or to `to_stream`.
+    pub async fn new(
+        services: &Services,
+        to_topic: Option<&str>,
+        to_stream: Option<&str>,
+    ) -> Result<Self> {
+        #[cfg(feature = "kinesis")]
+        let kinesis = KinesisRoute {
+            services: services.clone(),
+            to_stream: to_stream
+                .map(|s| {
+                    crate::places::kinesis::stream_name(s, "--to-stream").map(|s| s.to_string())
+                })
+                .transpose()?,
+            publisher: tokio::sync::OnceCell::new(),
+        };
+        #[cfg(not(feature = "kinesis"))]
+        if to_stream.is_some() {
+            return Err(Error::Usage(
+                "--to-stream needs the `kinesis` feature: build consumer-cli with it".into(),
+            ));
+        }
         #[cfg(feature = "kafka")]
         let kafka = match to_topic {
             Some(topic) => {
@@ -105,6 +197,8 @@ impl Route {
             kafka,
             #[cfg(feature = "sqs")]
             sqs: None,
+            #[cfg(feature = "kinesis")]
+            kinesis,
         })
     }
 
@@ -117,57 +211,110 @@ impl Route {
         Ok(self)
     }
 
-    /// Where `letter` goes, for messages and the journal.
-    pub fn of(&self, letter: &Letter) -> String {
+    /// Where `letter` goes: by its origin's system first (a letter from a
+    /// Kinesis stream goes to Kinesis wherever it was read), then by the
+    /// place it was read from.
+    fn destination(&self, letter: &Letter) -> Destination {
+        let origin = letter.letter.origin.channel.to_string();
+        #[cfg(feature = "kinesis")]
+        if from_kinesis(letter) {
+            return Destination::KinesisStream(self.kinesis.to_stream.clone().unwrap_or(origin));
+        }
         #[cfg(feature = "sqs")]
         if self.sqs.is_some() {
-            return format!("SQS queue {}", letter.letter.origin.channel);
+            return Destination::SqsQueue(origin);
         }
         #[cfg(feature = "kafka")]
         if let Some((topic, _)) = &self.kafka {
-            return format!("Kafka topic {topic}");
+            return Destination::KafkaTopic(topic.clone());
         }
-        format!("queue {}", letter.letter.origin.channel)
+        Destination::WorkQueue(origin)
+    }
+
+    /// Where `letter` goes, for messages and the journal.
+    pub fn of(&self, letter: &Letter) -> String {
+        self.destination(letter).to_string()
     }
 
     /// Publishes the replay of `letter` and waits for its confirm.
     pub async fn send(&self, letter: &Letter) -> Result<()> {
-        #[cfg(feature = "sqs")]
-        if let Some(publisher) = &self.sqs {
-            use consumer_core::Publisher as _;
-            let queue = letter.letter.origin.channel.to_string();
-            let out = [consumer_core::Outgoing {
-                destination: queue.clone(),
-                message: replay_message(letter),
-            }];
-            for r in publisher.publish(&out).await {
-                r.map_err(|e| {
-                    Error::Broker(format!(
-                        "replaying {} to SQS queue {queue}: {e} (is the consumer of handler {} deployed there?)",
-                        letter.id, letter.letter.handler
-                    ))
-                })?;
-            }
-            return Ok(());
+        match self.destination(letter) {
+            #[cfg(feature = "kinesis")]
+            Destination::KinesisStream(stream) => self.send_to_stream(letter, stream).await,
+            #[cfg(feature = "sqs")]
+            Destination::SqsQueue(queue) => self.send_to_sqs(letter, queue).await,
+            #[cfg(feature = "kafka")]
+            Destination::KafkaTopic(topic) => self.send_to_topic(letter, topic).await,
+            Destination::WorkQueue(_) => self.send_to_work_queue(letter).await,
         }
-        #[cfg(feature = "kafka")]
-        if let Some((topic, producer)) = &self.kafka {
-            use consumer_core::Publisher as _;
-            let out = [consumer_core::Outgoing {
-                destination: topic.clone(),
-                message: replay_message(letter),
-            }];
-            for r in producer.publish(&out).await {
-                r.map_err(|e| {
-                    Error::Broker(format!(
-                        "replaying {} to Kafka topic {topic}: {e}",
-                        letter.id
-                    ))
-                })?;
-            }
-            return Ok(());
+    }
+
+    #[cfg(feature = "kinesis")]
+    async fn send_to_stream(&self, letter: &Letter, stream: String) -> Result<()> {
+        use consumer_core::Publisher as _;
+        let publisher = self
+            .kinesis
+            .publisher
+            .get_or_init(|| async {
+                let client = crate::places::kinesis::client(&self.kinesis.services).await;
+                crate::places::kinesis::kinesis_publisher(&client)
+            })
+            .await;
+        let out = [consumer_core::Outgoing {
+            destination: stream.clone(),
+            message: replay_message(letter),
+        }];
+        for r in publisher.publish(&out).await {
+            r.map_err(|e| {
+                Error::Broker(format!(
+                    "replaying {} to Kinesis stream {stream}: {e} (is the consumer of handler {} reading it?)",
+                    letter.id, letter.letter.handler
+                ))
+            })?;
         }
-        self.send_to_work_queue(letter).await
+        Ok(())
+    }
+
+    #[cfg(feature = "sqs")]
+    async fn send_to_sqs(&self, letter: &Letter, queue: String) -> Result<()> {
+        use consumer_core::Publisher as _;
+        let Some(publisher) = &self.sqs else {
+            return Err(Error::Other("no SQS publisher".into()));
+        };
+        let out = [consumer_core::Outgoing {
+            destination: queue.clone(),
+            message: replay_message(letter),
+        }];
+        for r in publisher.publish(&out).await {
+            r.map_err(|e| {
+                Error::Broker(format!(
+                    "replaying {} to SQS queue {queue}: {e} (is the consumer of handler {} deployed there?)",
+                    letter.id, letter.letter.handler
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "kafka")]
+    async fn send_to_topic(&self, letter: &Letter, topic: String) -> Result<()> {
+        use consumer_core::Publisher as _;
+        let Some((_, producer)) = &self.kafka else {
+            return Err(Error::Other("no Kafka producer".into()));
+        };
+        let out = [consumer_core::Outgoing {
+            destination: topic.clone(),
+            message: replay_message(letter),
+        }];
+        for r in producer.publish(&out).await {
+            r.map_err(|e| {
+                Error::Broker(format!(
+                    "replaying {} to Kafka topic {topic}: {e}",
+                    letter.id
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     #[cfg(not(feature = "amqp"))]
@@ -211,5 +358,67 @@ impl Route {
     pub async fn close(&self) {
         #[cfg(feature = "amqp")]
         self.publisher.close().await;
+    }
+}
+
+#[cfg(all(test, feature = "kinesis"))]
+mod tests {
+    use consumer_core::envelope::Origin;
+    use consumer_core::{DeadLetter, DeadLetterKind, Headers};
+    use time::OffsetDateTime;
+
+    use super::*;
+
+    fn services() -> Services {
+        Services {
+            database_url: "postgres://127.0.0.1:1/none".into(),
+            schema: None,
+            amqp_url: "amqp://127.0.0.1:1/%2f".into(),
+            kafka_brokers: "127.0.0.1:1".into(),
+            sqs_endpoint: None,
+            kinesis_endpoint: Some("http://127.0.0.1:1".into()),
+            security: Default::default(),
+        }
+    }
+
+    fn letter(position: &str) -> Letter {
+        let now = OffsetDateTime::now_utc();
+        Letter::new(DeadLetter {
+            kind: DeadLetterKind::Terminal,
+            error: "boom".into(),
+            causes: Vec::new(),
+            attempts: 1,
+            first_failure: now,
+            last_failure: now,
+            handler: "book".into(),
+            message_id: "m-a".into(),
+            key: Some("a".into()),
+            origin: Origin {
+                channel: String::from("orders").into(),
+                position: position.to_owned().into(),
+                ..Origin::default()
+            },
+            original_headers: Headers::default(),
+            payload: bytes::Bytes::new(),
+            payload_omitted: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_letter_from_a_kinesis_stream_goes_back_to_a_stream_by_its_origin() {
+        let from_stream = letter("shardId-000000000000/49590338271490256608559692538361");
+        let from_queue = letter("17");
+        let route = Route::new(&services(), None, None).await.expect("a route");
+        assert_eq!(route.of(&from_stream), "Kinesis stream orders");
+        assert_eq!(route.of(&from_queue), "queue orders");
+        let to = Route::new(&services(), None, Some("orders-billing"))
+            .await
+            .expect("a route");
+        assert_eq!(to.of(&from_stream), "Kinesis stream orders-billing");
+        assert_eq!(to.of(&from_queue), "queue orders");
+        assert!(matches!(
+            Route::new(&services(), None, Some("no spaces")).await,
+            Err(Error::Usage(_))
+        ));
     }
 }

@@ -1,6 +1,7 @@
 //! The places dead letters live, behind one interface: the store's
 //! dead-letter table ([`table`]), RabbitMQ dead-letter queues
-//! ([`rabbitmq`]), Kafka dead-letter topics and SQS dead-letter queues.
+//! ([`rabbitmq`]), Kafka dead-letter topics, SQS dead-letter queues and
+//! Kinesis dead-letter streams.
 //!
 //! A [`Letters`] reads a *snapshot*: the letters present when it was
 //! taken, held until [`Letters::release`]; it removes a held letter only
@@ -8,6 +9,8 @@
 
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kinesis")]
+pub mod kinesis;
 #[cfg(feature = "amqp")]
 pub mod rabbitmq;
 #[cfg(feature = "sqs")]
@@ -35,7 +38,8 @@ pub struct Snapshot {
     /// Letters in the place's order (oldest first).
     pub letters: Vec<Held>,
     /// Messages without the `x-dlq-*` context (RabbitMQ's own dead
-    /// letters, with `x-death`): never removed nor replayed.
+    /// letters, with `x-death`; records another producer put on a Kinesis
+    /// dead-letter stream): never removed nor replayed.
     pub foreign: usize,
     /// Offsets below a Kafka topic's high watermarks that yielded no record
     /// (transaction markers, compaction):
@@ -52,7 +56,7 @@ impl Snapshot {
         let mut parts = Vec::new();
         if self.foreign > 0 {
             parts.push(format!(
-                "{} other message(s) carry no x-dlq-* context (RabbitMQ's own dead letters) and are left alone",
+                "{} other message(s) carry no x-dlq-* context (not letters the framework wrote, such as RabbitMQ's own dead letters) and are left alone",
                 self.foreign
             ));
         }
@@ -86,11 +90,24 @@ pub enum Letters {
     /// An SQS dead-letter queue.
     #[cfg(feature = "sqs")]
     Sqs(Box<sqs::DeadLetterQueue>),
+    /// A Kinesis dead-letter stream.
+    #[cfg(feature = "kinesis")]
+    Kinesis(Box<kinesis::DeadLetterStream>),
 }
 
 impl Letters {
     /// Opens the place the flags name.
     pub async fn open(services: &Services, place: &PlaceArgs) -> Result<Self> {
+        if let Some(stream) = &place.kinesis_stream {
+            #[cfg(feature = "kinesis")]
+            return Ok(Self::Kinesis(Box::new(
+                kinesis::DeadLetterStream::open(services, stream).await?,
+            )));
+            #[cfg(not(feature = "kinesis"))]
+            return Err(Error::Usage(format!(
+                "--kinesis-stream {stream} needs the `kinesis` feature: build consumer-cli with it"
+            )));
+        }
         if let Some(queue) = &place.sqs_queue {
             #[cfg(feature = "sqs")]
             return Ok(Self::Sqs(Box::new(
@@ -134,6 +151,8 @@ impl Letters {
             Self::Topic(t) => t.describe(),
             #[cfg(feature = "sqs")]
             Self::Sqs(q) => q.describe(),
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(s) => s.describe(),
         }
     }
 
@@ -147,24 +166,34 @@ impl Letters {
             Self::Topic(t) => t.snapshot().await,
             #[cfg(feature = "sqs")]
             Self::Sqs(q) => q.snapshot().await,
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(s) => s.snapshot().await,
         }
     }
 
-    /// Whether letters can be removed one by one (not from a Kafka topic).
+    /// Whether letters can be removed one by one (not from a Kafka topic
+    /// nor a Kinesis stream, logs whose retention deletes records).
     pub fn removes_letters(&self) -> bool {
         match self {
             #[cfg(feature = "kafka")]
             Self::Topic(_) => false,
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(_) => false,
             _ => true,
         }
     }
 
     /// Whether the place is a Kafka topic (replays need `--to-topic`).
     pub fn is_kafka(&self) -> bool {
-        !self.removes_letters()
+        match self {
+            #[cfg(feature = "kafka")]
+            Self::Topic(_) => true,
+            _ => false,
+        }
     }
 
     /// Whether the place is an SQS queue (replays go to SQS queues).
+    #[cfg(feature = "sqs")]
     pub fn is_sqs(&self) -> bool {
         match self {
             #[cfg(feature = "sqs")]
@@ -173,9 +202,9 @@ impl Letters {
         }
     }
 
-    /// Removes a held letter from the place for good; on a Kafka topic,
-    /// where records cannot be deleted, it stays (the replay journal keeps
-    /// a rerun from sending it again).
+    /// Removes a held letter from the place for good; on a Kafka topic or
+    /// a Kinesis stream, where records cannot be deleted, it stays (the
+    /// replay journal keeps a rerun from sending it again).
     pub async fn remove(&mut self, held: &Held) -> Result<()> {
         match self {
             Self::Table(t) => t.remove(held.handle).await,
@@ -185,6 +214,8 @@ impl Letters {
             Self::Topic(_) => Ok(()),
             #[cfg(feature = "sqs")]
             Self::Sqs(q) => q.remove(held.handle).await,
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(_) => Ok(()),
         }
     }
 
@@ -198,6 +229,8 @@ impl Letters {
             Self::Topic(t) => t.append(letter).await,
             #[cfg(feature = "sqs")]
             Self::Sqs(q) => q.append(letter).await,
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(s) => s.append(letter).await,
         }
     }
 
@@ -207,6 +240,8 @@ impl Letters {
             Self::Table(_) => Ok(()),
             #[cfg(feature = "kafka")]
             Self::Topic(_) => Ok(()),
+            #[cfg(feature = "kinesis")]
+            Self::Kinesis(_) => Ok(()),
             #[cfg(feature = "amqp")]
             Self::Queue(q) => (*q).release().await,
             #[cfg(feature = "sqs")]

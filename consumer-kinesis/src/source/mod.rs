@@ -63,6 +63,7 @@ pub use builder::{
     DEFAULT_POLL_INTERVAL, KinesisSourceBuilder,
 };
 pub use reader::{ITERATOR_REFRESH, MAX_BACKOFF, MIN_CALL_INTERVAL};
+pub use record::{position_of, shard_and_sequence};
 pub use stats::{KinesisStats, KinesisStatsSnapshot};
 
 use crate::connection::KinesisClient;

@@ -5,6 +5,25 @@ use consumer_backend::{Channel, Envelope, Headers, Origin, Position};
 use crate::client::ReadRecord;
 use crate::envelope;
 
+/// The position a record's envelope carries in its origin (and a dead
+/// letter in `x-dlq-position`): `shard/sequence number`, such as
+/// `shardId-000000000000/49590338271490256608559692538361571095921575989136588898`.
+pub fn position_of(shard: &str, sequence_number: &str) -> String {
+    format!("{shard}/{sequence_number}")
+}
+
+/// The shard and sequence number of a position this source wrote
+/// ([`position_of`]); `None` for any other broker's position (a Kafka
+/// `partition/offset`, an SQS message id, a delivery tag). Tools read it
+/// to tell that a dead letter came from a Kinesis stream, wherever the
+/// letter was sent.
+pub fn shard_and_sequence(position: &str) -> Option<(&str, &str)> {
+    let (shard, sequence) = position.split_once('/')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let shard_number = shard.strip_prefix("shardId-")?;
+    (digits(shard_number) && digits(sequence)).then_some((shard, sequence))
+}
+
 /// The envelope of `record`, read from `shard` of the stream `channel`:
 /// an enveloped record's headers, key and payload; a plain producer's
 /// bytes keyed by the record's `PartitionKey`. An envelope that cannot be
@@ -19,7 +38,7 @@ pub(crate) fn envelope_of(
     record: &ReadRecord,
     max_body: usize,
 ) -> Envelope {
-    let position = format!("{shard}/{}", record.sequence_number);
+    let position = position_of(shard, &record.sequence_number);
     let origin = Origin {
         channel: channel.clone(),
         position: Position::from(position.clone()),
@@ -56,6 +75,25 @@ mod tests {
     use consumer_backend::{Message, names};
 
     use super::*;
+
+    #[test]
+    fn a_kinesis_position_is_told_from_other_brokers_positions() {
+        let p = position_of("shardId-000000000003", "4959033827149025660855969");
+        assert_eq!(
+            shard_and_sequence(&p),
+            Some(("shardId-000000000003", "4959033827149025660855969"))
+        );
+        for other in [
+            "0/42",
+            "17",
+            "3f2a-11",
+            "shardId-x/12",
+            "shardId-000000000001/",
+            "",
+        ] {
+            assert_eq!(shard_and_sequence(other), None, "{other:?}");
+        }
+    }
 
     fn record(data: Vec<u8>) -> ReadRecord {
         ReadRecord {
