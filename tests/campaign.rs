@@ -1,10 +1,11 @@
 //! The fault campaign, short form (issue 35; needs RabbitMQ: `AMQP_URL`,
-//! Kafka: `KAFKA_BROKERS`, and PostgreSQL: `DATABASE_URL`), once per
-//! backend.
+//! Kafka: `KAFKA_BROKERS`, SQS: moto at `SQS_ENDPOINT`, and PostgreSQL:
+//! `DATABASE_URL`), once per backend.
 //!
 //! Two writers commit business rows with outbox events, two relays
 //! publish them to the broker (RabbitMQ: a partitioned topology of quorum
-//! queues; Kafka: a topic of 4 partitions), three consumers apply them to
+//! queues; Kafka: a topic of 4 partitions; SQS: a FIFO queue), three
+//! consumers apply them to
 //! state rows with their dedup rows (on Kafka, one consumer group): each
 //! a process of its own (this test binary again, on
 //! `child_campaign_process`), on RabbitMQ each behind a link proxy to the
@@ -21,7 +22,7 @@ mod nemesis;
 
 use std::time::Duration;
 
-use nemesis::run::{Campaign, Outcome, on_kafka, on_rabbitmq};
+use nemesis::run::{Campaign, Outcome, on_kafka, on_rabbitmq, on_sqs};
 use nemesis::workload::{self, SPEC_ENV, Spec};
 
 /// A campaign process: its [`Spec`] is in [`SPEC_ENV`].
@@ -102,8 +103,24 @@ async fn kafka_campaign_of_seed_1_finds_no_anomaly() {
     assert_clean(&outcome);
 }
 
+/// The short campaign on SQS (moto): the same seed and length; writers
+/// commit every 40 ms each (about 1 000 events: moto's FIFO queues slow
+/// down as they fill, its deduplication scanning the queue per message);
+/// no link faults, pauses of 1.5-12 s against a 6 s visibility timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_campaign_of_seed_1_finds_no_anomaly() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let outcome = on_sqs(Campaign {
+        seed: 1,
+        faults_for: Duration::from_secs(40),
+        every: Duration::from_millis(40),
+    })
+    .await;
+    assert_clean(&outcome);
+}
+
 /// The long form, on demand (`scripts/nemesis`): `CAMPAIGN_BACKEND`
-/// (`rabbitmq`, the default, or `kafka`), `CAMPAIGN_SEED`,
+/// (`rabbitmq`, the default, `kafka` or `sqs`), `CAMPAIGN_SEED`,
 /// `CAMPAIGN_MINUTES`, and `CAMPAIGN_EVERY_MS` (each writer's pause
 /// between commits, default 40).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +139,8 @@ async fn long_campaign() {
     let outcome = match std::env::var("CAMPAIGN_BACKEND").as_deref() {
         Ok("rabbitmq") | Err(_) => on_rabbitmq(campaign).await,
         Ok("kafka") => on_kafka(campaign).await,
-        Ok(other) => panic!("CAMPAIGN_BACKEND={other}: expected rabbitmq or kafka"),
+        Ok("sqs") => on_sqs(campaign).await,
+        Ok(other) => panic!("CAMPAIGN_BACKEND={other}: expected rabbitmq, kafka or sqs"),
     };
     assert_clean(&outcome);
 }

@@ -146,6 +146,31 @@ pub async fn on_kafka(campaign: Campaign) -> Outcome {
     outcome
 }
 
+/// Runs `campaign` on SQS (moto at `SQS_ENDPOINT`) and PostgreSQL, on a
+/// FIFO queue of its own and its dead-letter queue, deleted at the end of
+/// a clean run.
+pub async fn on_sqs(campaign: Campaign) -> Outcome {
+    let queue = format!(
+        "{}.fifo",
+        crate::conformance::sqs::unique_prefix("campaign")
+    );
+    let client = workload::sqs_client();
+    let (url, dead_letters) = workload::sqs_topology(&queue)
+        .declare(&client)
+        .await
+        .unwrap_or_else(|e| panic!("declaring the campaign's queues on SQS: {e}"));
+    let outcome = run(campaign, Backend::Sqs, queue).await;
+    if outcome.is_clean() {
+        let api = client.api();
+        for url in [url, dead_letters] {
+            if let Err(e) = api.delete_queue(&url).await {
+                println!("the campaign's queue {url} stays: {e}");
+            }
+        }
+    }
+    outcome
+}
+
 impl Outcome {
     /// Every committed event settled and the checker found no anomaly.
     pub fn is_clean(&self) -> bool {
@@ -161,7 +186,7 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
     workload::create_tables(&fresh.pool).await;
     let menu = match backend {
         Backend::RabbitMq => Menu::WITH_LINKS,
-        Backend::Kafka => Menu::WITHOUT_LINKS,
+        Backend::Kafka | Backend::Sqs => Menu::WITHOUT_LINKS,
     };
     let dir = workload::history_dir(&queue);
     let nemesis = JsonLines::open(&dir, "nemesis", true).expect("the nemesis' log");
@@ -192,6 +217,7 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                     url
                 }
                 Backend::Kafka => external_brokers(),
+                Backend::Sqs => crate::conformance::sqs::endpoint(),
             };
             let spec = Spec {
                 role,

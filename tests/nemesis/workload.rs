@@ -13,6 +13,7 @@ use std::time::Duration;
 use consumer::amqp::{AmqpPublisher, PartitionedSource, PartitionedTopology};
 use consumer::backend::Source;
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
+use consumer::sqs::{SqsClient, SqsPublisher, SqsSource};
 use consumer::{
     Consumer, MessageContext, NewEvent, Outbox, OutboxRelay, Outgoing, PgTx, Publisher, handler,
 };
@@ -75,6 +76,9 @@ pub enum Backend {
     RabbitMq,
     /// A topic of [`PARTITIONS`] partitions and one consumer group.
     Kafka,
+    /// A FIFO queue (a key is a message group) and its dead-letter queue,
+    /// on moto.
+    Sqs,
 }
 
 impl Backend {
@@ -83,6 +87,7 @@ impl Backend {
         match self {
             Self::RabbitMq => "RabbitMQ",
             Self::Kafka => "Kafka",
+            Self::Sqs => "SQS",
         }
     }
 
@@ -90,7 +95,7 @@ impl Backend {
     pub fn destination(self, queue: &str) -> String {
         match self {
             Self::RabbitMq => format!("/{queue}"),
-            Self::Kafka => queue.to_owned(),
+            Self::Kafka | Self::Sqs => queue.to_owned(),
         }
     }
 }
@@ -126,6 +131,20 @@ pub fn topics(topic: &str) -> Topics {
 /// The Kafka consumer group of the campaign on `topic`.
 pub fn group(topic: &str) -> String {
     format!("ct-group-{topic}")
+}
+
+/// The campaign's SQS topology: the FIFO queue `queue` and its
+/// dead-letter queue, with a redrive count no handler reaches (the
+/// framework dead-letters by its own count).
+pub fn sqs_topology(queue: &str) -> consumer::sqs::Topology {
+    consumer::sqs::Topology::new(queue)
+        .expect("valid campaign queue name")
+        .with_max_receive_count(1000)
+}
+
+/// A client of the SQS the tests use (moto).
+pub fn sqs_client() -> SqsClient {
+    SqsClient::from_api(crate::conformance::sqs::real_api())
 }
 
 /// The campaign's partitioned topology (quorum queues).
@@ -298,6 +317,13 @@ async fn relay(spec: &Spec, pool: sqlx::PgPool) {
                 .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
             relay_with(spec, pool, publisher).await;
         }
+        Backend::Sqs => {
+            let publisher = SqsPublisher::builder(sqs_client())
+                .connect()
+                .await
+                .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
+            relay_with(spec, pool, publisher).await;
+        }
     }
 }
 
@@ -420,6 +446,18 @@ async fn consume(spec: &Spec, pool: sqlx::PgPool) {
                     .connect()
                     .await
                     .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
+            consume_from(spec, pool, source).await;
+        }
+        Backend::Sqs => {
+            // A visibility timeout the pauses outlast about half the time:
+            // a paused consumer's messages go to another one, and it wakes
+            // up holding them (its extensions stopped with it).
+            let source = SqsSource::builder(sqs_client(), sqs_topology(&spec.queue))
+                .with_wait_time(Duration::from_secs(1))
+                .with_visibility_timeout(Duration::from_secs(6))
+                .connect()
+                .await
+                .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
             consume_from(spec, pool, source).await;
         }
     }
