@@ -104,7 +104,7 @@ async fn kafka_campaign_of_seed_1_finds_no_anomaly() {
 }
 
 /// The short campaign on SQS (moto): the same seed and length; writers
-/// commit every 40 ms each (about 1 000 events: moto's FIFO queues slow
+/// commit every 40 ms each (about 1 750 events: moto's FIFO queues slow
 /// down as they fill, its deduplication scanning the queue per message);
 /// no link faults, pauses of 1.5-12 s against a 6 s visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
