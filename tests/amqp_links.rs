@@ -147,7 +147,7 @@ async fn links_fail_mid_run(fault: Fault) {
         "messaging.client.sent.messages",
         &[("error.type", "unavailable")],
     );
-    let channel_lost = logs.matching(&["lost the RabbitMQ channel", &queue]);
+    let channel_lost = logs.matching(&["lost the consuming connection", &queue]);
     let publisher_lost = logs.matching(&["lost the RabbitMQ publishing connection", &relay_name]);
     println!(
         "consumer.reconnects {reconnects}, relay sends failed (unavailable) {failed_sends}, relay {:?}",
