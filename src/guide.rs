@@ -60,6 +60,13 @@ pub mod contracts {}
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing {}
 
+#[cfg_attr(feature = "registry", doc = include_str!("../docs/guide/registry.md"))]
+#[cfg_attr(
+    not(feature = "registry"),
+    doc = "This page is built with the `registry` feature (`cargo doc --all-features`)."
+)]
+pub mod registry {}
+
 #[doc = include_str!("../docs/guide/observability.md")]
 pub mod observability {}
 

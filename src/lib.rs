@@ -129,6 +129,7 @@ pub mod architecture {
 ///     terminal = <pattern> | <pattern>,   // default: nothing is terminal
 ///     on_dead_letter = hold_key,          // default: move_on
 ///     circuit = breaker(opens_after = 5, open_for = "5s", max_open_for = "60s"),
+///     codec = avro,                       // or protobuf | json_schema | <type>; default: json
 ///     event_type = "OrderPlaced",         // or ["A", "B"]; default: the message type's name
 ///     name = "charge",                    // default: the function's name
 ///     crate = ::consumer,                 // for renamed dependencies
@@ -136,8 +137,9 @@ pub mod architecture {
 /// async fn charge(msg: M, tx: &mut PgTx, ctx: &MessageContext) -> Result<(), E>
 /// ```
 ///
-/// * The first argument is the message, decoded from JSON; a payload that
-///   does not decode is dead-lettered at once as poison.
+/// * The first argument is the message, decoded from JSON (or with the
+///   handler's `codec`); a payload that does not decode is dead-lettered at
+///   once as poison.
 /// * `tx` (optional) is the transaction that already holds the dedup row
 ///   for the idempotency key: writes made through it commit together with
 ///   that row or not at all. Its type picks the store: `&mut PgTx`,
@@ -160,6 +162,16 @@ pub mod architecture {
 ///   argument optional, defaults shown above), `off`, or any expression of
 ///   type [`runtime::CircuitPolicy`]. Left out, the handler follows the
 ///   consumer's ([`Consumer::with_circuit`]).
+/// * `codec` decodes the message from a schema registry's wire format:
+///   `avro` (types deriving `apache_avro::AvroSchema` and `Deserialize`,
+///   read through the registry's schema resolution), `protobuf` (`prost`
+///   types), `json_schema` (`Deserialize` types), or a type of your own
+///   implementing [`codec::Decode`]. The consumer holds the codec
+///   ([`Consumer::with_codec`]; the named formats need the `registry`
+///   feature) and refuses to start without it. A registry that does not
+///   answer holds the message and tries again until it does; it is never
+///   dead-lettered for that. See the guide's
+///   [registry page](guide::registry).
 /// * `event_type` is the CloudEvents type (`ce_type`) a [`Router`] sends
 ///   the handler; a consumer that runs the handler alone ignores it.
 ///
@@ -203,6 +215,14 @@ pub use consumer_saga as saga;
 #[cfg(feature = "saga")]
 #[cfg_attr(docsrs, doc(cfg(feature = "saga")))]
 pub use consumer_saga::Saga;
+
+/// Payload formats: the seam a handler's codec implements (`Codec`,
+/// `Decode`), and, with the `registry` feature, Avro, Protobuf and JSON
+/// Schema in the Confluent wire format against a schema registry (`Avro`,
+/// `Protobuf`, `JsonSchema`, `registry::RegistryClient`; the
+/// `consumer-codec` crate). See `#[handler(codec = ..)]` and
+/// `Consumer::with_codec`.
+pub use consumer_codec as codec;
 
 /// Background jobs on the database: `Jobs` (enqueue in the caller's
 /// transaction), `JobSource` (claims with leases, per-key order),

@@ -41,11 +41,17 @@ impl AvroDecoder {
             apache_avro::Schema::parse_str(reader_schema).map_err(|e| Error::InvalidSchema {
                 reason: format!("the reader's Avro schema does not parse: {e}"),
             })?;
-        Ok(Self {
+        Ok(Self::with_reader(registry, reader))
+    }
+
+    /// A decoder into `reader`, a parsed schema (what
+    /// `apache_avro::AvroSchema::get_schema` returns for a derived type).
+    pub fn with_reader(registry: RegistryClient, reader: apache_avro::Schema) -> Self {
+        Self {
             registry,
             reader,
             writers: RwLock::new(HashMap::new()),
-        })
+        }
     }
 
     /// Decodes a framed payload into `T` through the reader's schema.

@@ -52,11 +52,15 @@
 //! * [`protobuf`]: [`ProtobufDecoder`](protobuf::ProtobufDecoder) and
 //!   [`ProtobufEncoder`](protobuf::ProtobufEncoder), into and from `prost`
 //!   types, with the message indexes.
+//! * [`Avro`], [`Protobuf`] and [`JsonSchema`]: the codecs a consumer
+//!   decodes `#[handler(codec = avro | protobuf | json_schema)]` messages
+//!   with ([`Codec`], [`Decode`]: the seam the runtime calls).
 //! * [`Error`] says whose fault a failure is: [`Error::is_poison`] (the
 //!   message's: dead letter it with [`Error::schema_id`]) or
 //!   [`Error::is_transient`] (the registry's, for now: back off).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod decode;
 mod error;
 pub mod subject;
 pub mod wire;
@@ -64,6 +68,8 @@ pub mod wire;
 #[cfg(feature = "avro")]
 #[cfg_attr(docsrs, doc(cfg(feature = "avro")))]
 pub mod avro;
+#[cfg(feature = "registry")]
+mod codecs;
 #[cfg(feature = "protobuf")]
 #[cfg_attr(docsrs, doc(cfg(feature = "protobuf")))]
 pub mod protobuf;
@@ -72,5 +78,16 @@ mod registration;
 #[cfg(feature = "registry")]
 #[cfg_attr(docsrs, doc(cfg(feature = "registry")))]
 pub mod registry;
+
+#[cfg(feature = "avro")]
+#[cfg_attr(docsrs, doc(cfg(feature = "avro")))]
+pub use codecs::Avro;
+#[cfg(feature = "registry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "registry")))]
+pub use codecs::JsonSchema;
+#[cfg(feature = "protobuf")]
+#[cfg_attr(docsrs, doc(cfg(feature = "protobuf")))]
+pub use codecs::Protobuf;
+pub use decode::{Codec, Decode};
 
 pub use error::{BoxError, Error, Result, WireError};

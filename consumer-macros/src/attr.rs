@@ -23,9 +23,10 @@ mod kw {
     syn::custom_keyword!(batch);
     syn::custom_keyword!(on_dead_letter);
     syn::custom_keyword!(circuit);
+    syn::custom_keyword!(codec);
 }
 
-const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `on_dead_letter`, `circuit`, `event_type`, `name`, `crate`";
+const ARGS: &str = "expected one of: `batch`, `idempotency_key`, `retry`, `terminal`, `on_dead_letter`, `circuit`, `codec`, `event_type`, `name`, `crate`";
 const RETRY_ARGS: &str = "expected one of: `base`, `max_delay`, `attempts`, `mode`";
 
 /// Everything written between the parentheses.
@@ -43,6 +44,8 @@ pub struct Args {
     pub on_dead_letter: Option<Ident>,
     /// `circuit = off | breaker(..) | <expr>`.
     pub circuit: Option<crate::circuit::Circuit>,
+    /// `codec = json | avro | protobuf | json_schema | <type>`.
+    pub codec: Option<crate::codec::Codec>,
     /// Errors that did not stop parsing (duplicates), reported together.
     pub errors: Option<syn::Error>,
 }
@@ -142,6 +145,10 @@ impl Args {
             let k = input.parse::<kw::circuit>()?;
             let c = value(input, crate::circuit::Circuit::parse)?;
             set(&mut self.circuit, c, k.span, "circuit", errors);
+        } else if lookahead.peek(kw::codec) {
+            let k = input.parse::<kw::codec>()?;
+            let c = value(input, crate::codec::Codec::parse)?;
+            set(&mut self.codec, c, k.span, "codec", errors);
         } else if lookahead.peek(kw::name) {
             let k = input.parse::<kw::name>()?;
             let lit = value(input, parse_name)?;

@@ -126,13 +126,14 @@ fn items(m: &Model, func: &ItemFn) -> TokenStream {
     }
 }
 
-/// `fn name`, `fn retry_policy`, `fn circuit_policy` (when the handler has
-/// its own), `fn event_types`, `fn payload_type`.
+/// `fn name`, `fn retry_policy`, `fn circuit_policy` and `fn codec` (when
+/// the handler has its own), `fn event_types`, `fn payload_type`.
 fn describe(m: &Model) -> TokenStream {
     let krate = &m.krate;
     let name = &m.name;
     let retry = &m.retry;
     let circuit = &m.circuit;
+    let codec = crate::codec::need(m.codec.as_ref(), krate);
     let event_types = &m.event_types;
     let msg_ty = &m.message_ty;
     quote! {
@@ -145,6 +146,7 @@ fn describe(m: &Model) -> TokenStream {
         }
 
         #circuit
+        #codec
 
         fn event_types(&self) -> &'static [&'static str] {
             &[#(#event_types),*]
@@ -190,9 +192,9 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
     let fail = fail(m);
 
     // Spanned on the message type: a type that is not `Deserialize` is
-    // reported there, once, by `DecodableMessage`.
-    let decode =
-        quote_spanned!(msg_ty.span()=> <#msg_ty as #krate::__private::DecodableMessage>::decode);
+    // reported there, once, by `DecodableMessage` (or a type the codec
+    // cannot produce, by `Decode`).
+    let decode = crate::codec::decode(m.codec.as_ref(), msg_ty, krate);
 
     let classify = match &m.terminal {
         Some(pat) => quote!(::core::matches!(&__consumer_err, #pat)),
@@ -220,7 +222,7 @@ fn expand(m: &Model, func: &ItemFn) -> TokenStream {
                 &self,
                 __consumer_inv: &mut #krate::__private::Invocation<'_, #db>,
             ) -> #krate::__private::Outcome {
-                let __consumer_msg: #msg_ty = match #decode(__consumer_inv) {
+                let __consumer_msg: #msg_ty = match #decode {
                     ::std::result::Result::Ok(m) => m,
                     ::std::result::Result::Err(outcome) => return outcome,
                 };

@@ -5,6 +5,7 @@
 
 mod attr;
 mod circuit;
+mod codec;
 mod expand;
 mod expand_batch;
 mod valid;

@@ -33,6 +33,8 @@ pub struct Model {
     pub holds_key: bool,
     /// `circuit = ..`: `fn circuit_policy`, when the handler has its own.
     pub circuit: Option<TokenStream>,
+    /// `codec = ..`: the codec's type; `None` decodes JSON.
+    pub codec: Option<Type>,
 }
 
 struct Errors(Option<syn::Error>);
@@ -82,6 +84,17 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         None
     });
 
+    let codec = crate::codec::codec_type(args.codec.as_ref(), &krate).unwrap_or_else(|e| {
+        errors.push_error(e);
+        None
+    });
+    if let (Some(span), Some(_)) = (args.batch, &codec) {
+        errors.push(
+            span,
+            "a batch handler decodes JSON only: drop `codec = ..`, or handle the messages one by one",
+        );
+    }
+
     if let Some(e) = errors.0 {
         return Err(e);
     }
@@ -106,6 +119,7 @@ pub fn validate(mut args: Args, func: &ItemFn) -> Result<Model, syn::Error> {
         batch: args.batch.is_some(),
         holds_key,
         circuit,
+        codec,
     })
 }
 

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use super::codec_failure;
+use super::codecs::Codecs;
 use super::{DecodeError, Failure, FailureKind, MessageContext, Outcome};
 use crate::envelope::Envelope;
 use crate::error::{BoxError, Error};
@@ -33,14 +35,21 @@ fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
 pub struct Invocation<'a, S> {
     pub(crate) envelope: &'a Arc<Envelope>,
     pub(crate) store: &'a S,
+    pub(crate) codecs: &'a Codecs,
     pub(crate) context: MessageContext,
 }
 
 impl<'a, S: DedupStore> Invocation<'a, S> {
-    pub(crate) fn new(envelope: &'a Arc<Envelope>, store: &'a S, handler: &'static str) -> Self {
+    pub(crate) fn new(
+        envelope: &'a Arc<Envelope>,
+        store: &'a S,
+        codecs: &'a Codecs,
+        handler: &'static str,
+    ) -> Self {
         Self {
             envelope,
             store,
+            codecs,
             context: MessageContext::new(Arc::clone(envelope), handler),
         }
     }
@@ -66,6 +75,23 @@ impl<'a, S: DedupStore> Invocation<'a, S> {
                 },
             ))
         })
+    }
+
+    /// Decodes the payload with the consumer's codec `C`
+    /// (`#[handler(codec = ..)]`): a payload the codec refuses is a poison
+    /// pill, dead-lettered with the codec's reason (the schema id in it); a
+    /// registry that does not answer holds the message in its lane and
+    /// tries again until it does, never dead-lettering it; anything else
+    /// goes through the handler's retry policy.
+    pub async fn decode_with<C: consumer_codec::Decode<M>, M>(&self) -> Result<M, Outcome> {
+        let Some(codec) = self.codecs.get::<C>() else {
+            // A consumer checks its handlers' codecs before it starts.
+            return Err(Outcome::Failed(codec_failure::missing::<C>()));
+        };
+        codec
+            .decode(&self.envelope.payload)
+            .await
+            .map_err(|e| Outcome::Failed(codec_failure::classify::<C, M>(e)))
     }
 
     /// Begins the transaction and claims `key` in it. `Err(Outcome)` for a

@@ -7,6 +7,8 @@
 //! message without a boxed allocation.
 
 mod circuit_policy;
+mod codec_failure;
+mod codecs;
 mod context;
 mod invocation;
 mod outcome;
@@ -15,6 +17,8 @@ mod panic;
 use std::future::Future;
 
 pub use circuit_policy::CircuitPolicy;
+pub use codec_failure::{CodecRefused, REGISTRY_UNAVAILABLE};
+pub use codecs::{CodecNeed, Codecs};
 pub use context::MessageContext;
 pub use invocation::Invocation;
 pub use outcome::{DecodeError, Failure, FailureKind, Outcome};
@@ -97,6 +101,14 @@ pub trait Handler<S: DedupStore>: Send + Sync + 'static {
     /// follows the consumer's
     /// [`with_circuit`](crate::runtime::Consumer::with_circuit).
     fn circuit_policy(&self) -> Option<CircuitPolicy> {
+        None
+    }
+
+    /// The codec this handler decodes its message with, which its
+    /// consumer must hold ([`with_codec`](crate::runtime::Consumer::with_codec)):
+    /// `#[handler(codec = ..)]` sets it; `None` (the default here) decodes
+    /// JSON.
+    fn codec(&self) -> Option<CodecNeed> {
         None
     }
 

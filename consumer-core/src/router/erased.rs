@@ -28,6 +28,8 @@ pub trait ErasedHandler<S: DedupStore>: Send + Sync + 'static {
     fn on_dead_letter(&self) -> crate::handler::OnDeadLetter;
     /// [`Handler::circuit_policy`].
     fn circuit_policy(&self) -> Option<CircuitPolicy>;
+    /// [`Handler::codec`].
+    fn codec(&self) -> Option<crate::handler::CodecNeed>;
     /// [`Handler::handle`], boxed.
     fn handle_boxed<'a>(
         &'a self,
@@ -66,6 +68,10 @@ impl<S: DedupStore, H: Handler<S>> ErasedHandler<S> for H {
 
     fn circuit_policy(&self) -> Option<CircuitPolicy> {
         Handler::circuit_policy(self)
+    }
+
+    fn codec(&self) -> Option<crate::handler::CodecNeed> {
+        Handler::codec(self)
     }
 
     fn handle_boxed<'a>(
@@ -107,6 +113,10 @@ impl<S: DedupStore> Handler<S> for dyn ErasedHandler<S> {
 
     fn circuit_policy(&self) -> Option<CircuitPolicy> {
         ErasedHandler::circuit_policy(self)
+    }
+
+    fn codec(&self) -> Option<crate::handler::CodecNeed> {
+        ErasedHandler::codec(self)
     }
 
     // An async fn, not the box itself: it holds the two borrows apart,

@@ -393,7 +393,7 @@ where
         envelope: &Arc<Envelope>,
     ) -> (Outcome, Option<Context>) {
         let (span, cx) = trace::consume_span(envelope, handler.name(), &self.spans);
-        let mut invocation = Invocation::new(envelope, &self.store, handler.name());
+        let mut invocation = Invocation::new(envelope, &self.store, &self.codecs, handler.name());
         let started = Instant::now();
         // A span not recorded leaves `cx` the current context (attaching it
         // again on every poll would change nothing, at a cost), or a fresh

@@ -19,6 +19,7 @@
 //!   are redelivered by the broker; nothing is lost.
 
 mod attempt;
+mod check;
 pub(crate) mod circuit;
 mod held;
 mod lanes;
@@ -44,7 +45,7 @@ pub use limits::HandlerLimit;
 
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::handler::Handler;
+use crate::handler::{Codecs, Handler};
 use crate::metrics::consumer::ConsumerMetrics;
 use crate::retry::RetryPolicy;
 use crate::router::{OneHandler, Router, Routes};
@@ -53,6 +54,7 @@ use crate::stats::Stats;
 use crate::store::DedupStore;
 use crate::store::held::OnDeadLetter;
 use crate::trace::SpanScope;
+use consumer_codec::Codec;
 use held::HeldSource;
 use lanes::LaneTable;
 use permits::{next_permit, refill_batch};
@@ -103,6 +105,7 @@ pub struct Consumer<Src, S, R> {
     circuit: CircuitPolicy,
     pause_poll: Duration,
     limits: Vec<(&'static str, HandlerLimit)>,
+    codecs: Codecs,
     stats: Arc<Stats>,
     meter: Option<Meter>,
     #[cfg(feature = "testing")]
@@ -169,6 +172,7 @@ where
             circuit: CircuitPolicy::off(),
             pause_poll: pause::POLL,
             limits: Vec::new(),
+            codecs: Codecs::default(),
             stats: Arc::default(),
             meter: None,
             #[cfg(feature = "testing")]
@@ -259,6 +263,15 @@ where
         self
     }
 
+    /// Adds a payload codec (Avro, Protobuf, JSON Schema: see
+    /// [`consumer_codec`]) for the handlers that name its type
+    /// (`#[handler(codec = avro)]`); one of the same type is replaced. The
+    /// consumer refuses to start when a handler names a codec it lacks.
+    pub fn with_codec<C: Codec>(mut self, codec: C) -> Self {
+        self.codecs.insert(codec);
+        self
+    }
+
     /// Where this consumer's instruments come from (see
     /// [`metrics`](crate::metrics)); by default the global meter provider's,
     /// as installed when `run_until` starts.
@@ -285,40 +298,6 @@ where
                 .flat_map(|h| h.describe())
                 .collect(),
         }
-    }
-
-    /// Refuses, before the first delivery, what could only fail at run
-    /// time; tells the source every handler's retry policy.
-    fn check(&mut self) -> Result<(), Error> {
-        let handlers = self.routes.handlers();
-        if let Some((name, _)) = self
-            .limits
-            .iter()
-            .find(|(name, _)| !handlers.iter().any(|h| h.name() == *name))
-        {
-            return Err(Error::Config(format!(
-                "`with_handler_limit` names the handler `{name}`, which this consumer does not run"
-            )));
-        }
-        for handler in self.routes.handlers() {
-            for policy in handler.retry_policies() {
-                if self.store.retention() <= policy.max_window() {
-                    return Err(Error::RetentionTooShort {
-                        handler: handler.name().to_owned(),
-                        retention: self.store.retention(),
-                        window: policy.max_window(),
-                    });
-                }
-                self.source.accept_retry_policy(&policy).map_err(|reason| {
-                    Error::RetryUnsupported {
-                        handler: handler.name().to_owned(),
-                        system: self.source.system(),
-                        reason,
-                    }
-                })?;
-            }
-        }
-        Ok(())
     }
 
     /// Consumes until `shutdown` completes or the source closes, then drains.
@@ -430,6 +409,7 @@ where
             circuits: circuit::Circuits::new(self.circuit),
             pauses: Arc::new(pause::Pauses::new(names)),
             limits: limits::Limits::new(&self.limits),
+            codecs: self.codecs,
             stopping,
         };
         (source, worker)

@@ -35,6 +35,8 @@ pub(super) struct Worker<S, R, A> {
     pub(super) pauses: Arc<super::pause::Pauses>,
     /// The limited handlers' limits.
     pub(super) limits: super::limits::Limits,
+    /// The payload codecs handlers decode with (`#[handler(codec = ..)]`).
+    pub(super) codecs: crate::handler::Codecs,
     pub(super) stopping: Stopping,
 }
 
