@@ -692,6 +692,51 @@ pub enum Schema {
     /// `vN.json` (never rewriting an older one); records nothing if one
     /// breaks compatibility.
     Record(SchemaArgs),
+    /// Asks a schema registry whether a schema may become a subject's next
+    /// version (the subject's compatibility rule, against its latest
+    /// version); exit code 8 when it may not. Registers nothing.
+    RegistryCheck(RegistryCheckArgs),
+}
+
+/// What `schema registry-check` asks.
+#[derive(Debug, Args)]
+pub struct RegistryCheckArgs {
+    /// The registry's Confluent-compatible API
+    /// (`http://127.0.0.1:8081/apis/ccompat/v7` for Apicurio).
+    #[arg(long, env = "REGISTRY_URL", value_name = "URL")]
+    pub registry: String,
+    /// The subject (`orders-value` under the topic name strategy).
+    #[arg(long)]
+    pub subject: String,
+    /// The schema file: Avro JSON, a `.proto` file, or a JSON Schema.
+    #[arg(long, value_name = "FILE")]
+    pub schema_file: PathBuf,
+    /// The schema's format.
+    #[arg(long, value_enum, default_value = "avro")]
+    pub format: SchemaFormat,
+    /// Basic auth's user (its password from `REGISTRY_PASSWORD`).
+    #[arg(long, env = "REGISTRY_USER")]
+    pub registry_user: Option<String>,
+    /// Basic auth's password.
+    #[arg(long, env = "REGISTRY_PASSWORD", hide_env_values = true)]
+    pub registry_password: Option<String>,
+    /// A bearer token instead of basic auth.
+    #[arg(long, env = "REGISTRY_TOKEN", hide_env_values = true)]
+    pub registry_token: Option<String>,
+    /// One JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A schema's format, as the registry names it.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum SchemaFormat {
+    /// Apache Avro.
+    Avro,
+    /// Protocol Buffers (a `.proto` file's text).
+    Protobuf,
+    /// JSON Schema.
+    Json,
 }
 
 /// What `schema check` and `schema record` compare.

@@ -147,6 +147,15 @@ pub enum Error {
         /// Their names, comma separated.
         types: String,
     },
+    /// A schema the registry will not take as a subject's next version;
+    /// its reasons are printed already.
+    #[error(
+        "the schema registry refuses this schema as the next version of `{subject}` (see the report above)"
+    )]
+    RegistryIncompatible {
+        /// The subject.
+        subject: String,
+    },
     /// A snapshot or schema that cannot be used as it is: which file, and
     /// what to fix.
     #[error("{0}")]
@@ -171,7 +180,7 @@ impl Error {
             Self::CanaryFailed(_) => exit::CANARY_FAILED,
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,
             Self::Interrupted(_) => exit::INTERRUPTED,
-            Self::Incompatible { .. } => exit::INCOMPATIBLE,
+            Self::Incompatible { .. } | Self::RegistryIncompatible { .. } => exit::INCOMPATIBLE,
             Self::Schema(consumer_contracts::compat::CompatError::Io { .. }) => exit::FAILURE,
             Self::Schema(_) => exit::USAGE,
             Self::Database(_) | Self::Broker(_) | Self::Io { .. } | Self::Other(_) => exit::FAILURE,

@@ -53,6 +53,7 @@ mod replay;
 mod route;
 mod sagas;
 mod schema;
+mod schema_registry;
 mod security;
 
 use std::io::{BufReader, Write};
@@ -149,6 +150,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Schema(cmd) => match cmd {
             Schema::Check(args) => schema::check(&args, out),
             Schema::Record(args) => schema::record(&args, out),
+            Schema::RegistryCheck(args) => schema_registry::check(&args, out).await,
         },
         Command::Console(args) => console::run(services, &args, out).await,
     }

@@ -125,7 +125,6 @@ impl RegistryClient {
     /// use: [`Error::UnusableSchema`] (poison) when it is another type,
     /// [`Error::Unsupported`] when it refers to other schemas (not fetched
     /// yet).
-    #[cfg(any(feature = "avro", feature = "protobuf"))]
     pub(crate) async fn writer_schema(
         &self,
         id: u32,
