@@ -15,7 +15,7 @@ use consumer_console::operator::{LetterGroup, LetterQuery, StoredLetter};
 
 use crate::args::{FilterArgs, PlaceArgs, Services};
 use crate::dead_letters::{self, Selected};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::letter::Letter;
 use crate::places::Letters;
 
@@ -81,11 +81,18 @@ impl BrokerPlace {
             ..FilterArgs::default()
         };
         let (letters, replayed) = self.read(&filter).await?;
-        let start = query
-            .after
-            .as_ref()
-            .and_then(|after| letters.iter().position(|l| &l.id == after))
-            .map_or(0, |i| i + 1);
+        // A page after a letter that left the place (replayed from a queue,
+        // say) has no place to start: say so rather than start again.
+        let start = match &query.after {
+            None => 0,
+            Some(after) => {
+                let i = letters.iter().position(|l| &l.id == after);
+                i.map(|i| i + 1).ok_or_else(|| Error::NoSuchLetter {
+                    id: after.clone(),
+                    place: self.describe.clone(),
+                })?
+            }
+        };
         Ok(letters
             .into_iter()
             .skip(start)
