@@ -22,11 +22,12 @@ pub trait Operator: Send + Sync + 'static {
     fn place(&self) -> String;
 
     /// The dead letters counted per handler and reason (the error), the
-    /// largest groups first, at most `limit` groups.
+    /// largest groups first, at most `limit` groups; and what the read left
+    /// out, if anything.
     fn letter_groups(
         &self,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<LetterGroup>, OperatorError>> + Send;
+    ) -> impl Future<Output = Result<LetterGroups, OperatorError>> + Send;
 
     /// One page of letters, in the place's order, after `query.after`.
     fn letters(
@@ -122,6 +123,17 @@ pub struct HeldQuery {
     pub after: Option<(String, String)>,
     /// At most this many.
     pub limit: u32,
+}
+
+/// The dead letters' groups, and what the read left out.
+#[derive(Debug, Clone, Default)]
+pub struct LetterGroups {
+    /// The groups, the largest first.
+    pub groups: Vec<LetterGroup>,
+    /// What the read of the place left out, as a sentence (messages that
+    /// are not letters the framework wrote, offsets that yielded no
+    /// record), so that a missing letter is never silent.
+    pub left_out: Option<String>,
 }
 
 /// Letters of one handler that failed with one error.

@@ -11,13 +11,24 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use consumer_console::operator::{LetterGroup, LetterQuery, StoredLetter};
+use consumer_console::operator::{LetterGroup, LetterGroups, LetterQuery, StoredLetter};
 
 use crate::args::{FilterArgs, PlaceArgs, Services};
 use crate::dead_letters::{self, Selected};
 use crate::error::{Error, Result};
 use crate::letter::Letter;
 use crate::places::Letters;
+
+/// One read of the place.
+struct Read {
+    /// The letters selected, in the place's order.
+    letters: Vec<Letter>,
+    /// Which letters the journal says a replay sent, where the place keeps
+    /// replayed letters.
+    replayed: Option<HashSet<String>>,
+    /// What the read left out, as a sentence.
+    remarks: Option<String>,
+}
 
 /// A broker's place, named at the console's start.
 #[derive(Debug)]
@@ -53,24 +64,32 @@ impl BrokerPlace {
 
     /// The letters `filter` selects, and which of them the journal says a
     /// replay sent (where the place keeps replayed letters).
-    async fn read(&self, filter: &FilterArgs) -> Result<(Vec<Letter>, Option<HashSet<String>>)> {
+    async fn read(&self, filter: &FilterArgs) -> Result<Read> {
         let Selected {
             letters,
+            remarks,
             keeps_replayed,
-            ..
         } = dead_letters::selected(&self.services, &self.place, filter).await?;
         let replayed = if keeps_replayed {
             dead_letters::replayed_ids(&self.services).await
         } else {
             None
         };
-        Ok((letters, replayed))
+        Ok(Read {
+            letters,
+            replayed,
+            remarks,
+        })
     }
 
-    /// The letters counted per handler and error, the largest groups first.
-    pub(super) async fn groups(&self, limit: u32) -> Result<Vec<LetterGroup>> {
-        let (letters, _) = self.read(&FilterArgs::default()).await?;
-        Ok(group(&letters, limit))
+    /// The letters counted per handler and error, the largest groups
+    /// first, and what the read left out.
+    pub(super) async fn groups(&self, limit: u32) -> Result<LetterGroups> {
+        let read = self.read(&FilterArgs::default()).await?;
+        Ok(LetterGroups {
+            groups: group(&read.letters, limit),
+            left_out: read.remarks,
+        })
     }
 
     /// One page of letters in the place's order, after the letter `query.after`.
@@ -80,7 +99,9 @@ impl BrokerPlace {
             error_is: query.error.clone(),
             ..FilterArgs::default()
         };
-        let (letters, replayed) = self.read(&filter).await?;
+        let Read {
+            letters, replayed, ..
+        } = self.read(&filter).await?;
         // A page after a letter that left the place (replayed from a queue,
         // say) has no place to start: say so rather than start again.
         let start = match &query.after {
@@ -107,7 +128,9 @@ impl BrokerPlace {
             ids: vec![id.to_owned()],
             ..FilterArgs::default()
         };
-        let (letters, replayed) = self.read(&filter).await?;
+        let Read {
+            letters, replayed, ..
+        } = self.read(&filter).await?;
         Ok(letters
             .into_iter()
             .next()

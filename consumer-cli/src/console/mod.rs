@@ -15,9 +15,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use consumer_console::operator::{
-    AuditEntry, FailedEvent, FailureKind, HeldKey, HeldQuery, LetterGroup, LetterQuery,
-    OutboxBacklog, PausedHandler, ReplayReport, ReplayRequest, ReplayedLetter, SagaAction,
-    SagaQuery, Selection, StoredLetter,
+    AuditEntry, FailedEvent, FailureKind, HeldKey, HeldQuery, LetterGroup, LetterGroups,
+    LetterQuery, OutboxBacklog, PausedHandler, ReplayReport, ReplayRequest, ReplayedLetter,
+    SagaAction, SagaQuery, Selection, StoredLetter,
 };
 use consumer_console::{Console, Operator, OperatorError, Token};
 use consumer_core::store::held::{HeldKeys, Release};
@@ -102,22 +102,25 @@ impl Operator for CliOperator {
         }
     }
 
-    async fn letter_groups(&self, limit: u32) -> Result<Vec<LetterGroup>, OperatorError> {
+    async fn letter_groups(&self, limit: u32) -> Result<LetterGroups, OperatorError> {
         let table = match &self.place {
             Place::Table(t) => t,
             Place::Broker(b) => return b.groups(limit).await.map_err(failure),
         };
         let groups = table.groups(limit).await.map_err(failure)?;
-        Ok(groups
-            .into_iter()
-            .map(|g| LetterGroup {
-                handler: g.handler,
-                error: g.error,
-                count: g.count,
-                first: at(g.first_ms),
-                last: at(g.last_ms),
-            })
-            .collect())
+        Ok(LetterGroups {
+            groups: groups
+                .into_iter()
+                .map(|g| LetterGroup {
+                    handler: g.handler,
+                    error: g.error,
+                    count: g.count,
+                    first: at(g.first_ms),
+                    last: at(g.last_ms),
+                })
+                .collect(),
+            left_out: None,
+        })
     }
 
     async fn letters(&self, query: &LetterQuery) -> Result<Vec<StoredLetter>, OperatorError> {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{Failure, csrf_field, layout, payload, query, when};
 use crate::access::Csrf;
-use crate::operator::{LetterQuery, Operator, StoredLetter};
+use crate::operator::{LetterGroups, LetterQuery, Operator, StoredLetter};
 
 /// Letters per page.
 const PAGE: u32 = 50;
@@ -22,10 +22,11 @@ pub(crate) async fn groups<O: Operator>(
     State(operator): State<Arc<O>>,
     Extension(Csrf(csrf)): Extension<Csrf>,
 ) -> Result<Markup, Failure> {
-    let groups = operator.letter_groups(GROUPS).await?;
+    let LetterGroups { groups, left_out } = operator.letter_groups(GROUPS).await?;
     let total: i64 = groups.iter().map(|g| g.count).sum();
     let body = html! {
         p { (total) " dead letter(s) in " (groups.len()) " group(s) of handler and reason, in " strong.place { (operator.place()) } "." }
+        @if let Some(left_out) = &left_out { p.note.left-out { "Left out: " (left_out) "." } }
         @if groups.len() == GROUPS as usize {
             p.note { "Only the " (GROUPS) " largest groups are shown." }
         }
