@@ -5,8 +5,11 @@
 //! (a payload of HTML and script shown, not run), a group replayed with a
 //! canary that fails and then one that passes (the journal has each letter
 //! once, the canary first), a saga resumed, a held key released, a
-//! handler paused and resumed (the store's pauses checked), the outbox and
-//! the audit log;
+//! handler paused and resumed (the store's pauses and the running
+//! consumer's paused handlers checked), the outbox and the audit log; a
+//! Kafka dead-letter topic listed, one letter shown and replayed alone, then
+//! a selection (each letter once, the canary first, checked in the journal,
+//! on the retry topic and in the bookings);
 //! no JavaScript error on any page; a screenshot of each page under the
 //! target dir's `console-screenshots/`.
 
@@ -117,6 +120,13 @@ async fn type_into(b: &Browser, css: &str, value: &str) {
         .send_keys(value)
         .await
         .unwrap_or_else(|e| panic!("typing into {css}: {e}"));
+}
+
+/// `f`'s output, failing the test when it takes over a minute.
+async fn within_a_minute<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("within a minute")
 }
 
 /// Waits for `css` to be on the page (after a form's navigation).
@@ -347,6 +357,9 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
         pauses[0].by.starts_with("console, 127.0.0.1:"),
         "{pauses:?}"
     );
+    // The running consumer of book reads the pause and stops taking it.
+    within_a_minute(running.stats.wait_for(|s| s.handlers_paused == 1)).await;
+    assert_eq!(running.stats.paused_handlers(), ["book"]);
     b.screenshot("circuits").await;
     click(&b, "form[action='/circuits/resume'] button").await;
     arrived(&b, "input[name='confirmed']").await;
@@ -358,6 +371,7 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
         .await
         .expect("the store's pauses");
     assert!(pauses.is_empty(), "{pauses:?}");
+    within_a_minute(running.stats.wait_for(|s| s.handlers_paused == 0)).await;
     no_errors(&b, "circuits and pauses").await;
 
     b.client
