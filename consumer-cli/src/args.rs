@@ -246,6 +246,18 @@ pub struct ConsoleArgs {
     /// The outbox table.
     #[arg(long, default_value = "outbox_events")]
     pub outbox_table: String,
+    /// Where the dead letters are (default: the store's dead-letter table).
+    #[command(flatten)]
+    pub place: PlaceArgs,
+    /// Replays of letters from a Kafka topic go to this topic: the failed
+    /// consumer group's own retry topic (needed with `--topic`), as
+    /// `dead-letters replay --to-topic`.
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Replays of letters from a Kinesis stream go to this stream instead of
+    /// their origin, as `dead-letters replay --to-stream`.
+    #[arg(long)]
+    pub to_stream: Option<String>,
 }
 
 /// Which reading of which stream: the names the consumer's

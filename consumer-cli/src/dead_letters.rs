@@ -15,16 +15,21 @@ use crate::places::{Held, Letters};
 use crate::render::{Table, write};
 
 /// What a read selected.
-struct Selected {
-    letters: Vec<Letter>,
+pub(crate) struct Selected {
+    /// The letters selected, in the place's order.
+    pub(crate) letters: Vec<Letter>,
     /// What the snapshot left out, as a sentence.
-    remarks: Option<String>,
+    pub(crate) remarks: Option<String>,
     /// Whether replayed letters stay in the place (a Kafka topic).
-    keeps_replayed: bool,
+    pub(crate) keeps_replayed: bool,
 }
 
 /// Reads a snapshot, keeps what `filter` selects, releases the place.
-async fn selected(services: &Services, place: &PlaceArgs, filter: &FilterArgs) -> Result<Selected> {
+pub(crate) async fn selected(
+    services: &Services,
+    place: &PlaceArgs,
+    filter: &FilterArgs,
+) -> Result<Selected> {
     let filter = Filter::from_args(filter)?;
     let mut letters = Letters::open(services, place).await?;
     let keeps_replayed = !letters.removes_letters();
@@ -46,7 +51,7 @@ async fn selected(services: &Services, place: &PlaceArgs, filter: &FilterArgs) -
 
 /// The letters the replay journal says were sent; `None`, with a note, when
 /// the store cannot be read (the list is still shown).
-async fn replayed_ids(services: &Services) -> Option<HashSet<String>> {
+pub(crate) async fn replayed_ids(services: &Services) -> Option<HashSet<String>> {
     let read = async {
         let journal = Journal::open(database::connect(services).await?, false).await?;
         journal.sent_ids().await

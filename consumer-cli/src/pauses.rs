@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::json::line;
 use crate::render::{Table, write};
 
-fn explain(e: consumer_core::Error) -> Error {
+/// The store's error about its pauses table, as the tool says it.
+pub(crate) fn explain(e: consumer_core::Error) -> Error {
     database::explain_store(e, "consumer_paused_handlers")
 }
 

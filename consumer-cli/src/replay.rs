@@ -68,12 +68,7 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
         Some(journal.lock().await?)
     };
     let mut letters = Letters::open(services, &args.place).await?;
-    if letters.is_kafka() && args.to_topic.is_none() {
-        return Err(Error::Usage(format!(
-            "letters from {} need --to-topic: the failed group's own retry topic (a work topic is read by every consumer group, and a replay there would run them all)",
-            letters.describe()
-        )));
-    }
+    check_destination(&letters, args.to_topic.as_deref())?;
     let route = Route::new(
         services,
         args.to_topic.as_deref(),
@@ -91,6 +86,18 @@ pub async fn run(services: &Services, args: &ReplayArgs, out: &mut impl Write) -
     // Whatever happened, what was not removed goes back as it was.
     let released = letters.release().await;
     result.and(released)
+}
+
+/// Refuses to replay letters of a Kafka topic without `to_topic`, the
+/// failed group's own retry topic.
+pub fn check_destination(letters: &Letters, to_topic: Option<&str>) -> Result<()> {
+    if letters.is_kafka() && to_topic.is_none() {
+        return Err(Error::Usage(format!(
+            "letters from {} need --to-topic: the failed group's own retry topic (a work topic is read by every consumer group, and a replay there would run them all)",
+            letters.describe()
+        )));
+    }
+    Ok(())
 }
 
 async fn replay(

@@ -4,8 +4,12 @@
 //! the work queue a real consumer of `book` reads): the groups, one letter
 //! (a payload of HTML and script shown, not run), a group replayed with a
 //! canary that fails and then one that passes (the journal has each letter
-//! once, the canary first), a saga resumed, a held key released, the
-//! outbox and the audit log;
+//! once, the canary first), a saga resumed, a held key released, a
+//! handler paused and resumed (the store's pauses and the running
+//! consumer's paused handlers checked), the outbox and the audit log; a
+//! Kafka dead-letter topic listed, one letter shown and replayed alone, then
+//! a selection (each letter once, the canary first, checked in the journal,
+//! on the retry topic and in the bookings);
 //! no JavaScript error on any page; a screenshot of each page under the
 //! target dir's `console-screenshots/`.
 
@@ -18,8 +22,10 @@ use std::time::Duration;
 use browser::{Browser, wait_for_line};
 use consumer::envelope::{Origin, names};
 use consumer::store::held::HeldKeys;
+use consumer::store::paused::PausedHandlers;
 use consumer::{DeadLetter, DeadLetterKind, Envelope, Headers, PgStore};
 use fantoccini::Locator;
+use support::kafka::KafkaTopics;
 use support::sagas::make_sagas;
 use support::{Booking, World};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -106,6 +112,23 @@ async fn click(b: &Browser, css: &str) {
         .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
 }
 
+async fn type_into(b: &Browser, css: &str, value: &str) {
+    b.client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css} on the page: {e}"))
+        .send_keys(value)
+        .await
+        .unwrap_or_else(|e| panic!("typing into {css}: {e}"));
+}
+
+/// `f`'s output, failing the test when it takes over a minute.
+async fn within_a_minute<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("within a minute")
+}
+
 /// Waits for `css` to be on the page (after a form's navigation).
 async fn arrived(b: &Browser, css: &str) {
     b.client
@@ -124,16 +147,9 @@ async fn no_errors(b: &Browser, page: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
-    let w = World::new("console").await;
-    make_sagas(&w.schema.pool).await;
-    for id in ["g1", "g2", "g3"] {
-        let booking = serde_json::to_vec(&Booking { id: id.into() }).expect("json");
-        store_letter(&w, id, &booking, GROUP_ERROR).await;
-    }
-    store_letter(&w, "x1", SCRIPT.as_bytes(), "<b>bad</b> input").await;
-
+/// `consumer console` on a free port of 127.0.0.1 with the test's token
+/// and `extra` flags, and the address it said it listens on.
+async fn start_console(w: &World, extra: &[&str]) -> (tokio::process::Child, String) {
     let mut console = w
         .cli()
         .args([
@@ -143,6 +159,7 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
             "--canary-timeout",
             "30s",
         ])
+        .args(extra)
         .env("CONSUMER_CONSOLE_TOKEN", TOKEN)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -159,6 +176,20 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
         .expect("an address")
         .trim_end_matches('/')
         .to_owned();
+    (console, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
+    let w = World::new("console").await;
+    make_sagas(&w.schema.pool).await;
+    for id in ["g1", "g2", "g3"] {
+        let booking = serde_json::to_vec(&Booking { id: id.into() }).expect("json");
+        store_letter(&w, id, &booking, GROUP_ERROR).await;
+    }
+    store_letter(&w, "x1", SCRIPT.as_bytes(), "<b>bad</b> input").await;
+
+    let (mut console, base) = start_console(&w, &[]).await;
     let address = base.trim_start_matches("http://").to_owned();
 
     // Without the token nothing answers; an action without the form's CSRF
@@ -238,14 +269,8 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     b.screenshot("replay").await;
     no_errors(&b, "the replay").await;
 
-    let journal: Vec<String> = sqlx::query_scalar(
-        "SELECT message_id FROM consumer_replay_journal ORDER BY sent_at, letter_id",
-    )
-    .fetch_all(&w.schema.pool)
-    .await
-    .expect("the journal");
     assert_eq!(
-        journal,
+        journal(&w).await,
         ["m-g1", "m-g2", "m-g3"],
         "each letter once, canaries first"
     );
@@ -304,6 +329,51 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     assert_eq!(text(&b, "td.status").await, "released");
     no_errors(&b, "the held keys").await;
 
+    // The book handler paused, then resumed, each confirmed; the store's
+    // pauses (what every consumer of book reads) checked from outside.
+    b.client
+        .goto(&format!("{base}/circuits"))
+        .await
+        .expect("circuits and pauses");
+    arrived(&b, "form.pause").await;
+    assert!(text(&b, "p.empty").await.contains("No handler is paused"));
+    type_into(&b, "form.pause input[name='handler']", "book").await;
+    type_into(&b, "form.pause input[name='reason']", "card processor down").await;
+    click(&b, "form.pause button").await;
+    arrived(&b, "input[name='confirmed']").await;
+    click(&b, "button.danger").await;
+    arrived(&b, "table.paused").await;
+    assert!(text(&b, "p.done").await.contains("handler book paused"));
+    let paused = text(&b, "table.paused").await;
+    assert!(paused.contains("card processor down"), "{paused}");
+    let pauses = PgStore::new(w.schema.pool.clone())
+        .paused_handlers()
+        .await
+        .expect("the store's pauses");
+    assert_eq!(pauses.len(), 1, "{pauses:?}");
+    assert_eq!(pauses[0].handler, "book");
+    assert_eq!(pauses[0].reason, "card processor down");
+    assert!(
+        pauses[0].by.starts_with("console, 127.0.0.1:"),
+        "{pauses:?}"
+    );
+    // The running consumer of book reads the pause and stops taking it.
+    within_a_minute(running.stats.wait_for(|s| s.handlers_paused == 1)).await;
+    assert_eq!(running.stats.paused_handlers(), ["book"]);
+    b.screenshot("circuits").await;
+    click(&b, "form[action='/circuits/resume'] button").await;
+    arrived(&b, "input[name='confirmed']").await;
+    click(&b, "button.danger").await;
+    arrived(&b, "p.empty").await;
+    assert!(text(&b, "p.done").await.contains("handler book resumed"));
+    let pauses = PgStore::new(w.schema.pool.clone())
+        .paused_handlers()
+        .await
+        .expect("the store's pauses");
+    assert!(pauses.is_empty(), "{pauses:?}");
+    within_a_minute(running.stats.wait_for(|s| s.handlers_paused == 0)).await;
+    no_errors(&b, "circuits and pauses").await;
+
     b.client
         .goto(&format!("{base}/outbox"))
         .await
@@ -318,6 +388,8 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     let audit = text(&b, "table.audit").await;
     assert!(audit.contains("saga resume"), "{audit}");
     assert!(audit.contains("held key release"), "{audit}");
+    assert!(audit.contains("handler book paused"), "{audit}");
+    assert!(audit.contains("handler book resumed"), "{audit}");
     assert!(audit.contains("canary failed"), "{audit}");
     assert!(audit.contains("2 sent"), "{audit}");
     b.screenshot("audit").await;
@@ -326,5 +398,135 @@ async fn the_console_lists_shows_replays_and_resumes_in_a_real_browser() {
     b.close().await;
     let _ = console.kill().await;
     running.stop().await;
+    w.close().await;
+}
+
+/// The journal's message ids, in the order the replays sent them.
+async fn journal(w: &World) -> Vec<String> {
+    sqlx::query_scalar("SELECT message_id FROM consumer_replay_journal ORDER BY sent_at, letter_id")
+        .fetch_all(&w.schema.pool)
+        .await
+        .expect("the journal")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_lists_shows_and_replays_a_kafka_dead_letter_topic_in_a_real_browser() {
+    let w = World::new("console-kafka").await;
+    let k = KafkaTopics::create("console").await;
+    let running = k.start_consumer(&w).await;
+    let ids = ["k1", "k2", "k3"];
+    k.dead_letters(&w, &running, &ids, 0).await;
+    w.set_broken(&ids, false).await;
+
+    let (mut console, base) = start_console(&w, &["--topic", &k.dlt, "--to-topic", &k.retry]).await;
+    let b = Browser::start().await;
+    b.client
+        .goto(&format!("{base}/?token={TOKEN}"))
+        .await
+        .expect("the console opens");
+    arrived(&b, "table.groups").await;
+    assert!(text(&b, "strong.place").await.contains(&k.dlt));
+    // Each booking fails with its own error: a group per letter.
+    let groups = text(&b, "table.groups").await;
+    for id in ids {
+        assert!(
+            groups.contains(&format!("booking {id} is broken")),
+            "{groups}"
+        );
+    }
+    b.screenshot("kafka-dead-letters").await;
+
+    // The handler's letters, then one letter, replayed alone: a canary of
+    // one.
+    b.client
+        .goto(&format!("{base}/dead-letters/list?handler=book"))
+        .await
+        .expect("the handler's letters");
+    arrived(&b, "table.letters").await;
+    let rows = b
+        .client
+        .find_all(Locator::Css("table.letters tbody tr"))
+        .await
+        .expect("the letters' rows");
+    assert_eq!(rows.len(), 3, "the topic's three letters");
+    click(&b, "table.letters td a").await;
+    arrived(&b, "pre.payload").await;
+    let payload = text(&b, "pre.payload").await;
+    let first = ids
+        .iter()
+        .find(|id| payload.contains(&format!("\"{id}\"")))
+        .unwrap_or_else(|| panic!("a booking's payload: {payload}"));
+    assert_eq!(text(&b, "dd.replayed").await, "no");
+    let letter_page = b.client.current_url().await.expect("the letter's address");
+    b.screenshot("kafka-letter").await;
+    click(&b, "form[action='/dead-letters/replay'] button").await;
+    arrived(&b, "strong.would").await;
+    assert_eq!(text(&b, "strong.would").await, "1");
+    click(&b, "button.danger").await;
+    arrived(&b, "p.error, p.done").await;
+    let done = text(&b, "main").await;
+    assert!(done.contains("Replayed letter(s)"), "{done}");
+    assert_eq!(journal(&w).await, [format!("m-{first}")]);
+
+    // The letter stays on the topic (a log), marked replayed.
+    b.client
+        .goto(letter_page.as_str())
+        .await
+        .expect("the letter again");
+    arrived(&b, "dd.replayed").await;
+    assert!(text(&b, "dd.replayed").await.starts_with("yes"));
+
+    // Every letter of the handler selected: the replayed one is skipped,
+    // the other two go, the canary first.
+    b.client
+        .goto(&format!("{base}/dead-letters/list?handler=book"))
+        .await
+        .expect("the handler's letters");
+    arrived(&b, "table.letters").await;
+    for checkbox in b
+        .client
+        .find_all(Locator::Css("table.letters input[name='id']"))
+        .await
+        .expect("the letters' checkboxes")
+    {
+        checkbox.click().await.expect("a letter ticked");
+    }
+    click(&b, "table.letters ~ p button").await;
+    arrived(&b, "strong.would").await;
+    assert_eq!(text(&b, "strong.would").await, "2");
+    let dry = text(&b, "table.replay").await;
+    assert!(dry.contains("already sent"), "{dry}");
+    click(&b, "button.danger").await;
+    arrived(&b, "p.error, p.done").await;
+    let done = text(&b, "main").await;
+    assert!(done.contains("Replayed letter(s)"), "{done}");
+    let canary = text(&b, "table.replay tr[data-outcome='sent'] td:nth-child(4)").await;
+    b.screenshot("kafka-replay").await;
+    no_errors(&b, "the Kafka pages").await;
+
+    // From outside: each letter journaled and sent once, the single
+    // letter first, and each booking made once.
+    let sent = journal(&w).await;
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[0], format!("m-{first}"), "{sent:?}");
+    assert_eq!(
+        sent[1], canary,
+        "the selection's canary went first: {sent:?}"
+    );
+    let mut distinct = sent.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct, ["m-k1", "m-k2", "m-k3"], "each letter once");
+    assert_eq!(
+        k.records(&k.retry),
+        3,
+        "one copy of each letter on the retry topic"
+    );
+    support::eventually("three bookings", || async { w.bookings().await.len() >= 3 }).await;
+    running.stop().await;
+    assert_eq!(w.bookings().await, ids, "each booking once");
+
+    b.close().await;
+    let _ = console.kill().await;
     w.close().await;
 }

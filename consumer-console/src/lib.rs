@@ -1,6 +1,7 @@
 //! The operator's console in the browser: dead letters grouped by handler
 //! and reason, one letter's full context, replays through the command
-//! line's replay engine (canary first, rate, dry run, journal), sagas with
+//! line's replay engine (canary first, rate, dry run, journal), held keys
+//! with release and skip, paused handlers with pause and resume, sagas with
 //! resume and abandon, the outbox's backlog, and the audit log of every
 //! action taken.
 //!
@@ -84,6 +85,9 @@ impl<O: Operator> Console<O> {
             .route("/held-keys", get(pages::held::list::<O>))
             .route("/held-keys/release", post(pages::held::release::<O>))
             .route("/held-keys/skip", post(pages::held::skip::<O>))
+            .route("/circuits", get(pages::circuits::list::<O>))
+            .route("/circuits/pause", post(pages::circuits::pause::<O>))
+            .route("/circuits/resume", post(pages::circuits::resume::<O>))
             .route("/sagas", get(pages::sagas::list::<O>))
             .route("/saga", get(pages::sagas::show::<O>))
             .route("/saga/resume", post(pages::sagas::resume::<O>))

@@ -10,18 +10,24 @@ use std::future::Future;
 
 use consumer_core::DeadLetter;
 pub use consumer_core::store::held::HeldKey;
+pub use consumer_core::store::paused::PausedHandler;
 use consumer_saga::{SagaRecord, SagaStatus};
 use time::OffsetDateTime;
 
 /// The stores and places behind the console. Every read is bounded: a
 /// page, a group count, one letter; none loads a whole place.
 pub trait Operator: Send + Sync + 'static {
+    /// Where the dead letters are read from, as a phrase for the pages
+    /// ("the store's dead-letter table", "Kafka topic orders.dlq").
+    fn place(&self) -> String;
+
     /// The dead letters counted per handler and reason (the error), the
-    /// largest groups first, at most `limit` groups.
+    /// largest groups first, at most `limit` groups; and what the read left
+    /// out, if anything.
     fn letter_groups(
         &self,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<LetterGroup>, OperatorError>> + Send;
+    ) -> impl Future<Output = Result<LetterGroups, OperatorError>> + Send;
 
     /// One page of letters, in the place's order, after `query.after`.
     fn letters(
@@ -29,10 +35,10 @@ pub trait Operator: Send + Sync + 'static {
         query: &LetterQuery,
     ) -> impl Future<Output = Result<Vec<StoredLetter>, OperatorError>> + Send;
 
-    /// The letter at `row`, or `None`.
+    /// The letter `handle` names ([`StoredLetter::handle`]), or `None`.
     fn letter(
         &self,
-        row: i64,
+        handle: &str,
     ) -> impl Future<Output = Result<Option<StoredLetter>, OperatorError>> + Send;
 
     /// Replays the letters `request` selects through the replay engine
@@ -78,6 +84,22 @@ pub trait Operator: Send + Sync + 'static {
         skip_head: bool,
     ) -> impl Future<Output = Result<bool, OperatorError>> + Send;
 
+    /// Every pause an operator set (a handler's, or every handler's:
+    /// `*`), by handler name.
+    fn paused(&self) -> impl Future<Output = Result<Vec<PausedHandler>, OperatorError>> + Send;
+
+    /// Pauses `handler` (`*`: every handler) by `by` for `reason`; `false`
+    /// when it was paused already (the first pause stays).
+    fn pause(
+        &self,
+        handler: &str,
+        by: &str,
+        reason: &str,
+    ) -> impl Future<Output = Result<bool, OperatorError>> + Send;
+
+    /// Resumes `handler`; `false` when it was not paused by itself.
+    fn resume(&self, handler: &str) -> impl Future<Output = Result<bool, OperatorError>> + Send;
+
     /// The outbox's backlog.
     fn outbox(&self) -> impl Future<Output = Result<OutboxBacklog, OperatorError>> + Send;
 
@@ -103,6 +125,17 @@ pub struct HeldQuery {
     pub limit: u32,
 }
 
+/// The dead letters' groups, and what the read left out.
+#[derive(Debug, Clone, Default)]
+pub struct LetterGroups {
+    /// The groups, the largest first.
+    pub groups: Vec<LetterGroup>,
+    /// What the read of the place left out, as a sentence (messages that
+    /// are not letters the framework wrote, offsets that yielded no
+    /// record), so that a missing letter is never silent.
+    pub left_out: Option<String>,
+}
+
 /// Letters of one handler that failed with one error.
 #[derive(Debug, Clone)]
 pub struct LetterGroup {
@@ -125,8 +158,8 @@ pub struct LetterQuery {
     pub handler: Option<String>,
     /// Only letters with exactly this error.
     pub error: Option<String>,
-    /// Only letters after this row (keyset pagination).
-    pub after: Option<i64>,
+    /// Only letters after the one with this handle (keyset pagination).
+    pub after: Option<String>,
     /// At most this many.
     pub limit: u32,
 }
@@ -134,9 +167,9 @@ pub struct LetterQuery {
 /// A letter as a place holds it.
 #[derive(Debug, Clone)]
 pub struct StoredLetter {
-    /// The place's handle on it (the table's row id): what the console's
-    /// addresses name.
-    pub row: i64,
+    /// The place's handle on it (the table's row id; on a broker's place,
+    /// the letter's id): what the console's addresses name.
+    pub handle: String,
     /// The letter's id, as the command line shows it and replays select it.
     pub id: String,
     /// The letter and its context.
@@ -145,6 +178,10 @@ pub struct StoredLetter {
     pub refusal: Option<String>,
     /// When the place stored it.
     pub stored_at: Option<OffsetDateTime>,
+    /// Whether a replay sent it already, where the place keeps replayed
+    /// letters (a Kafka topic, a Kinesis stream: the replay journal says);
+    /// `None` where a replay removes them.
+    pub replayed: Option<bool>,
 }
 
 /// What a replay sends.
@@ -267,7 +304,8 @@ pub struct AuditEntry {
     pub at: Option<OffsetDateTime>,
     /// Who: the peer's address (and whether it held the token).
     pub actor: String,
-    /// `replay`, `saga resume`, `saga abandon`.
+    /// `replay`, `saga resume`, `saga abandon`, `held key release`,
+    /// `held key skip`, `pause`, `resume`.
     pub action: String,
     /// What it was done to.
     pub target: String,

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{Failure, csrf_field, layout, payload, query, when};
 use crate::access::Csrf;
-use crate::operator::{LetterQuery, Operator, StoredLetter};
+use crate::operator::{LetterGroups, LetterQuery, Operator, StoredLetter};
 
 /// Letters per page.
 const PAGE: u32 = 50;
@@ -22,10 +22,11 @@ pub(crate) async fn groups<O: Operator>(
     State(operator): State<Arc<O>>,
     Extension(Csrf(csrf)): Extension<Csrf>,
 ) -> Result<Markup, Failure> {
-    let groups = operator.letter_groups(GROUPS).await?;
+    let LetterGroups { groups, left_out } = operator.letter_groups(GROUPS).await?;
     let total: i64 = groups.iter().map(|g| g.count).sum();
     let body = html! {
-        p { (total) " dead letter(s) in " (groups.len()) " group(s) of handler and reason." }
+        p { (total) " dead letter(s) in " (groups.len()) " group(s) of handler and reason, in " strong.place { (operator.place()) } "." }
+        @if let Some(left_out) = &left_out { p.note.left-out { "Left out: " (left_out) "." } }
         @if groups.len() == GROUPS as usize {
             p.note { "Only the " (GROUPS) " largest groups are shown." }
         }
@@ -60,7 +61,7 @@ pub(crate) async fn groups<O: Operator>(
 pub(crate) struct ListQuery {
     handler: Option<String>,
     error: Option<String>,
-    after: Option<i64>,
+    after: Option<String>,
 }
 
 /// `GET /dead-letters/list?handler=&error=&after=`.
@@ -73,12 +74,12 @@ pub(crate) async fn list<O: Operator>(
         .letters(&LetterQuery {
             handler: q.handler.clone(),
             error: q.error.clone(),
-            after: q.after,
+            after: q.after.clone().filter(|a| !a.is_empty()),
             limit: PAGE,
         })
         .await?;
     let next = (letters.len() == PAGE as usize)
-        .then(|| letters.last().map(|l| l.row))
+        .then(|| letters.last().map(|l| l.handle.clone()))
         .flatten();
     let handler = q.handler.clone().unwrap_or_default();
     let error = q.error.clone().unwrap_or_default();
@@ -86,7 +87,7 @@ pub(crate) async fn list<O: Operator>(
         p {
             "Handler " strong { (if handler.is_empty() { "(any)" } else { handler.as_str() }) }
             ", reason " strong { (if error.is_empty() { "(any)" } else { error.as_str() }) }
-            @if let Some(after) = q.after { ", after row " (after) }
+            @if let Some(after) = &q.after { ", after " code { (after) } }
             "."
         }
         form method="post" action="/dead-letters/replay" {
@@ -95,6 +96,7 @@ pub(crate) async fn list<O: Operator>(
                 thead { tr {
                     th { input type="checkbox" data-select-all="id" title="select every letter on this page"; }
                     th { "Id" } th { "Handler" } th { "Kind" } th.num { "Attempts" } th { "Last failure" } th { "Key" } th { "Reason" }
+                    @if letters.iter().any(|l| l.replayed.is_some()) { th { "" } }
                 } }
                 tbody {
                     @for l in &letters {
@@ -108,7 +110,7 @@ pub(crate) async fn list<O: Operator>(
             }
         }
         @if let Some(after) = next {
-            p { a.next href={ "/dead-letters/list?" (query(&[("handler", &handler), ("error", &error), ("after", &after.to_string())])) } { "Next page →" } }
+            p { a.next href={ "/dead-letters/list?" (query(&[("handler", &handler), ("error", &error), ("after", &after)])) } { "Next page →" } }
         }
     };
     Ok(layout("Dead letters: one group", "Dead letters", body))
@@ -119,13 +121,14 @@ fn row(l: &StoredLetter) -> Markup {
     html! {
         tr {
             td { input type="checkbox" name="id" value=(l.id); }
-            td { a href={ "/dead-letters/" (l.row) } { code { (l.id) } } }
+            td { a href={ "/dead-letters/" (l.handle) } { code { (l.id) } } }
             td { (dl.handler) }
             td { (dl.kind.as_str()) }
             td.num { (dl.attempts) }
             td { (when(dl.last_failure)) }
             td { (dl.key.as_deref().unwrap_or("")) }
             td.error { (dl.error) }
+            @if let Some(replayed) = l.replayed { td.replayed { (if replayed { "replayed" } else { "" }) } }
         }
     }
 }
@@ -134,12 +137,15 @@ fn row(l: &StoredLetter) -> Markup {
 pub(crate) async fn show<O: Operator>(
     State(operator): State<Arc<O>>,
     Extension(Csrf(csrf)): Extension<Csrf>,
-    Path(row): Path<i64>,
+    Path(handle): Path<String>,
 ) -> Result<Markup, Failure> {
-    let Some(l) = operator.letter(row).await? else {
+    let Some(l) = operator.letter(&handle).await? else {
         return Err(Failure(crate::operator::OperatorError::new(
             crate::operator::FailureKind::NotFound,
-            format!("No dead letter at row {row}: it was replayed or purged."),
+            format!(
+                "No dead letter {handle} in {}: it was replayed or purged.",
+                operator.place()
+            ),
         )));
     };
     let dl = &l.letter;
@@ -158,6 +164,10 @@ pub(crate) async fn show<O: Operator>(
             dt { "From" } dd { (dl.origin.channel) " at " (dl.origin.position) }
             @if let Some(refusal) = &l.refusal { dt { "Refused with" } dd { (refusal) } }
             @if let Some(at) = l.stored_at { dt { "Stored at" } dd { (when(at)) } }
+            @if let Some(replayed) = l.replayed {
+                dt { "Replayed" }
+                dd.replayed { (if replayed { "yes: the replay journal has it (it stays in the place, and a replay skips it)" } else { "no" }) }
+            }
         }
         h2 { "Headers (" (dl.original_headers.len()) ")" }
         table.headers {

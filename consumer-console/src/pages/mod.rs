@@ -3,6 +3,7 @@
 
 pub(crate) mod assets;
 pub(crate) mod audit;
+pub(crate) mod circuits;
 pub(crate) mod held;
 pub(crate) mod letters;
 pub(crate) mod outbox;
@@ -17,19 +18,15 @@ use time::OffsetDateTime;
 
 use crate::operator::{FailureKind, OperatorError};
 
-/// The parts of the console, in the navigation's order. Circuits have
-/// their place here already; their page comes with the runtime's flow
-/// control.
+/// The parts of the console, in the navigation's order.
 const NAVIGATION: &[(&str, &str)] = &[
     ("Dead letters", "/dead-letters"),
     ("Held keys", "/held-keys"),
+    ("Circuits and pauses", "/circuits"),
     ("Sagas", "/sagas"),
     ("Outbox", "/outbox"),
     ("Audit log", "/audit"),
 ];
-
-/// Parts planned but not served yet, shown greyed in the navigation.
-const PLANNED: &[&str] = &["Circuits"];
 
 /// `/`: the dead letters.
 pub(crate) async fn home() -> Redirect {
@@ -58,9 +55,6 @@ pub(crate) fn layout(title: &str, section: &str, body: Markup) -> Markup {
                         } @else {
                             a href=(href) { (name) }
                         }
-                    }
-                    @for name in PLANNED {
-                        span.planned title="Not served yet: comes with the runtime's flow control" { (name) }
                     }
                 }
                 main {

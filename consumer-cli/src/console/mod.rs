@@ -1,39 +1,57 @@
 //! `console`: the operator's console in the browser ([`consumer_console`])
 //! on this tool's own engine: the dead-letter table's readers
-//! ([`DeadLetterTable`]), the replay engine ([`crate::replay`], run as
+//! ([`DeadLetterTable`]) or, given a broker's place at start (the flags of
+//! `dead-letters`), that place's reader ([`broker`]), the replay engine ([`crate::replay`], run as
 //! `dead-letters replay --json` would run it), the store's [`SagaStore`]
-//! (as `sagas` uses it), the outbox's status (as `outbox status` reads it),
-//! and the console's audit log ([`AuditLog`]).
+//! (as `sagas` uses it), its held keys and pauses (as `held-keys`,
+//! `pause`, `resume` and `paused` use them), the outbox's status (as
+//! `outbox status` reads it), and the console's audit log ([`AuditLog`]).
 //!
 //! [`SagaStore`]: consumer_saga::SagaStore
+
+mod broker;
 
 use std::io::Write;
 use std::time::Duration;
 
 use consumer_console::operator::{
-    AuditEntry, FailedEvent, FailureKind, HeldKey, HeldQuery, LetterGroup, LetterQuery,
-    OutboxBacklog, ReplayReport, ReplayRequest, ReplayedLetter, SagaAction, SagaQuery, Selection,
-    StoredLetter,
+    AuditEntry, FailedEvent, FailureKind, HeldKey, HeldQuery, LetterGroup, LetterGroups,
+    LetterQuery, OutboxBacklog, PausedHandler, ReplayReport, ReplayRequest, ReplayedLetter,
+    SagaAction, SagaQuery, Selection, StoredLetter,
 };
 use consumer_console::{Console, Operator, OperatorError, Token};
 use consumer_core::store::held::{HeldKeys, Release};
+use consumer_core::store::paused::{Pause, PausedHandlers};
 use consumer_saga::{SagaFilter, SagaRecord};
 use sqlx::postgres::PgPool;
 use time::OffsetDateTime;
 
-use crate::args::{ConsoleArgs, FilterArgs, PlaceArgs, Rate, ReplayArgs, Services};
+use crate::args::{ConsoleArgs, FilterArgs, Rate, ReplayArgs, Services};
 use crate::audit::AuditLog;
 use crate::database;
 use crate::error::{Error, Result, exit};
 use crate::letter::Letter;
 use crate::places::table::DeadLetterTable;
 
+/// Where the console reads dead letters.
+#[derive(Debug)]
+enum Place {
+    /// The store's table, paged and grouped by the database.
+    Table(DeadLetterTable),
+    /// A broker's place, read as a snapshot per page.
+    Broker(Box<broker::BrokerPlace>),
+}
+
 /// The engine behind the console's pages.
 #[derive(Debug)]
 struct CliOperator {
     services: Services,
     pool: PgPool,
-    table: DeadLetterTable,
+    place: Place,
+    /// The flags that name the place, for the replay engine.
+    place_args: crate::args::PlaceArgs,
+    to_topic: Option<String>,
+    to_stream: Option<String>,
     audit: AuditLog,
     outbox_table: String,
     canary_timeout: Duration,
@@ -57,11 +75,12 @@ fn at(ms: i64) -> OffsetDateTime {
 
 fn stored(row: i64, l: Letter) -> StoredLetter {
     StoredLetter {
-        row,
+        handle: row.to_string(),
         id: l.id,
         letter: l.letter,
         refusal: l.refusal,
         stored_at: l.stored_at,
+        replayed: None,
     }
 }
 
@@ -76,27 +95,53 @@ struct ReplayLine {
 }
 
 impl Operator for CliOperator {
-    async fn letter_groups(&self, limit: u32) -> Result<Vec<LetterGroup>, OperatorError> {
-        let groups = self.table.groups(limit).await.map_err(failure)?;
-        Ok(groups
-            .into_iter()
-            .map(|g| LetterGroup {
-                handler: g.handler,
-                error: g.error,
-                count: g.count,
-                first: at(g.first_ms),
-                last: at(g.last_ms),
-            })
-            .collect())
+    fn place(&self) -> String {
+        match &self.place {
+            Place::Table(t) => t.describe(),
+            Place::Broker(b) => b.describe().to_owned(),
+        }
+    }
+
+    async fn letter_groups(&self, limit: u32) -> Result<LetterGroups, OperatorError> {
+        let table = match &self.place {
+            Place::Table(t) => t,
+            Place::Broker(b) => return b.groups(limit).await.map_err(failure),
+        };
+        let groups = table.groups(limit).await.map_err(failure)?;
+        Ok(LetterGroups {
+            groups: groups
+                .into_iter()
+                .map(|g| LetterGroup {
+                    handler: g.handler,
+                    error: g.error,
+                    count: g.count,
+                    first: at(g.first_ms),
+                    last: at(g.last_ms),
+                })
+                .collect(),
+            left_out: None,
+        })
     }
 
     async fn letters(&self, query: &LetterQuery) -> Result<Vec<StoredLetter>, OperatorError> {
-        let page = self
-            .table
+        let table = match &self.place {
+            Place::Table(t) => t,
+            Place::Broker(b) => return b.page(query).await.map_err(failure),
+        };
+        let after = match query.after.as_deref() {
+            None => 0,
+            Some(a) => a.parse().map_err(|_| {
+                OperatorError::new(
+                    FailureKind::Refused,
+                    format!("{a:?} is not a row of the dead-letter table."),
+                )
+            })?,
+        };
+        let page = table
             .page(
                 query.handler.as_deref(),
                 query.error.as_deref(),
-                query.after.unwrap_or(0),
+                after,
                 query.limit,
             )
             .await
@@ -104,8 +149,16 @@ impl Operator for CliOperator {
         Ok(page.into_iter().map(|(row, l)| stored(row, l)).collect())
     }
 
-    async fn letter(&self, row: i64) -> Result<Option<StoredLetter>, OperatorError> {
-        let letter = self.table.row(row).await.map_err(failure)?;
+    async fn letter(&self, handle: &str) -> Result<Option<StoredLetter>, OperatorError> {
+        let table = match &self.place {
+            Place::Table(t) => t,
+            Place::Broker(b) => return b.letter(handle).await.map_err(failure),
+        };
+        // Not a row: no such letter.
+        let Ok(row) = handle.parse::<i64>() else {
+            return Ok(None);
+        };
+        let letter = table.row(row).await.map_err(failure)?;
         Ok(letter.map(|l| stored(row, l)))
     }
 
@@ -124,15 +177,10 @@ impl Operator for CliOperator {
             .transpose()
             .map_err(|e| OperatorError::new(FailureKind::Refused, format!("The rate {e}.")))?;
         let args = ReplayArgs {
-            place: PlaceArgs {
-                queue: None,
-                topic: None,
-                sqs_queue: None,
-                kinesis_stream: None,
-            },
+            place: self.place_args.clone(),
             filter,
-            to_topic: None,
-            to_stream: None,
+            to_topic: self.to_topic.clone(),
+            to_stream: self.to_stream.clone(),
             rate,
             canary: Some(request.canary),
             canary_timeout: self.canary_timeout,
@@ -239,6 +287,31 @@ impl Operator for CliOperator {
         }
     }
 
+    async fn paused(&self) -> Result<Vec<PausedHandler>, OperatorError> {
+        consumer_core::PgStore::new(self.pool.clone())
+            .paused_handlers()
+            .await
+            .map_err(|e| failure(crate::pauses::explain(e)))
+    }
+
+    async fn pause(&self, handler: &str, by: &str, reason: &str) -> Result<bool, OperatorError> {
+        match consumer_core::PgStore::new(self.pool.clone())
+            .pause(handler, by, reason)
+            .await
+        {
+            Ok(Pause::Paused) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(e) => Err(failure(crate::pauses::explain(e))),
+        }
+    }
+
+    async fn resume(&self, handler: &str) -> Result<bool, OperatorError> {
+        consumer_core::PgStore::new(self.pool.clone())
+            .resume(handler)
+            .await
+            .map_err(|e| failure(crate::pauses::explain(e)))
+    }
+
     async fn outbox(&self) -> Result<OutboxBacklog, OperatorError> {
         let outbox = crate::outbox::outbox(&self.outbox_table).map_err(failure)?;
         let status = crate::outbox::read_status(&self.pool, outbox.table(), 0)
@@ -294,9 +367,24 @@ pub async fn run(services: &Services, args: &ConsoleArgs, out: &mut impl Write) 
             e => Error::Other(e.to_string()),
         })?;
     let pool = database::connect(services).await?;
+    let p = &args.place;
+    let place = if p.queue.is_none()
+        && p.topic.is_none()
+        && p.sqs_queue.is_none()
+        && p.kinesis_stream.is_none()
+    {
+        Place::Table(DeadLetterTable::open(services).await?)
+    } else {
+        Place::Broker(Box::new(
+            broker::BrokerPlace::open(services, p, args.to_topic.as_deref()).await?,
+        ))
+    };
     let operator = CliOperator {
         services: services.clone(),
-        table: DeadLetterTable::open(services).await?,
+        place,
+        place_args: args.place.clone(),
+        to_topic: args.to_topic.clone(),
+        to_stream: args.to_stream.clone(),
         audit: AuditLog::open(pool.clone()).await?,
         pool,
         outbox_table: args.outbox_table.clone(),
