@@ -136,7 +136,7 @@ mod kafka {
     }
 
     async fn topic(brokers: &str) -> String {
-        let topics = Topics::new(format!("ct.ce.{}", uuid::Uuid::new_v4().simple())).expect("name");
+        let topics = Topics::new(format!("ct.ce.{}", uuid::Uuid::now_v7().simple())).expect("name");
         topics.create(brokers, 1, 1).await.expect("create topics");
         topics.topic().to_owned()
     }
@@ -221,7 +221,7 @@ mod rabbitmq {
                 panic!("RabbitMQ is not reachable at {url} ({e}): start it (scripts/services rabbitmq does) or set AMQP_URL")
             });
         let channel = conn.create_channel().await.expect("channel");
-        let name = format!("ct.ce.{}", uuid::Uuid::new_v4().simple());
+        let name = format!("ct.ce.{}", uuid::Uuid::now_v7().simple());
         let mut args = FieldTable::default();
         args.insert(
             "x-expires".into(),

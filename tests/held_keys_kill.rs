@@ -191,7 +191,7 @@ async fn a_held_key_keeps_order_and_once_through_sigkills() {
         .execute(&pool)
         .await
         .expect("refuse one entry");
-    let queue = format!("ct.held.kill.{}", uuid::Uuid::new_v4().simple());
+    let queue = format!("ct.held.kill.{}", uuid::Uuid::now_v7().simple());
     // Declares the topology, so that what is published now is kept.
     drop(source(&queue).await);
     let publisher = AmqpPublisher::builder(amqp_url()).build();

@@ -231,7 +231,7 @@ async fn an_event_enqueued_in_the_outbox_reaches_kafka_through_debezium_keyed_ro
         "PostgreSQL must run with wal_level=logical for Debezium: `scripts/services kafka-connect` configures a local cluster so"
     );
 
-    let topic = format!("ct.cdc.{}", uuid::Uuid::new_v4().simple());
+    let topic = format!("ct.cdc.{}", uuid::Uuid::now_v7().simple());
     let topics = Topics::new(&topic).expect("topic").without_retry_topic();
     topics.create(&brokers, 3, 1).await.expect("create topic");
 

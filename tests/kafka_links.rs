@@ -135,7 +135,7 @@ impl Pipeline {
     async fn start(bootstrap: &str, every: Duration) -> Self {
         let h = PgHarness::new().await;
         effects_table(&h).await;
-        let topic = format!("ct.links.{}", uuid::Uuid::new_v4().simple());
+        let topic = format!("ct.links.{}", uuid::Uuid::now_v7().simple());
         let group = format!("g-{topic}");
         let topics = Topics::new(&topic).expect("topic").without_retry_topic();
         topics

@@ -150,7 +150,7 @@ async fn the_relay_publishes_cloudevents_keyed_by_aggregate_in_order_on_the_exte
     let brokers = external_brokers();
     check_external(&brokers);
     let topics =
-        consumer::kafka::Topics::new(format!("ct.outbox.{}", uuid::Uuid::new_v4().simple()))
+        consumer::kafka::Topics::new(format!("ct.outbox.{}", uuid::Uuid::now_v7().simple()))
             .expect("name");
     topics
         .create(&brokers, PARTITIONS, 1)

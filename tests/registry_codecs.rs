@@ -187,7 +187,7 @@ mod kafka {
         let brokers = external_brokers();
         check_external(&brokers);
         let topics =
-            Topics::new(format!("ct.reg.{}", uuid::Uuid::new_v4().simple())).expect("name");
+            Topics::new(format!("ct.reg.{}", uuid::Uuid::now_v7().simple())).expect("name");
         topics.create(&brokers, 1, 1).await.expect("create topics");
         (brokers, topics)
     }

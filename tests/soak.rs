@@ -159,7 +159,7 @@ async fn kafka_consumer_memory_stays_flat_and_every_message_is_applied_once_in_o
     check_external(&brokers);
     let h = PgHarness::new().await;
     effects_table(&h).await;
-    let topic = format!("ct.soak.{}", uuid::Uuid::new_v4().simple());
+    let topic = format!("ct.soak.{}", uuid::Uuid::now_v7().simple());
     Topics::new(&topic)
         .expect("topic")
         .without_retry_topic()

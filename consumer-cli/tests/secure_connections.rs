@@ -526,7 +526,7 @@ mod rabbitmq {
     }
 
     fn topology() -> Topology {
-        Topology::new(format!("ct.tls.{}", uuid::Uuid::new_v4().simple()))
+        Topology::new(format!("ct.tls.{}", uuid::Uuid::now_v7().simple()))
             .expect("queue name")
             .with_max_retry_delay(Duration::from_secs(1))
             .with_expires(Duration::from_secs(600))

@@ -58,7 +58,8 @@ pub fn upstream() -> String {
 
 /// A fresh queue-name prefix.
 pub fn unique_prefix(tag: &str) -> String {
-    format!("ct.{tag}.{}", uuid::Uuid::new_v4().simple())
+    // A UUID v7: the sweeps read when the queue was made from it.
+    format!("ct.{tag}.{}", uuid::Uuid::now_v7().simple())
 }
 
 /// The topology tests use: short delay buckets, expiring queues.
@@ -249,8 +250,9 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     type Publisher = AmqpPublisher;
     const ONE_AT_A_TIME: bool = QUORUM;
 
-    /// On quorum queues, deletes every test queue (`ct.` prefix) left on the
-    /// local node before and after each case, which then run one at a time.
+    /// On quorum queues, deletes this file's queues (`ct.confq.`) and the
+    /// stale test queues left on the local node before and after each
+    /// case, which then run one at a time.
     /// Test queues expire ten minutes after their last use, and a RabbitMQ
     /// 3.10 node expiring a few hundred quorum queues stalls for minutes:
     /// with the 295 quorum queues the earlier test files had left, cases
@@ -261,7 +263,7 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     /// broker that is not on this machine is left alone.
     fn between_cases() {
         if QUORUM {
-            sweep_test_queues();
+            sweep_test_queues("ct.confq.");
         }
     }
 
@@ -368,14 +370,20 @@ impl<const QUORUM: bool> BrokerHarness for AmqpBroker<QUORUM> {
     }
 }
 
-/// Deletes the queues whose names start with `ct.` on the local RabbitMQ
-/// node, as `scripts/services`' sweep does; does nothing where there is no
+/// Deletes the queues whose names start with `mine` on the local RabbitMQ
+/// node, and those earlier test runs left (`ct.` names made over three
+/// hours ago, or without a UUID v7), with `scripts/services`' own
+/// expression (`sweep_rabbitmq.erl`); does nothing where there is no
 /// `rabbitmqctl` (a remote broker). Fails the test, naming RabbitMQ, when
 /// the node does not answer within 60 s (a wedged node never does).
-pub fn sweep_test_queues() {
-    let eval = "length([rabbit_amqqueue:delete(Q, false, false, <<\"sweep\">>) || Q <- rabbit_amqqueue:list(), binary:longest_common_prefix([element(4, amqqueue:get_name(Q)), <<\"ct.\">>]) =:= 3]).";
+pub fn sweep_test_queues(mine: &str) {
+    let body: Vec<&str> = include_str!("../../scripts/services.d/sweep_rabbitmq.erl")
+        .lines()
+        .filter(|l| !l.starts_with("%%"))
+        .collect();
+    let eval = format!("Mine = <<\"{mine}\">>, {}", body.join("\n"));
     let Ok(mut sweep) = std::process::Command::new("rabbitmqctl")
-        .args(["eval", eval])
+        .args(["eval", &eval])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -130,7 +130,7 @@ pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
 pub async fn on_kafka(campaign: Campaign) -> Outcome {
     let brokers = external_brokers();
     check_external(&brokers);
-    let topic = format!("ct.campaign.{}", uuid::Uuid::new_v4().simple());
+    let topic = format!("ct.campaign.{}", uuid::Uuid::now_v7().simple());
     let topics = workload::topics(&topic);
     let partitions = i32::try_from(workload::PARTITIONS).unwrap_or(i32::MAX);
     topics

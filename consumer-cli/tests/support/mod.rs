@@ -127,7 +127,7 @@ impl World {
         .execute(&schema.pool)
         .await
         .expect("business tables");
-        let queue = format!("ct.cli.{tag}.{}", uuid::Uuid::new_v4().simple());
+        let queue = format!("ct.cli.{tag}.{}", uuid::Uuid::now_v7().simple());
         let topology = Topology::new(queue)
             .expect("queue name")
             .with_max_retry_delay(Duration::from_secs(1))
