@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::registration::Registration;
-use crate::registry::{RegistryClient, Schema, SchemaType};
+use crate::registry::{LastId, RegistryClient, Schema, SchemaType};
 use crate::subject::{MessagePart, SubjectNameStrategy};
 use crate::wire::{decode_frame, write_header};
 
@@ -26,7 +26,22 @@ use crate::wire::{decode_frame, write_header};
 pub struct AvroDecoder {
     registry: RegistryClient,
     reader: apache_avro::Schema,
-    writers: RwLock<HashMap<u32, Arc<apache_avro::Schema>>>,
+    /// The reader's Parsing Canonical Form: a writer's equal to it writes
+    /// exactly the reader's bytes.
+    reader_canonical: String,
+    writers: RwLock<HashMap<u32, Writer>>,
+    /// The last writer's id found to be the reader's own schema: one
+    /// atomic load answers for a topic on the reader's version.
+    last_readers: LastId,
+}
+
+/// A writer's schema, parsed once, and whether it is the reader's.
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    pub(crate) schema: Arc<apache_avro::Schema>,
+    /// Its canonical form is the reader's: its records read as the
+    /// reader's type directly, with no resolution.
+    pub(crate) is_readers: bool,
 }
 
 impl AvroDecoder {
@@ -49,8 +64,10 @@ impl AvroDecoder {
     pub fn with_reader(registry: RegistryClient, reader: apache_avro::Schema) -> Self {
         Self {
             registry,
+            reader_canonical: reader.canonical_form(),
             reader,
             writers: RwLock::new(HashMap::new()),
+            last_readers: LastId::default(),
         }
     }
 
@@ -82,7 +99,7 @@ impl AvroDecoder {
     pub async fn decode_value(&self, bytes: &[u8]) -> Result<(u32, Value)> {
         let frame = decode_frame(bytes)?;
         let schema_id = frame.schema_id;
-        let writer = self.writer_schema(schema_id).await?;
+        let writer = self.writer(schema_id).await?.schema;
         let undecodable = |reason: String| Error::Undecodable { schema_id, reason };
         let reader = GenericDatumReader::builder(&writer)
             .reader_schema(&self.reader)
@@ -105,15 +122,34 @@ impl AvroDecoder {
         Ok((schema_id, value))
     }
 
+    /// Whether `schema_id` is the last id found to be the reader's own
+    /// schema: no lock, no await.
+    pub(crate) fn is_last_readers(&self, schema_id: u32) -> bool {
+        self.last_readers.is(schema_id)
+    }
+
+    /// Whether `schema_id` names the reader's own schema (its records read
+    /// straight into the reader's type).
+    pub(crate) async fn is_readers(&self, schema_id: u32) -> Result<bool> {
+        if self.last_readers.is(schema_id) {
+            return Ok(true);
+        }
+        let is_readers = self.writer(schema_id).await?.is_readers;
+        if is_readers {
+            self.last_readers.hold(schema_id);
+        }
+        Ok(is_readers)
+    }
+
     /// The writer's schema of `schema_id`, parsed once.
-    async fn writer_schema(&self, schema_id: u32) -> Result<Arc<apache_avro::Schema>> {
-        if let Some(parsed) = self
+    pub(crate) async fn writer(&self, schema_id: u32) -> Result<Writer> {
+        if let Some(known) = self
             .writers
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&schema_id)
         {
-            return Ok(Arc::clone(parsed));
+            return Ok(known.clone());
         }
         let registered = self
             .registry
@@ -122,10 +158,13 @@ impl AvroDecoder {
         let unusable = |reason: String| Error::UnusableSchema { schema_id, reason };
         let parsed = apache_avro::Schema::parse_str(&registered.schema)
             .map_err(|e| unusable(format!("the registry's Avro schema does not parse: {e}")))?;
-        let parsed = Arc::new(parsed);
+        let writer = Writer {
+            is_readers: parsed.canonical_form() == self.reader_canonical,
+            schema: Arc::new(parsed),
+        };
         let mut writers = self.writers.write().unwrap_or_else(PoisonError::into_inner);
-        writers.insert(schema_id, Arc::clone(&parsed));
-        Ok(parsed)
+        writers.insert(schema_id, writer.clone());
+        Ok(writer)
     }
 }
 

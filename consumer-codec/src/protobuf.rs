@@ -7,15 +7,18 @@
 //! indexes are parsed and handed back, but not yet matched against the
 //! type's name (that needs the `.proto` text parsed, a later step).
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::registration::Registration;
-use crate::registry::{RegistryClient, Schema, SchemaType};
-use crate::wire::{decode_protobuf_frame, write_header, write_message_indexes};
+use crate::registry::{LastUsable, RegistryClient, Schema, SchemaType};
+use crate::wire::{decode_protobuf_frame, protobuf_payload, write_header, write_message_indexes};
 
 /// Decodes framed Protobuf payloads into `prost` messages.
 #[derive(Debug, Clone)]
 pub struct ProtobufDecoder {
     registry: RegistryClient,
+    last: Arc<LastUsable>,
 }
 
 /// A decoded message with where it came from.
@@ -33,7 +36,10 @@ pub struct Decoded<T> {
 impl ProtobufDecoder {
     /// A decoder that asks `registry` for the schemas payloads name.
     pub fn new(registry: RegistryClient) -> Self {
-        Self { registry }
+        Self {
+            registry,
+            last: Arc::default(),
+        }
     }
 
     /// Decodes a framed payload into `T`.
@@ -46,21 +52,41 @@ impl ProtobufDecoder {
     /// registry did not answer.
     pub async fn decode<T: prost::Message + Default>(&self, bytes: &[u8]) -> Result<Decoded<T>> {
         let frame = decode_protobuf_frame(bytes)?;
-        let schema_id = frame.schema_id;
-        self.registry
-            .writer_schema(schema_id, SchemaType::Protobuf)
+        let message = self.message(frame.schema_id, frame.payload).await?;
+        Ok(Decoded {
+            schema_id: frame.schema_id,
+            message_indexes: frame.message_indexes,
+            message,
+        })
+    }
+
+    /// [`decode`](Self::decode) of the message alone: the message indexes
+    /// are checked, not kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode).
+    pub async fn decode_message<T: prost::Message + Default>(&self, bytes: &[u8]) -> Result<T> {
+        let (schema_id, payload) = protobuf_payload(bytes)?;
+        self.message(schema_id, payload).await
+    }
+
+    /// `payload` as a `T`, once `schema_id` is known to name a Protobuf
+    /// schema.
+    async fn message<T: prost::Message + Default>(
+        &self,
+        schema_id: u32,
+        payload: &[u8],
+    ) -> Result<T> {
+        self.last
+            .check(&self.registry, schema_id, SchemaType::Protobuf)
             .await?;
-        let message = T::decode(frame.payload).map_err(|e| Error::Undecodable {
+        T::decode(payload).map_err(|e| Error::Undecodable {
             schema_id,
             reason: format!(
                 "the bytes are not a Protobuf {}: {e}",
                 std::any::type_name::<T>()
             ),
-        })?;
-        Ok(Decoded {
-            schema_id,
-            message_indexes: frame.message_indexes,
-            message,
         })
     }
 }

@@ -83,36 +83,54 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
 /// [`WireError::VarintTooLong`], [`WireError::BadIndexCount`] or
 /// [`WireError::NegativeMessageIndex`] when the indexes are malformed.
 pub fn decode_protobuf_frame(bytes: &[u8]) -> Result<ProtobufFrame<'_>, WireError> {
+    let mut message_indexes = Vec::new();
+    let (schema_id, payload) = read_protobuf_frame(bytes, |index| message_indexes.push(index))?;
+    Ok(ProtobufFrame {
+        schema_id,
+        message_indexes,
+        payload,
+    })
+}
+
+/// [`decode_protobuf_frame`] without the message indexes (checked, not
+/// kept): the schema id and the message's bytes, with no allocation.
+///
+/// # Errors
+///
+/// As [`decode_protobuf_frame`].
+pub fn protobuf_payload(bytes: &[u8]) -> Result<(u32, &[u8]), WireError> {
+    read_protobuf_frame(bytes, |_| {})
+}
+
+/// Reads the header and the message indexes, handing each index to
+/// `index` (the common `[0]`, written as a single 0, as one 0).
+fn read_protobuf_frame(
+    bytes: &[u8],
+    mut index: impl FnMut(u32),
+) -> Result<(u32, &[u8]), WireError> {
     let frame = decode_frame(bytes)?;
     let mut offset = HEADER_LEN;
     let count = read_zigzag(bytes, &mut offset)?;
     // The serializers write the common [0] as a single 0.
     if count == 0 {
-        return Ok(ProtobufFrame {
-            schema_id: frame.schema_id,
-            message_indexes: vec![0],
-            payload: &bytes[offset..],
-        });
+        index(0);
+        return Ok((frame.schema_id, &bytes[offset..]));
     }
     let remaining = bytes.len() - offset;
-    // Each index takes at least one byte: a larger count cannot be right,
-    // and must not size an allocation.
+    // Each index takes at least one byte: a larger count cannot be right.
     let count = usize::try_from(count)
         .ok()
         .filter(|&count| count <= remaining)
         .ok_or(WireError::BadIndexCount { count, remaining })?;
-    let mut message_indexes = Vec::with_capacity(count);
     for position in 0..count {
-        let index = read_zigzag(bytes, &mut offset)?;
-        let index = u32::try_from(index)
-            .map_err(|_| WireError::NegativeMessageIndex { position, index })?;
-        message_indexes.push(index);
+        let read = read_zigzag(bytes, &mut offset)?;
+        let read = u32::try_from(read).map_err(|_| WireError::NegativeMessageIndex {
+            position,
+            index: read,
+        })?;
+        index(read);
     }
-    Ok(ProtobufFrame {
-        schema_id: frame.schema_id,
-        message_indexes,
-        payload: &bytes[offset..],
-    })
+    Ok((frame.schema_id, &bytes[offset..]))
 }
 
 /// Appends the magic byte and the schema id to `out`.

@@ -4,7 +4,9 @@ use serde::de::DeserializeOwned;
 
 use crate::decode::{Codec, Decode};
 use crate::error::{Error, Result};
-use crate::registry::{RegistryClient, SchemaType};
+use std::sync::Arc;
+
+use crate::registry::{LastUsable, RegistryClient, SchemaType};
 use crate::wire::decode_frame;
 
 /// Decodes JSON payloads in the Confluent wire format (what Confluent's
@@ -15,12 +17,16 @@ use crate::wire::decode_frame;
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
     registry: RegistryClient,
+    last: Arc<LastUsable>,
 }
 
 impl JsonSchema {
     /// The codec, asking `registry` for the schemas payloads name.
     pub fn new(registry: RegistryClient) -> Self {
-        Self { registry }
+        Self {
+            registry,
+            last: Arc::default(),
+        }
     }
 }
 
@@ -35,8 +41,8 @@ where
     async fn decode(&self, payload: &[u8]) -> Result<M> {
         let frame = decode_frame(payload)?;
         let schema_id = frame.schema_id;
-        self.registry
-            .writer_schema(schema_id, SchemaType::Json)
+        self.last
+            .check(&self.registry, schema_id, SchemaType::Json)
             .await?;
         serde_json::from_slice(frame.payload).map_err(|e| Error::Undecodable {
             schema_id,

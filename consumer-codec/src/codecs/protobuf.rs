@@ -32,6 +32,6 @@ where
     M: prost::Message + Default + Send + 'static,
 {
     async fn decode(&self, payload: &[u8]) -> Result<M> {
-        Ok(self.decoder.decode::<M>(payload).await?.message)
+        self.decoder.decode_message::<M>(payload).await
     }
 }

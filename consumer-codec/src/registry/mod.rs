@@ -5,9 +5,13 @@ mod api;
 mod cache;
 mod client;
 mod config;
+mod usable;
 
 pub use api::{
     Compatibility, CompatibilityCheck, Schema, SchemaReference, SchemaType, SubjectVersion, Version,
 };
 pub use client::RegistryClient;
 pub use config::{RegistryAuth, RegistryConfig};
+#[cfg(feature = "avro")]
+pub(crate) use usable::LastId;
+pub(crate) use usable::LastUsable;
