@@ -10,6 +10,7 @@ use sqlx::Pool;
 
 use super::job::{Enqueued, Job};
 use super::publisher::JobPublisher;
+use super::recurring::Scheduler;
 use super::source::JobSource;
 use super::statements::{self, JobInsert};
 use super::wake::Wake;
@@ -162,6 +163,12 @@ impl Jobs {
     /// The workers' source of this queue on `pool`.
     pub fn source<DB: JobDatabase>(&self, pool: Pool<DB>) -> JobSource<DB> {
         JobSource::new(pool, self.queue.clone().into(), self.wake.clone())
+    }
+
+    /// The [`Scheduler`] of this queue's [`Recurring`](crate::Recurring)
+    /// jobs on `pool` (add them with [`Scheduler::with`]).
+    pub fn scheduler<DB: JobDatabase>(&self, pool: Pool<DB>) -> Scheduler<DB> {
+        Scheduler::new(pool, self.clone())
     }
 
     /// A [`Publisher`](consumer_core::Publisher) that enqueues each message

@@ -59,6 +59,11 @@
 //!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]).
 //!   Named queues share the table ([`Jobs::new`]); each queue's workers
 //!   are a consumer of their own, with its own concurrency.
+//! * **Recurring jobs.** A [`Recurring`] job (a cron pattern, UTC) is
+//!   enqueued by a [`Scheduler`] ([`Jobs::scheduler`]) once per period
+//!   however many instances run it: the period is claimed by one upsert in
+//!   the transaction that writes its job. Missed periods run once, for the
+//!   latest.
 //! * **Retention.** An acked job's row is deleted: the table holds only
 //!   work not done, and finished jobs need no pruning.
 //! * **Wake-ups.** An idle worker waits for a wake-up or its poll interval:
@@ -80,6 +85,7 @@ mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod publisher;
+mod recurring;
 mod row;
 mod source;
 #[cfg(feature = "sqlite")]
@@ -94,6 +100,7 @@ pub use gauges::Backlog;
 pub use job::{Enqueued, Job};
 pub use jobs::Jobs;
 pub use publisher::JobPublisher;
+pub use recurring::{Fired, PERIOD_HEADER, Recurring, RunningScheduler, Scheduler};
 pub use source::JobSource;
 pub use tables::JobTables;
 

@@ -56,6 +56,19 @@ static COUNT: Statement = Statement::new(
      FROM consumer_jobs WHERE queue = $1",
 );
 
+/// Moves schedule `$2` of queue `$1` to period `$4` (Unix ms) if it is
+/// later than the last one enqueued: one row changed means this
+/// transaction won the period (concurrent upserts of one row wait for each
+/// other and re-read the row, on PostgreSQL as under SQLite's one writer).
+static ADVANCE: Statement = Statement::new(
+    "INSERT INTO consumer_job_schedules (queue, name, pattern, last_period, enqueued_at) \
+     VALUES ($1, $2, $3, {at $4}, {now}) \
+     ON CONFLICT (queue, name) DO UPDATE \
+       SET pattern = excluded.pattern, last_period = excluded.last_period, \
+           enqueued_at = excluded.enqueued_at \
+     WHERE consumer_job_schedules.last_period < excluded.last_period",
+);
+
 static PENDING: Statement = Statement::new("SELECT count(*) FROM consumer_jobs WHERE queue = $1");
 
 /// What [`insert`] writes.
@@ -208,6 +221,20 @@ pub(crate) async fn renew<DB: Dialect>(
         args![lease_ms, holder],
     )
     .await
+}
+
+/// Records that `queue`'s schedule `name` (its cron `pattern`) enqueued
+/// the period starting at `period_ms`; `false` when that period or a
+/// later one was enqueued already (by this instance or another).
+pub(crate) async fn advance<DB: Dialect>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    name: &str,
+    pattern: &str,
+    period_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let args = args![queue, name, pattern, period_ms];
+    Ok(DB::execute(conn, ADVANCE.sql::<DB>(), args).await? == 1)
 }
 
 /// Jobs of `queue` not finished: waiting, running or waiting to retry.

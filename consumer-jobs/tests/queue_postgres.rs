@@ -139,3 +139,13 @@ async fn a_job_notified_from_its_transaction_wakes_a_worker_at_commit() {
         "woken after {took:?}, not at commit"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_period_runs_once_for_the_latest_only() {
+    queue::a_missed_period_runs_once_for_the_latest_only(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_schedulers_enqueue_one_job_per_period() {
+    queue::three_schedulers_enqueue_one_job_per_period(pool().await).await;
+}

@@ -63,3 +63,13 @@ async fn a_retry_reschedules_the_job_with_its_attempt_and_error() {
 async fn the_gauges_count_ready_waiting_and_running_jobs() {
     queue::the_gauges_count_ready_waiting_and_running_jobs(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_period_runs_once_for_the_latest_only() {
+    queue::a_missed_period_runs_once_for_the_latest_only(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_schedulers_enqueue_one_job_per_period() {
+    queue::three_schedulers_enqueue_one_job_per_period(pool().await).await;
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use consumer_core::source::{Acker, Source};
 use consumer_core::{Envelope, Message};
-use consumer_jobs::{Enqueued, Job, JobDatabase, JobSource, Jobs};
+use consumer_jobs::{Enqueued, Job, JobDatabase, JobSource, Jobs, Recurring};
 use sqlx::Pool;
 
 /// Every wait in these tests ends within this, or the test fails.
@@ -487,4 +487,118 @@ pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(po
     );
     acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
     source.close().await;
+}
+
+fn period_of(envelope: &Envelope) -> String {
+    envelope
+        .headers
+        .get(consumer_jobs::PERIOD_HEADER)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("a recurring job carries its period"))
+        .to_owned()
+}
+
+/// 2026-01-01T10:00:30Z plus `secs`.
+fn at(secs: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(1_767_261_630 + secs)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A tick enqueues the latest period that has started, once across
+/// instances; after a gap only the latest missed period runs, and a tick
+/// from a clock behind the last period enqueued writes nothing.
+pub async fn a_missed_period_runs_once_for_the_latest_only<DB: JobDatabase>(pool: Pool<DB>) {
+    let minutely = Recurring::new("minutely", "* * * * *", Message::raw(&b"{}"[..]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let jobs = Jobs::new("missed");
+    let (a, b) = (
+        jobs.scheduler(pool.clone()).with(minutely.clone()),
+        Jobs::new("missed").scheduler(pool.clone()).with(minutely),
+    );
+    let tick = async |s: &consumer_jobs::Scheduler<DB>, t: time::OffsetDateTime| {
+        s.tick_at(t)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter()
+            .map(|f| f.period)
+            .collect::<Vec<time::OffsetDateTime>>()
+    };
+    assert_eq!(tick(&a, at(0)).await, vec![at(-30)], "10:00 starts");
+    assert_eq!(
+        tick(&b, at(0)).await,
+        Vec::<time::OffsetDateTime>::new(),
+        "another instance: taken"
+    );
+    assert_eq!(
+        tick(&a, at(15)).await,
+        Vec::<time::OffsetDateTime>::new(),
+        "the same period"
+    );
+    // Down from 10:00:45 to 10:05:30: 10:01 to 10:04 are missed.
+    assert_eq!(tick(&b, at(300)).await, vec![at(270)], "only 10:05");
+    assert_eq!(
+        tick(&a, at(180)).await,
+        Vec::<time::OffsetDateTime>::new(),
+        "a clock behind: nothing"
+    );
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        2
+    );
+    let mut source = jobs.source(pool.clone());
+    let mut periods = Vec::new();
+    for _ in 0..2 {
+        let (envelope, acker) = next(&mut source).await;
+        assert!(
+            envelope.id.starts_with("missed:minutely:"),
+            "{}",
+            envelope.id
+        );
+        periods.push(period_of(&envelope));
+        acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    periods.sort();
+    assert_eq!(periods, ["2026-01-01T10:00:00Z", "2026-01-01T10:05:00Z"]);
+    source.close().await;
+}
+
+/// Three instances run the same every-second schedule over several
+/// periods: each period's job is enqueued, and run, exactly once.
+pub async fn three_schedulers_enqueue_one_job_per_period<DB: JobDatabase>(pool: Pool<DB>) {
+    const PERIODS: usize = 4;
+    let tick = Message::json("Tick", &serde_json::json!({})).unwrap_or_else(|e| panic!("{e}"));
+    let every_second =
+        Recurring::new("tick", "* * * * * *", tick).unwrap_or_else(|e| panic!("{e}"));
+    let instances: Vec<_> = (0..3)
+        .map(|_| {
+            Jobs::new("cron")
+                .scheduler(pool.clone())
+                .with(every_second.clone())
+                .spawn()
+        })
+        .collect();
+    let jobs = Jobs::new("cron");
+    let mut source = jobs
+        .source(pool.clone())
+        .with_poll_interval(Duration::from_millis(50));
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    let take = async |source: &mut JobSource<DB>| {
+        let (envelope, acker) = next(source).await;
+        acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+        period_of(&envelope)
+    };
+    while runs.len() < PERIODS {
+        *runs.entry(take(&mut source).await).or_default() += 1;
+    }
+    for instance in instances {
+        instance.stop().await;
+    }
+    // What the instances enqueued before they stopped, run to the end.
+    while jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")) > 0 {
+        *runs.entry(take(&mut source).await).or_default() += 1;
+    }
+    source.close().await;
+    assert!(runs.len() >= PERIODS, "{runs:?}");
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "periods run more than once: {twice:?}");
 }
