@@ -64,6 +64,10 @@
 //!   however many instances run it: the period is claimed by one upsert in
 //!   the transaction that writes its job. Missed periods run once, for the
 //!   latest.
+//! * **Operations.** [`JobQueues`] lists the jobs by queue and state,
+//!   shows one, makes a waiting one due now, cancels one, and pauses a
+//!   queue (its jobs are not claimed until it is resumed): what
+//!   `consumer jobs` runs.
 //! * **Retention.** An acked job's row is deleted: the table holds only
 //!   work not done, and finished jobs need no pruning.
 //! * **Wake-ups.** An idle worker waits for a wake-up or its poll interval:
@@ -85,6 +89,7 @@ mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod publisher;
+mod queues;
 mod recurring;
 mod row;
 mod source;
@@ -100,6 +105,7 @@ pub use gauges::Backlog;
 pub use job::{Enqueued, Job};
 pub use jobs::Jobs;
 pub use publisher::JobPublisher;
+pub use queues::{Changed, JobDetail, JobInfo, JobQueues, JobState, PausedQueue};
 pub use recurring::{Fired, PERIOD_HEADER, Recurring, RunningScheduler, Scheduler};
 pub use source::JobSource;
 pub use tables::JobTables;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use consumer_core::Message;
 use consumer_core::error::Error;
+use consumer_core::sql::{ms_of, time_from_ms};
 use croner::Cron;
 use sqlx::Pool;
 use time::OffsetDateTime;
@@ -187,7 +188,7 @@ impl<DB: JobDatabase> Scheduler<DB> {
     /// [spawned](Self::spawn) scheduler calls it at each period's start;
     /// call it yourself to run the schedules from a clock of your own.
     pub async fn tick_at(&self, now: OffsetDateTime) -> Result<Vec<Fired>, Error> {
-        let now_ms = unix_millis(now);
+        let now_ms = ms_of(now);
         let mut fired = Vec::new();
         for schedule in &self.schedules {
             let Some(period_ms) = schedule.latest(now_ms) else {
@@ -214,8 +215,7 @@ impl<DB: JobDatabase> Scheduler<DB> {
         if !won {
             return Ok(None); // dropped: rolled back, nothing was written
         }
-        let period = OffsetDateTime::from_unix_timestamp_nanos(i128::from(period_ms) * 1_000_000)
-            .map_err(|e| Error::Config(format!("period {period_ms} ms: {e}")))?;
+        let period = time_from_ms(period_ms);
         let start = period
             .format(&time::format_description::well_known::Rfc3339)
             .map_err(|e| Error::Config(format!("period {period_ms} ms: {e}")))?;
@@ -260,7 +260,7 @@ impl<DB: JobDatabase> Scheduler<DB> {
                 let now = OffsetDateTime::now_utc();
                 let wait = match self.tick_at(now).await {
                     Ok(_) => {
-                        let now_ms = unix_millis(OffsetDateTime::now_utc());
+                        let now_ms = ms_of(OffsetDateTime::now_utc());
                         match self.next_after(now_ms) {
                             // A timer wake-up may come a hair early: the
                             // tick then finds nothing new and waits again.
@@ -319,10 +319,6 @@ impl Drop for RunningScheduler {
             task.abort();
         }
     }
-}
-
-fn unix_millis(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

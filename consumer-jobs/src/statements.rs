@@ -20,12 +20,13 @@ static INSERT: Statement = Statement::new(
 /// The `$4` due jobs of queue `$1`, highest priority then oldest first, that no worker holds (or whose
 /// holder's lease has ended), none behind an earlier job of its key (one
 /// running or waiting to retry holds the key's next back), leased to `$2`
-/// for `$3` ms. The subquery's rows are locked `SKIP LOCKED` on PostgreSQL,
+/// for `$3` ms; none while the queue is paused. The subquery's rows are locked `SKIP LOCKED` on PostgreSQL,
 /// so concurrent claims take disjoint batches without waiting.
 static CLAIM: Statement = Statement::new(
     "UPDATE consumer_jobs SET claims = claims + 1, lease_holder = $2, lease_until = {later $3} \
      WHERE seq IN (SELECT j.seq FROM consumer_jobs j \
        WHERE j.queue = $1 AND j.run_at <= {now} \
+         AND NOT EXISTS (SELECT 1 FROM consumer_job_pauses p WHERE p.queue = $1) \
          AND (j.lease_until IS NULL OR j.lease_until < {now}) \
          AND (j.job_key IS NULL OR NOT EXISTS (SELECT 1 FROM consumer_jobs e \
               WHERE e.queue = j.queue AND e.job_key = j.job_key AND e.seq < j.seq)) \

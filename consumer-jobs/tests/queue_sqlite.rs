@@ -73,3 +73,13 @@ async fn a_missed_period_runs_once_for_the_latest_only() {
 async fn three_schedulers_enqueue_one_job_per_period() {
     queue::three_schedulers_enqueue_one_job_per_period(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_lists_shows_retries_and_cancels_jobs() {
+    queue::an_operator_lists_shows_retries_and_cancels_jobs(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_is_not_claimed_until_resumed() {
+    queue::a_paused_queue_is_not_claimed_until_resumed(pool().await).await;
+}

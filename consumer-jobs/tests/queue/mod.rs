@@ -602,3 +602,147 @@ pub async fn three_schedulers_enqueue_one_job_per_period<DB: JobDatabase>(pool: 
     let twice: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "periods run more than once: {twice:?}");
 }
+
+/// An operator's view: jobs by queue and state, one shown in full, a
+/// scheduled one made due now, one cancelled; a running one is left alone.
+pub async fn an_operator_lists_shows_retries_and_cancels_jobs<DB: JobDatabase>(pool: Pool<DB>) {
+    use consumer_jobs::{Changed, JobQueues, JobState};
+    let ok = |e: consumer_core::Error| -> ! { panic!("{e}") };
+    let (mail, bills) = (Jobs::new("ops-mail"), Jobs::new("ops-bills"));
+    let later = Job::new(job("a", 1)).with_due(Duration::from_secs(3600));
+    let later = mail
+        .enqueue_now(&pool, later)
+        .await
+        .unwrap_or_else(|e| ok(e));
+    let now = mail
+        .enqueue_now(&pool, job("b", 1))
+        .await
+        .unwrap_or_else(|e| ok(e));
+    let bill = bills
+        .enqueue_now(&pool, job("c", 1))
+        .await
+        .unwrap_or_else(|e| ok(e));
+    let id = |e: &Enqueued| e.id().unwrap_or_else(|| panic!("written")).to_owned();
+    let (later, now, bill) = (id(&later), id(&now), id(&bill));
+    let queues = JobQueues::new(pool.clone());
+    let list = async |queue, state| {
+        queues
+            .list(queue, state, 0, 100)
+            .await
+            .unwrap_or_else(|e| ok(e))
+            .into_iter()
+            .map(|j| (j.id, j.state))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(list(None, None).await.len(), 3);
+    assert_eq!(
+        list(Some("ops-mail"), None).await,
+        [
+            (later.clone(), JobState::Scheduled),
+            (now.clone(), JobState::Ready)
+        ]
+    );
+    assert_eq!(
+        list(None, Some(JobState::Ready)).await,
+        [
+            (now.clone(), JobState::Ready),
+            (bill.clone(), JobState::Ready)
+        ]
+    );
+
+    let shown = queues.show(&later).await.unwrap_or_else(|e| ok(e));
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].info.key.as_deref(), Some("a"));
+    assert_eq!(step_of_payload(&shown[0].payload), ("a".to_owned(), 1));
+    assert!(shown[0].headers.contains("ce_id"), "{}", shown[0].headers);
+
+    // A running job is neither made due nor cancelled.
+    let mut source = bills.source(pool.clone());
+    let (_, acker) = next(&mut source).await;
+    let cancel = queues.cancel("ops-bills", &bill).await;
+    assert_eq!(cancel.unwrap_or_else(|e| ok(e)), Changed::Running);
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
+
+    let retried = queues.retry_now("ops-mail", &later).await;
+    assert_eq!(retried.unwrap_or_else(|e| ok(e)), Changed::Done);
+    assert_eq!(
+        list(Some("ops-mail"), Some(JobState::Ready)).await.len(),
+        2,
+        "the scheduled job is due now"
+    );
+    let again = queues.retry_now("ops-mail", &later).await;
+    assert_eq!(
+        again.unwrap_or_else(|e| ok(e)),
+        Changed::NotFound,
+        "due already"
+    );
+    let cancelled = queues.cancel("ops-mail", &now).await;
+    assert_eq!(cancelled.unwrap_or_else(|e| ok(e)), Changed::Done);
+    assert_eq!(
+        list(Some("ops-mail"), None).await,
+        [(later, JobState::Ready)]
+    );
+    let gone = queues.cancel("ops-mail", &now).await;
+    assert_eq!(gone.unwrap_or_else(|e| ok(e)), Changed::NotFound);
+}
+
+fn step_of_payload(payload: &[u8]) -> (String, u32) {
+    let v: serde_json::Value = serde_json::from_slice(payload).unwrap_or_else(|e| panic!("{e}"));
+    let key = v["key"].as_str().unwrap_or_default().to_owned();
+    let n = v["n"].as_u64().and_then(|n| u32::try_from(n).ok());
+    (key, n.unwrap_or(u32::MAX))
+}
+
+/// A paused queue's jobs are not claimed; other queues' are; once resumed
+/// the waiting worker takes its job (woken by the resume).
+pub async fn a_paused_queue_is_not_claimed_until_resumed<DB: JobDatabase>(pool: Pool<DB>) {
+    use consumer_jobs::JobQueues;
+    let queues = JobQueues::new(pool.clone());
+    let (paused, other) = (Jobs::new("paused"), Jobs::new("not-paused"));
+    let pause = queues.pause("paused", "ops", "migration").await;
+    assert!(pause.unwrap_or_else(|e| panic!("{e}")));
+    let again = queues.pause("paused", "someone", "else").await;
+    assert!(!again.unwrap_or_else(|e| panic!("{e}")), "paused already");
+    let listed = queues.paused().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].queue.as_str(),
+            listed[0].by.as_str(),
+            listed[0].reason.as_str()
+        ),
+        ("paused", "ops", "migration")
+    );
+    for jobs in [&paused, &other] {
+        jobs.enqueue_now(&pool, job("k", 1))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut source = other.source(pool.clone());
+    let (_, acker) = next(&mut source).await;
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
+
+    // A claim of the paused queue finds nothing: a worker polling it
+    // several times over gets no job.
+    let mut waiting = paused
+        .source(pool.clone())
+        .with_poll_interval(Duration::from_millis(20));
+    let none = tokio::time::timeout(Duration::from_millis(300), waiting.recv()).await;
+    assert!(none.is_err(), "a paused queue's job was claimed");
+    assert_eq!(
+        paused
+            .pending(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        1
+    );
+    let resumed = queues.resume("paused").await;
+    assert!(resumed.unwrap_or_else(|e| panic!("{e}")));
+    let (_, acker) = next(&mut waiting).await;
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    waiting.close().await;
+    let not_paused = queues.resume("paused").await;
+    assert!(!not_paused.unwrap_or_else(|e| panic!("{e}")));
+}
