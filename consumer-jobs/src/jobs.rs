@@ -96,6 +96,7 @@ impl Jobs {
             due,
             priority,
             unique_key,
+            unique_window,
         } = job.into();
         let batch = [Outgoing {
             destination: self.queue.clone(),
@@ -115,6 +116,7 @@ impl Jobs {
             due,
             priority,
             unique_key,
+            unique_window,
         };
         let mut result = insert::<C::Database>(tx.connection(), &self.queue, &job).await;
         if self.notify_in_transaction && matches!(result, Ok(Enqueued::Added { .. })) {
@@ -197,6 +199,17 @@ pub(crate) async fn insert<DB: JobDatabase>(
         Ok(Some(id)) if !id.is_empty() => id.to_owned(),
         _ => uuid::Uuid::now_v7().to_string(),
     };
+    // A key unique over a window is taken first, in this transaction: a
+    // rollback frees it again.
+    let windowed = match (&job.unique_key, job.unique_window_millis()) {
+        (Some(unique), Some(window_ms)) => {
+            if !statements::take_unique::<DB>(conn, queue, unique, window_ms).await? {
+                return Ok(Enqueued::WithinWindow);
+            }
+            true
+        }
+        _ => false,
+    };
     if let Some(key) = &message.key {
         DB::lock_key(conn, queue, key).await?;
     }
@@ -211,7 +224,8 @@ pub(crate) async fn insert<DB: JobDatabase>(
         at_ms,
         delay_ms,
         priority: job.priority,
-        unique_key: job.unique_key.as_deref(),
+        // A windowed key lives in its own table, not in the pending index.
+        unique_key: job.unique_key.as_deref().filter(|_| !windowed),
     };
     Ok(if statements::insert::<DB>(conn, &row).await? {
         Enqueued::Added { id }

@@ -56,7 +56,9 @@
 //!   instant or after a delay ([`Job::with_due`]), goes before the due jobs
 //!   of lower priority ([`Job::with_priority`]; a key's order still comes
 //!   first), and may be unique in its queue while pending
-//!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]).
+//!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]) or
+//!   for a window after its enqueue, finished or not ([`Job::unique_for`]:
+//!   [`Enqueued::WithinWindow`]; ended windows go with the store's purge).
 //!   Named queues share the table ([`Jobs::new`]); each queue's workers
 //!   are a consumer of their own, with its own concurrency.
 //! * **Recurring jobs.** A [`Recurring`] job (a cron pattern, UTC) is

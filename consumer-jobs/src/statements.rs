@@ -48,12 +48,16 @@ static RESCHEDULE: Statement = Statement::new(
      WHERE seq = $1 AND claims = $2",
 );
 
-/// Jobs of queue `$1`: all, those held under a lease not ended, and those
-/// not due yet.
+/// Jobs of queue `$1`: all, those held under a lease not ended, those
+/// not due yet, those of them waiting to retry; and when the oldest due
+/// job no worker holds fell due (Unix ms).
 static COUNT: Statement = Statement::new(
     "SELECT count(*), \
        coalesce(sum(CASE WHEN lease_until IS NOT NULL AND lease_until >= {now} THEN 1 ELSE 0 END), 0), \
-       coalesce(sum(CASE WHEN run_at > {now} THEN 1 ELSE 0 END), 0) \
+       coalesce(sum(CASE WHEN run_at > {now} THEN 1 ELSE 0 END), 0), \
+       coalesce(sum(CASE WHEN run_at > {now} AND attempt > 1 THEN 1 ELSE 0 END), 0), \
+       (SELECT {ms min(r.run_at)} FROM consumer_jobs r WHERE r.queue = $1 AND r.run_at <= {now} \
+          AND (r.lease_until IS NULL OR r.lease_until < {now})) \
      FROM consumer_jobs WHERE queue = $1",
 );
 
@@ -68,6 +72,21 @@ static ADVANCE: Statement = Statement::new(
        SET pattern = excluded.pattern, last_period = excluded.last_period, \
            enqueued_at = excluded.enqueued_at \
      WHERE consumer_job_schedules.last_period < excluded.last_period",
+);
+
+/// Takes unique key `$2` of queue `$1` for `$3` ms from now, where it is
+/// free or its window has ended: one row changed means taken (concurrent
+/// takers of one key wait for each other and re-read the row).
+static TAKE_UNIQUE: Statement = Statement::new(
+    "INSERT INTO consumer_job_uniques (queue, unique_key, until) VALUES ($1, $2, {later $3}) \
+     ON CONFLICT (queue, unique_key) DO UPDATE SET until = excluded.until \
+     WHERE consumer_job_uniques.until <= {now}",
+);
+
+/// Deletes up to `$1` unique keys whose window has ended.
+static PURGE_UNIQUES: Statement = Statement::new(
+    "DELETE FROM consumer_job_uniques WHERE (queue, unique_key) IN \
+       (SELECT queue, unique_key FROM consumer_job_uniques WHERE until <= {now} LIMIT $1)",
 );
 
 static PENDING: Statement = Statement::new("SELECT count(*) FROM consumer_jobs WHERE queue = $1");
@@ -238,6 +257,27 @@ pub(crate) async fn advance<DB: Dialect>(
     Ok(DB::execute(conn, ADVANCE.sql::<DB>(), args).await? == 1)
 }
 
+/// Takes `unique_key` of `queue` for `window_ms`; `false` when a job took
+/// it within its window already.
+pub(crate) async fn take_unique<DB: Dialect>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    unique_key: &str,
+    window_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let args = args![queue, unique_key, window_ms];
+    Ok(DB::execute(conn, TAKE_UNIQUE.sql::<DB>(), args).await? == 1)
+}
+
+/// Deletes up to `batch` unique keys whose window has ended; how many.
+pub(crate) async fn purge_uniques<DB: Dialect>(
+    pool: &sqlx::Pool<DB>,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    DB::execute(&mut conn, PURGE_UNIQUES.sql::<DB>(), args![batch]).await
+}
+
 /// Jobs of `queue` not finished: waiting, running or waiting to retry.
 pub(crate) async fn pending<DB: Dialect>(
     conn: &mut DB::Connection,
@@ -258,9 +298,18 @@ pub(crate) async fn backlog<DB: Dialect>(
     let mut c = Columns::<DB>::of(&row);
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     let (all, running, waiting) = (count(c.int()?), count(c.int()?), count(c.int()?));
+    let retrying = count(c.int()?);
+    // By this process's clock (the database's on PostgreSQL decided what
+    // is due): a skew between the two shifts the age by as much.
+    let now = consumer_core::sql::ms_of(time::OffsetDateTime::now_utc());
+    let oldest_ready = c.maybe_int()?.map_or(std::time::Duration::ZERO, |due| {
+        std::time::Duration::from_millis(u64::try_from(now.saturating_sub(due)).unwrap_or(0))
+    });
     Ok(crate::Backlog {
         ready: all.saturating_sub(running).saturating_sub(waiting),
         waiting,
+        retrying,
         running,
+        oldest_ready,
     })
 }

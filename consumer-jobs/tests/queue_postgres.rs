@@ -159,3 +159,8 @@ async fn an_operator_lists_shows_retries_and_cancels_jobs() {
 async fn a_paused_queue_is_not_claimed_until_resumed() {
     queue::a_paused_queue_is_not_claimed_until_resumed(pool().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_unique_for_a_window_is_written_once_within_it() {
+    queue::a_job_unique_for_a_window_is_written_once_within_it(pool().await).await;
+}

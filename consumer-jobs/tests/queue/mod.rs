@@ -453,6 +453,12 @@ pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(po
     jobs.enqueue_now(&pool, later)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    // Due an hour ago, last in priority: the oldest ready job.
+    let hour_ago = time::OffsetDateTime::now_utc() - Duration::from_secs(3600);
+    let overdue = Job::new(unkeyed(8)).with_due(hour_ago).with_priority(-1);
+    jobs.enqueue_now(&pool, overdue)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut source = jobs.source(pool.clone()).with_batch_size(1);
     let gauges = source
         .gauges()
@@ -469,7 +475,20 @@ pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(po
         .read_backlog()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((backlog.ready, backlog.waiting, backlog.running), (1, 1, 1));
+    assert_eq!(
+        (
+            backlog.ready,
+            backlog.waiting,
+            backlog.retrying,
+            backlog.running
+        ),
+        (2, 1, 0, 1)
+    );
+    assert!(
+        backlog.oldest_ready >= Duration::from_secs(3600),
+        "{:?}",
+        backlog.oldest_ready
+    );
     let mut readings = SourceReadings::default();
     gauges.observe(&mut readings);
     let read: Vec<(QueueRole, u64)> = readings
@@ -480,11 +499,16 @@ pub async fn the_gauges_count_ready_waiting_and_running_jobs<DB: JobDatabase>(po
     assert_eq!(
         read,
         [
-            (QueueRole::Work, 1),
-            (QueueRole::Delay, 1),
+            (QueueRole::Work, 2),
+            (QueueRole::Delay, 0),
+            (QueueRole::Scheduled, 1),
             (QueueRole::InFlight, 1)
         ]
     );
+    let oldest = readings.oldest_read();
+    assert_eq!(oldest.len(), 1);
+    assert_eq!(&*oldest[0].0, "gauges");
+    assert!(oldest[0].1 >= Duration::from_secs(3600), "{oldest:?}");
     acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
     source.close().await;
 }
@@ -685,6 +709,36 @@ pub async fn an_operator_lists_shows_retries_and_cancels_jobs<DB: JobDatabase>(p
     );
     let gone = queues.cancel("ops-mail", &now).await;
     assert_eq!(gone.unwrap_or_else(|e| ok(e)), Changed::NotFound);
+
+    // A job waiting an hour to retry: listed and counted as retrying, then
+    // made due now.
+    bills
+        .enqueue_now(&pool, job("d", 1))
+        .await
+        .unwrap_or_else(|e| ok(e));
+    let mut source = bills.source(pool.clone());
+    let (envelope, mut acker) = next(&mut source).await;
+    let hour = Duration::from_secs(3600);
+    let copy =
+        consumer_core::backend::RetryCopy::new(&envelope, 2, time::OffsetDateTime::now_utc(), hour);
+    acker
+        .publish_retry(&copy)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    let retrying = list(Some("ops-bills"), Some(JobState::Retrying)).await;
+    assert_eq!(retrying, [(envelope.id.clone(), JobState::Retrying)]);
+    let backlog = source.read_backlog().await.unwrap_or_else(|e| ok(e));
+    assert_eq!((backlog.waiting, backlog.retrying), (1, 1));
+    let retried = queues.retry_now("ops-bills", &envelope.id).await;
+    assert_eq!(retried.unwrap_or_else(|e| ok(e)), Changed::Done);
+    let (again, acker) = next(&mut source).await;
+    assert_eq!(
+        (again.id.as_str(), again.attempt),
+        (envelope.id.as_str(), 2)
+    );
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
 }
 
 fn step_of_payload(payload: &[u8]) -> (String, u32) {
@@ -745,4 +799,67 @@ pub async fn a_paused_queue_is_not_claimed_until_resumed<DB: JobDatabase>(pool: 
     waiting.close().await;
     let not_paused = queues.resume("paused").await;
     assert!(!not_paused.unwrap_or_else(|e| panic!("{e}")));
+}
+
+/// A job unique for a window is written once within it, pending or
+/// finished; a rolled-back enqueue takes no key; an ended window frees the
+/// key, and the store's purge deletes it.
+pub async fn a_job_unique_for_a_window_is_written_once_within_it<DB: JobDatabase>(pool: Pool<DB>) {
+    use consumer_core::store::StoreExtension;
+    let jobs = Jobs::new("window");
+    let hour = Duration::from_secs(3600);
+    let digest = |n| Job::new(job("ada", n)).unique_for("digest/ada", hour);
+    let first = jobs.enqueue_now(&pool, digest(1)).await;
+    assert!(first.unwrap_or_else(|e| panic!("{e}")).id().is_some());
+    let pending = jobs.enqueue_now(&pool, digest(2)).await;
+    assert_eq!(
+        pending.unwrap_or_else(|e| panic!("{e}")),
+        Enqueued::WithinWindow
+    );
+    let mut source = jobs.source(pool.clone());
+    let (_, acker) = next(&mut source).await;
+    acker.ack().await.unwrap_or_else(|e| panic!("{e}"));
+    source.close().await;
+    assert_eq!(
+        jobs.pending(&pool).await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    let finished = jobs.enqueue_now(&pool, digest(3)).await;
+    assert_eq!(
+        finished.unwrap_or_else(|e| panic!("{e}")),
+        Enqueued::WithinWindow,
+        "finished, still within its window"
+    );
+
+    let other = || Job::new(job("bob", 1)).unique_for("digest/bob", hour);
+    let mut tx = pool.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    let taken = jobs.enqueue(&mut tx, other()).await;
+    assert!(taken.unwrap_or_else(|e| panic!("{e}")).id().is_some());
+    tx.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+    let after_rollback = jobs.enqueue_now(&pool, other()).await;
+    assert!(
+        after_rollback
+            .unwrap_or_else(|e| panic!("{e}"))
+            .id()
+            .is_some(),
+        "a rollback takes no key"
+    );
+
+    // A window of zero has ended as soon as it began.
+    let ended = || Job::new(job("cy", 1)).unique_for("digest/cy", Duration::ZERO);
+    for _ in 0..2 {
+        let written = jobs.enqueue_now(&pool, ended()).await;
+        assert!(written.unwrap_or_else(|e| panic!("{e}")).id().is_some());
+    }
+    let purged = consumer_jobs::JobTables.purge_batch(&pool, 0, 100).await;
+    assert_eq!(
+        purged.unwrap_or_else(|e| panic!("{e}")),
+        1,
+        "only the ended window"
+    );
+    let still = jobs.enqueue_now(&pool, digest(4)).await;
+    assert_eq!(
+        still.unwrap_or_else(|e| panic!("{e}")),
+        Enqueued::WithinWindow
+    );
 }
