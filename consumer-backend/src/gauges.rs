@@ -28,6 +28,9 @@ pub enum QueueRole {
     Work,
     /// Where retry copies wait for their due time.
     Delay,
+    /// Messages scheduled for later that are not retries (the job queue's
+    /// jobs given a due time).
+    Scheduled,
     /// Where dead letters go.
     DeadLetter,
     /// Messages of the work queue taken by consumers and not settled yet,
@@ -69,6 +72,7 @@ pub struct SourceReadings {
     rebalances: Option<[u64; 3]>,
     commit_failures: Option<u64>,
     reconnects: Option<(Arc<str>, u64)>,
+    oldest: Vec<(Arc<str>, Duration)>,
 }
 
 impl SourceReadings {
@@ -93,6 +97,13 @@ impl SourceReadings {
     /// The messages in a queue.
     pub fn queue(&mut self, name: Arc<str>, role: QueueRole, depth: u64) {
         self.queues.push(QueueReading { name, role, depth });
+    }
+
+    /// How long the oldest message ready in `queue` (due, taken by no
+    /// consumer) has waited since it became ready; `Duration::ZERO` when
+    /// none is ready.
+    pub fn queue_oldest(&mut self, queue: Arc<str>, age: Duration) {
+        self.oldest.push((queue, age));
     }
 
     /// Whether the broker reports `queue` (one the source consumes) as
@@ -124,6 +135,11 @@ impl SourceReadings {
     /// The queues recorded.
     pub fn queues_read(&self) -> &[QueueReading] {
         &self.queues
+    }
+
+    /// The oldest ready message's age per queue, as recorded.
+    pub fn oldest_read(&self) -> &[(Arc<str>, Duration)] {
+        &self.oldest
     }
 
     /// The queues recorded as crashed or not.

@@ -182,6 +182,10 @@ pub enum Command {
     /// Sagas: list, show one, resume a compensation, abandon.
     #[command(subcommand)]
     Sagas(Sagas),
+    /// Background jobs on the database (`consumer_jobs`): list, show one,
+    /// retry one now, cancel one, pause and resume a queue.
+    #[command(subcommand)]
+    Jobs(Jobs),
     /// Keys held by sequenced dead letters (`on_dead_letter = hold_key`):
     /// list, release (the head runs again first), skip the head.
     #[command(subcommand, name = "held-keys")]
@@ -312,6 +316,87 @@ pub enum Kinesis {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// Job-queue subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Jobs {
+    /// One row per job not finished, in enqueueing order: its queue, id,
+    /// key, state, attempt, when it is due, its last error.
+    List {
+        /// Only this queue's jobs.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only jobs in this state.
+        #[arg(long, value_enum)]
+        state: Option<JobStateArg>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One job in full: its row, headers and body.
+    Show {
+        /// The job's id (its message id, as `list` shows it).
+        id: String,
+        /// One JSON object per job instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Makes a scheduled job, or one waiting to retry, due now (its
+    /// attempt is kept); a dead job is replayed with `consumer
+    /// dead-letters replay`.
+    Retry {
+        /// The job's queue.
+        queue: String,
+        /// The job's id.
+        id: String,
+    },
+    /// Deletes a job that no worker holds: it never runs.
+    Cancel {
+        /// The job's queue.
+        queue: String,
+        /// The job's id.
+        id: String,
+    },
+    /// Pauses a queue: its jobs are not claimed until it is resumed (jobs
+    /// running now finish); kept in the database across restarts.
+    Pause {
+        /// The queue.
+        queue: String,
+        /// Why (shown by `consumer jobs paused`).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who pauses (default: the login name).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Resumes a paused queue: its workers claim its jobs again at once.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// The paused queues: since when, by whom, why.
+    Paused {
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A job's state, as `consumer jobs list --state` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JobStateArg {
+    /// Due, waiting for a worker.
+    Ready,
+    /// Held by a worker.
+    Running,
+    /// Not due yet, never tried.
+    Scheduled,
+    /// Not due yet, waiting to retry.
+    Retrying,
 }
 
 /// Held-key subcommands.

@@ -9,7 +9,7 @@
 //! | 3 | a service is unreachable, or refuses the connection (its certificate, the CA, the client's certificate or password) |
 //! | 4 | a canary replay came back dead: the fix did not work; nothing more was sent |
 //! | 5 | a canary's outcome did not arrive within `--canary-timeout` |
-//! | 6 | not found: no such dead letter, no such failed aggregate, no such saga |
+//! | 6 | not found: no such dead letter, no such failed aggregate, no such saga, no such job |
 //! | 7 | refused: confirmation declined, letters past the dedup retention without `--force`, another replay running, or a saga in a status the operation does not apply to |
 //! | 8 | incompatible: a current schema breaks its snapshots in the mode checked (`schema check`, `schema record`) |
 //! | 130 | interrupted (Ctrl-C): the letter in flight was finished; run again to go on |
@@ -93,6 +93,9 @@ pub enum Error {
     /// No saga of that type and id.
     #[error("{0}")]
     NoSuchSaga(String),
+    /// No job of that id (in that queue) waiting or running.
+    #[error("{0}")]
+    NoSuchJob(String),
     /// No failed aggregate of that name.
     #[error("no failed outbox aggregate {0} (`consumer outbox status` lists them)")]
     NoSuchAggregate(String),
@@ -175,7 +178,8 @@ impl Error {
             | Self::NoSuchQueue { .. }
             | Self::UnknownHandler(_)
             | Self::NoSuchAggregate(_)
-            | Self::NoSuchSaga(_) => exit::NOT_FOUND,
+            | Self::NoSuchSaga(_)
+            | Self::NoSuchJob(_) => exit::NOT_FOUND,
             Self::Refused(_) => exit::REFUSED,
             Self::CanaryFailed(_) => exit::CANARY_FAILED,
             Self::CanaryTimeout(_) => exit::CANARY_TIMEOUT,

@@ -10,6 +10,8 @@
 //! consumer sagas list --status compensation_failed
 //! consumer sagas show order-fulfilment order-4
 //! consumer sagas resume order-fulfilment order-4
+//! consumer jobs list --queue emails --state retrying
+//! consumer jobs pause emails --reason "provider outage"
 //! consumer held-keys list --handler apply_ledger_entry
 //! consumer held-keys release apply_ledger_entry account-7
 //! consumer kinesis shards --application billing --stream orders
@@ -39,6 +41,7 @@ mod dedup;
 mod error;
 mod handler_state;
 mod held_keys;
+mod jobs;
 mod journal;
 mod json;
 #[cfg(feature = "kinesis")]
@@ -111,6 +114,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
         },
         Command::Sagas(cmd) => run_sagas(services, cmd, out).await,
+        Command::Jobs(cmd) => run_jobs(services, cmd, out).await,
         Command::HeldKeys(cmd) => match cmd {
             HeldKeys::List {
                 handler,
@@ -220,6 +224,25 @@ async fn run_outbox(services: &Services, cmd: Outbox, out: &mut impl Write) -> R
             all,
             outbox_table,
         } => outbox::retry(services, &outbox_table, aggregate.as_deref(), all, out).await,
+    }
+}
+
+async fn run_jobs(services: &Services, cmd: args::Jobs, out: &mut impl Write) -> Result<()> {
+    match cmd {
+        args::Jobs::List {
+            queue,
+            state,
+            limit,
+            json,
+        } => jobs::list(services, queue.as_deref(), state, limit, json, out).await,
+        args::Jobs::Show { id, json } => jobs::show(services, &id, json, out).await,
+        args::Jobs::Retry { queue, id } => jobs::retry(services, &queue, &id, out).await,
+        args::Jobs::Cancel { queue, id } => jobs::cancel(services, &queue, &id, out).await,
+        args::Jobs::Pause { queue, reason, by } => {
+            jobs::pause(services, &queue, by, &reason, out).await
+        }
+        args::Jobs::Resume { queue } => jobs::resume(services, &queue, out).await,
+        args::Jobs::Paused { json } => jobs::paused(services, json, out).await,
     }
 }
 

@@ -32,7 +32,7 @@ fn which(handler: &str) -> String {
 }
 
 /// Who pauses: `--by`, else the login name, else `consumer-cli`.
-fn operator(by: Option<String>) -> String {
+pub(crate) fn operator(by: Option<String>) -> String {
     by.or_else(|| std::env::var("USER").ok())
         .filter(|b| !b.trim().is_empty())
         .unwrap_or_else(|| "consumer-cli".to_owned())

@@ -1,6 +1,7 @@
 //! What a [`JobSource`](super::JobSource) reports at each metrics
-//! collection: its queue's jobs that are ready, waiting for their due time
-//! (scheduled or retrying), and running, as it last counted them
+//! collection: its queue's jobs that are ready, waiting to retry
+//! (`Delay`), scheduled for later (`Scheduled`) and running (`InFlight`),
+//! and how long the oldest ready one has waited, as it last counted them
 //! ([`Backlog`]).
 
 use std::sync::Arc;
@@ -22,8 +23,14 @@ pub struct Backlog {
     pub ready: u64,
     /// Not due yet: scheduled, or waiting to retry.
     pub waiting: u64,
+    /// Of the `waiting`, those waiting to retry (a failed attempt behind
+    /// them); the others are scheduled.
+    pub retrying: u64,
     /// Held by a worker whose lease has not ended.
     pub running: u64,
+    /// How long the oldest ready job has waited since it fell due
+    /// (`Duration::ZERO` when none is ready).
+    pub oldest_ready: Duration,
 }
 
 /// The last count, shared by the source (which writes it) and its gauges
@@ -32,7 +39,9 @@ pub struct Backlog {
 pub(crate) struct LastCount {
     ready: AtomicU64,
     waiting: AtomicU64,
+    retrying: AtomicU64,
     running: AtomicU64,
+    oldest_ready_ms: AtomicU64,
     counted: AtomicBool,
 }
 
@@ -40,13 +49,17 @@ impl LastCount {
     pub(crate) fn record(&self, b: Backlog) {
         self.ready.store(b.ready, Ordering::Relaxed);
         self.waiting.store(b.waiting, Ordering::Relaxed);
+        self.retrying.store(b.retrying, Ordering::Relaxed);
         self.running.store(b.running, Ordering::Relaxed);
+        let ms = u64::try_from(b.oldest_ready.as_millis()).unwrap_or(u64::MAX);
+        self.oldest_ready_ms.store(ms, Ordering::Relaxed);
         self.counted.store(true, Ordering::Release);
     }
 }
 
-/// The gauges of one source's queue: `Work` (ready), `Delay` (waiting for
-/// their due time) and `InFlight` (running).
+/// The gauges of one source's queue: `Work` (ready), `Delay` (waiting to
+/// retry), `Scheduled` (not due yet, never tried) and `InFlight`
+/// (running), and the oldest ready job's age.
 pub(crate) struct JobGauges {
     pub(crate) queue: Arc<str>,
     pub(crate) last: Arc<LastCount>,
@@ -58,13 +71,18 @@ impl SourceGauges for JobGauges {
             return; // nothing counted yet: no reading rather than zeros
         }
         let l = &self.last;
+        let retrying = l.retrying.load(Ordering::Relaxed);
+        let scheduled = l.waiting.load(Ordering::Relaxed).saturating_sub(retrying);
         for (role, n) in [
-            (QueueRole::Work, &l.ready),
-            (QueueRole::Delay, &l.waiting),
-            (QueueRole::InFlight, &l.running),
+            (QueueRole::Work, l.ready.load(Ordering::Relaxed)),
+            (QueueRole::Delay, retrying),
+            (QueueRole::Scheduled, scheduled),
+            (QueueRole::InFlight, l.running.load(Ordering::Relaxed)),
         ] {
-            readings.queue(Arc::clone(&self.queue), role, n.load(Ordering::Relaxed));
+            readings.queue(Arc::clone(&self.queue), role, n);
         }
+        let oldest = Duration::from_millis(l.oldest_ready_ms.load(Ordering::Relaxed));
+        readings.queue_oldest(Arc::clone(&self.queue), oldest);
     }
 }
 

@@ -31,6 +31,9 @@ pub struct Job {
     pub(crate) due: Option<Due>,
     pub(crate) priority: i32,
     pub(crate) unique_key: Option<String>,
+    /// With `unique_key`: unique for this long after the enqueue rather
+    /// than while pending.
+    pub(crate) unique_window: Option<Duration>,
 }
 
 impl Job {
@@ -41,6 +44,7 @@ impl Job {
             due: None,
             priority: 0,
             unique_key: None,
+            unique_window: None,
         }
     }
 
@@ -72,7 +76,29 @@ impl Job {
     #[must_use]
     pub fn unique_while_pending(mut self, unique_key: impl Into<String>) -> Self {
         self.unique_key = Some(unique_key.into());
+        self.unique_window = None;
         self
+    }
+
+    /// Written only if no job of its queue took this unique key within
+    /// the last `window`, whether that job is still pending or finished
+    /// long ago; the enqueue then says [`Enqueued::WithinWindow`]. The
+    /// window starts at the enqueue that took the key (on PostgreSQL at
+    /// its transaction's start, by the database's clock); a rolled-back
+    /// enqueue takes nothing. It
+    /// replaces [`unique_while_pending`](Self::unique_while_pending): a job
+    /// unique for a window shorter than it waits may have a second one
+    /// pending beside it.
+    #[must_use]
+    pub fn unique_for(mut self, unique_key: impl Into<String>, window: Duration) -> Self {
+        self.unique_key = Some(unique_key.into());
+        self.unique_window = Some(window);
+        self
+    }
+
+    /// The window in ms, when unique for one.
+    pub(crate) fn unique_window_millis(&self) -> Option<i64> {
+        self.unique_window.map(delay_millis)
     }
 
     /// The due instant in Unix ms and the delay in ms the insert binds.
@@ -112,6 +138,9 @@ pub enum Enqueued {
     /// A job with the same unique key is pending in the queue: nothing
     /// was written.
     AlreadyPending,
+    /// A job with the same unique key was enqueued within the window of
+    /// [`Job::unique_for`]: nothing was written.
+    WithinWindow,
 }
 
 impl Enqueued {
@@ -119,7 +148,7 @@ impl Enqueued {
     pub fn id(&self) -> Option<&str> {
         match self {
             Self::Added { id } => Some(id),
-            Self::AlreadyPending => None,
+            Self::AlreadyPending | Self::WithinWindow => None,
         }
     }
 }

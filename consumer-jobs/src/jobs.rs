@@ -10,6 +10,7 @@ use sqlx::Pool;
 
 use super::job::{Enqueued, Job};
 use super::publisher::JobPublisher;
+use super::recurring::Scheduler;
 use super::source::JobSource;
 use super::statements::{self, JobInsert};
 use super::wake::Wake;
@@ -95,6 +96,7 @@ impl Jobs {
             due,
             priority,
             unique_key,
+            unique_window,
         } = job.into();
         let batch = [Outgoing {
             destination: self.queue.clone(),
@@ -114,6 +116,7 @@ impl Jobs {
             due,
             priority,
             unique_key,
+            unique_window,
         };
         let mut result = insert::<C::Database>(tx.connection(), &self.queue, &job).await;
         if self.notify_in_transaction && matches!(result, Ok(Enqueued::Added { .. })) {
@@ -164,6 +167,12 @@ impl Jobs {
         JobSource::new(pool, self.queue.clone().into(), self.wake.clone())
     }
 
+    /// The [`Scheduler`] of this queue's [`Recurring`](crate::Recurring)
+    /// jobs on `pool` (add them with [`Scheduler::with`]).
+    pub fn scheduler<DB: JobDatabase>(&self, pool: Pool<DB>) -> Scheduler<DB> {
+        Scheduler::new(pool, self.clone())
+    }
+
     /// A [`Publisher`](consumer_core::Publisher) that enqueues each message
     /// on the queue its destination names, one transaction per batch.
     pub fn publisher<DB: JobDatabase>(&self, pool: Pool<DB>) -> JobPublisher<DB> {
@@ -190,6 +199,17 @@ pub(crate) async fn insert<DB: JobDatabase>(
         Ok(Some(id)) if !id.is_empty() => id.to_owned(),
         _ => uuid::Uuid::now_v7().to_string(),
     };
+    // A key unique over a window is taken first, in this transaction: a
+    // rollback frees it again.
+    let windowed = match (&job.unique_key, job.unique_window_millis()) {
+        (Some(unique), Some(window_ms)) => {
+            if !statements::take_unique::<DB>(conn, queue, unique, window_ms).await? {
+                return Ok(Enqueued::WithinWindow);
+            }
+            true
+        }
+        _ => false,
+    };
     if let Some(key) = &message.key {
         DB::lock_key(conn, queue, key).await?;
     }
@@ -204,7 +224,8 @@ pub(crate) async fn insert<DB: JobDatabase>(
         at_ms,
         delay_ms,
         priority: job.priority,
-        unique_key: job.unique_key.as_deref(),
+        // A windowed key lives in its own table, not in the pending index.
+        unique_key: job.unique_key.as_deref().filter(|_| !windowed),
     };
     Ok(if statements::insert::<DB>(conn, &row).await? {
         Enqueued::Added { id }

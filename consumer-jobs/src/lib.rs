@@ -56,9 +56,20 @@
 //!   instant or after a delay ([`Job::with_due`]), goes before the due jobs
 //!   of lower priority ([`Job::with_priority`]; a key's order still comes
 //!   first), and may be unique in its queue while pending
-//!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]).
+//!   ([`Job::unique_while_pending`]: [`Enqueued::AlreadyPending`]) or
+//!   for a window after its enqueue, finished or not ([`Job::unique_for`]:
+//!   [`Enqueued::WithinWindow`]; ended windows go with the store's purge).
 //!   Named queues share the table ([`Jobs::new`]); each queue's workers
 //!   are a consumer of their own, with its own concurrency.
+//! * **Recurring jobs.** A [`Recurring`] job (a cron pattern, UTC) is
+//!   enqueued by a [`Scheduler`] ([`Jobs::scheduler`]) once per period
+//!   however many instances run it: the period is claimed by one upsert in
+//!   the transaction that writes its job. Missed periods run once, for the
+//!   latest.
+//! * **Operations.** [`JobQueues`] lists the jobs by queue and state,
+//!   shows one, makes a waiting one due now, cancels one, and pauses a
+//!   queue (its jobs are not claimed until it is resumed): what
+//!   `consumer jobs` runs.
 //! * **Retention.** An acked job's row is deleted: the table holds only
 //!   work not done, and finished jobs need no pruning.
 //! * **Wake-ups.** An idle worker waits for a wake-up or its poll interval:
@@ -80,6 +91,8 @@ mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod publisher;
+mod queues;
+mod recurring;
 mod row;
 mod source;
 #[cfg(feature = "sqlite")]
@@ -94,6 +107,8 @@ pub use gauges::Backlog;
 pub use job::{Enqueued, Job};
 pub use jobs::Jobs;
 pub use publisher::JobPublisher;
+pub use queues::{Changed, JobDetail, JobInfo, JobQueues, JobState, PausedQueue};
+pub use recurring::{Fired, PERIOD_HEADER, Recurring, RunningScheduler, Scheduler};
 pub use source::JobSource;
 pub use tables::JobTables;
 

@@ -20,12 +20,13 @@ static INSERT: Statement = Statement::new(
 /// The `$4` due jobs of queue `$1`, highest priority then oldest first, that no worker holds (or whose
 /// holder's lease has ended), none behind an earlier job of its key (one
 /// running or waiting to retry holds the key's next back), leased to `$2`
-/// for `$3` ms. The subquery's rows are locked `SKIP LOCKED` on PostgreSQL,
+/// for `$3` ms; none while the queue is paused. The subquery's rows are locked `SKIP LOCKED` on PostgreSQL,
 /// so concurrent claims take disjoint batches without waiting.
 static CLAIM: Statement = Statement::new(
     "UPDATE consumer_jobs SET claims = claims + 1, lease_holder = $2, lease_until = {later $3} \
      WHERE seq IN (SELECT j.seq FROM consumer_jobs j \
        WHERE j.queue = $1 AND j.run_at <= {now} \
+         AND NOT EXISTS (SELECT 1 FROM consumer_job_pauses p WHERE p.queue = $1) \
          AND (j.lease_until IS NULL OR j.lease_until < {now}) \
          AND (j.job_key IS NULL OR NOT EXISTS (SELECT 1 FROM consumer_jobs e \
               WHERE e.queue = j.queue AND e.job_key = j.job_key AND e.seq < j.seq)) \
@@ -47,13 +48,45 @@ static RESCHEDULE: Statement = Statement::new(
      WHERE seq = $1 AND claims = $2",
 );
 
-/// Jobs of queue `$1`: all, those held under a lease not ended, and those
-/// not due yet.
+/// Jobs of queue `$1`: all, those held under a lease not ended, those
+/// not due yet, those of them waiting to retry; and when the oldest due
+/// job no worker holds fell due (Unix ms).
 static COUNT: Statement = Statement::new(
     "SELECT count(*), \
        coalesce(sum(CASE WHEN lease_until IS NOT NULL AND lease_until >= {now} THEN 1 ELSE 0 END), 0), \
-       coalesce(sum(CASE WHEN run_at > {now} THEN 1 ELSE 0 END), 0) \
+       coalesce(sum(CASE WHEN run_at > {now} THEN 1 ELSE 0 END), 0), \
+       coalesce(sum(CASE WHEN run_at > {now} AND attempt > 1 THEN 1 ELSE 0 END), 0), \
+       (SELECT {ms min(r.run_at)} FROM consumer_jobs r WHERE r.queue = $1 AND r.run_at <= {now} \
+          AND (r.lease_until IS NULL OR r.lease_until < {now})) \
      FROM consumer_jobs WHERE queue = $1",
+);
+
+/// Moves schedule `$2` of queue `$1` to period `$4` (Unix ms) if it is
+/// later than the last one enqueued: one row changed means this
+/// transaction won the period (concurrent upserts of one row wait for each
+/// other and re-read the row, on PostgreSQL as under SQLite's one writer).
+static ADVANCE: Statement = Statement::new(
+    "INSERT INTO consumer_job_schedules (queue, name, pattern, last_period, enqueued_at) \
+     VALUES ($1, $2, $3, {at $4}, {now}) \
+     ON CONFLICT (queue, name) DO UPDATE \
+       SET pattern = excluded.pattern, last_period = excluded.last_period, \
+           enqueued_at = excluded.enqueued_at \
+     WHERE consumer_job_schedules.last_period < excluded.last_period",
+);
+
+/// Takes unique key `$2` of queue `$1` for `$3` ms from now, where it is
+/// free or its window has ended: one row changed means taken (concurrent
+/// takers of one key wait for each other and re-read the row).
+static TAKE_UNIQUE: Statement = Statement::new(
+    "INSERT INTO consumer_job_uniques (queue, unique_key, until) VALUES ($1, $2, {later $3}) \
+     ON CONFLICT (queue, unique_key) DO UPDATE SET until = excluded.until \
+     WHERE consumer_job_uniques.until <= {now}",
+);
+
+/// Deletes up to `$1` unique keys whose window has ended.
+static PURGE_UNIQUES: Statement = Statement::new(
+    "DELETE FROM consumer_job_uniques WHERE (queue, unique_key) IN \
+       (SELECT queue, unique_key FROM consumer_job_uniques WHERE until <= {now} LIMIT $1)",
 );
 
 static PENDING: Statement = Statement::new("SELECT count(*) FROM consumer_jobs WHERE queue = $1");
@@ -210,6 +243,41 @@ pub(crate) async fn renew<DB: Dialect>(
     .await
 }
 
+/// Records that `queue`'s schedule `name` (its cron `pattern`) enqueued
+/// the period starting at `period_ms`; `false` when that period or a
+/// later one was enqueued already (by this instance or another).
+pub(crate) async fn advance<DB: Dialect>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    name: &str,
+    pattern: &str,
+    period_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let args = args![queue, name, pattern, period_ms];
+    Ok(DB::execute(conn, ADVANCE.sql::<DB>(), args).await? == 1)
+}
+
+/// Takes `unique_key` of `queue` for `window_ms`; `false` when a job took
+/// it within its window already.
+pub(crate) async fn take_unique<DB: Dialect>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    unique_key: &str,
+    window_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let args = args![queue, unique_key, window_ms];
+    Ok(DB::execute(conn, TAKE_UNIQUE.sql::<DB>(), args).await? == 1)
+}
+
+/// Deletes up to `batch` unique keys whose window has ended; how many.
+pub(crate) async fn purge_uniques<DB: Dialect>(
+    pool: &sqlx::Pool<DB>,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    DB::execute(&mut conn, PURGE_UNIQUES.sql::<DB>(), args![batch]).await
+}
+
 /// Jobs of `queue` not finished: waiting, running or waiting to retry.
 pub(crate) async fn pending<DB: Dialect>(
     conn: &mut DB::Connection,
@@ -230,9 +298,18 @@ pub(crate) async fn backlog<DB: Dialect>(
     let mut c = Columns::<DB>::of(&row);
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     let (all, running, waiting) = (count(c.int()?), count(c.int()?), count(c.int()?));
+    let retrying = count(c.int()?);
+    // By this process's clock (the database's on PostgreSQL decided what
+    // is due): a skew between the two shifts the age by as much.
+    let now = consumer_core::sql::ms_of(time::OffsetDateTime::now_utc());
+    let oldest_ready = c.maybe_int()?.map_or(std::time::Duration::ZERO, |due| {
+        std::time::Duration::from_millis(u64::try_from(now.saturating_sub(due)).unwrap_or(0))
+    });
     Ok(crate::Backlog {
         ready: all.saturating_sub(running).saturating_sub(waiting),
         waiting,
+        retrying,
         running,
+        oldest_ready,
     })
 }

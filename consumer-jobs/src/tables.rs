@@ -12,8 +12,9 @@ use consumer_core::Store;
 /// The job queue's table, `consumer_jobs`, registered with the store:
 /// `Store::new(pool).with_extension(JobTables)`; then [`Store::migrate`]
 /// creates it (tracked in [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE),
-/// apart from the store's own migrations). [`Store::purge`] finds nothing
-/// of it to delete: a finished job's row is deleted when it is acked.
+/// apart from the store's own migrations). [`Store::purge`] deletes the
+/// unique keys whose window has ended ([`Job::unique_for`](crate::Job::unique_for)); a finished
+/// job's row is deleted when it is acked.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JobTables;
 
@@ -31,10 +32,11 @@ impl<DB: JobDatabase> StoreExtension<DB> for JobTables {
 
     fn purge_batch<'a>(
         &'a self,
-        _pool: &'a Pool<DB>,
+        pool: &'a Pool<DB>,
         _older_than_ms: i64,
-        _batch: i64,
+        batch: i64,
     ) -> ExtensionFuture<'a, Result<u64, sqlx::Error>> {
-        Box::pin(async { Ok(0) })
+        // An ended window is needed by nothing, whatever the retention.
+        Box::pin(statements::purge_uniques(pool, batch))
     }
 }

@@ -139,3 +139,28 @@ async fn a_job_notified_from_its_transaction_wakes_a_worker_at_commit() {
         "woken after {took:?}, not at commit"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_period_runs_once_for_the_latest_only() {
+    queue::a_missed_period_runs_once_for_the_latest_only(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_schedulers_enqueue_one_job_per_period() {
+    queue::three_schedulers_enqueue_one_job_per_period(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_lists_shows_retries_and_cancels_jobs() {
+    queue::an_operator_lists_shows_retries_and_cancels_jobs(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_is_not_claimed_until_resumed() {
+    queue::a_paused_queue_is_not_claimed_until_resumed(pool().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_unique_for_a_window_is_written_once_within_it() {
+    queue::a_job_unique_for_a_window_is_written_once_within_it(pool().await).await;
+}

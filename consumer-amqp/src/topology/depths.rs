@@ -36,7 +36,7 @@ impl Topology {
                 QueueRole::DeadLetter => depths.dead_letters += n,
                 QueueRole::Delay => depths.delayed += n,
                 // RabbitMQ's passive declare counts ready messages only.
-                QueueRole::InFlight => {}
+                QueueRole::InFlight | QueueRole::Scheduled => {}
             }
         }
         Ok(depths)

@@ -243,8 +243,20 @@ pub const QUEUE_DEPTH: MetricSpec = MetricSpec::new(
     "consumer.queue.depth",
     Instrument::Gauge,
     "{message}",
-    "Messages in a queue the consumer reads or retries through, by role: ready (work), waiting for their delay (delay), taken and not settled (in_flight).",
+    "Messages in a queue the consumer reads or retries through, by role: ready (work), waiting for their retry delay (delay), scheduled for later (scheduled), taken and not settled (in_flight).",
     &[MESSAGING_SYSTEM, DESTINATION_NAME, QUEUE_ROLE],
+);
+
+/// `consumer.queue.oldest.age`: how long the oldest ready message of a
+/// queue (due, taken by no consumer) has waited since it became ready; 0
+/// when none is ready. Reported where the source can read it (the job
+/// queue).
+pub const QUEUE_OLDEST_AGE: MetricSpec = MetricSpec::new(
+    "consumer.queue.oldest.age",
+    Instrument::Gauge,
+    "s",
+    "How long the oldest ready message of a queue has waited for a consumer since it became ready (0 when none is ready).",
+    &[MESSAGING_SYSTEM, DESTINATION_NAME],
 );
 
 /// `consumer.dead_letter_queue.depth`: messages in a dead-letter queue.
@@ -500,6 +512,7 @@ pub const CATALOGUE: &[MetricSpec] = &[
     LAG,
     LAG_AGE,
     QUEUE_DEPTH,
+    QUEUE_OLDEST_AGE,
     DEAD_LETTER_QUEUE_DEPTH,
     QUEUE_CRASHED,
     DELIVERY_DURATION,

@@ -17,7 +17,8 @@
 //! | `messaging.client.sent.messages` | counter | {message} | events the relay sent (failed ones with `error.type`) |
 //! | `consumer.lag` | gauge | {message} | per assigned partition: records not yet settled |
 //! | `consumer.lag.age` | gauge | s | per assigned partition: age of the oldest record held unsettled |
-//! | `consumer.queue.depth` | gauge | {message} | RabbitMQ work and delay queues |
+//! | `consumer.queue.depth` | gauge | {message} | RabbitMQ work and delay queues; SQS; the job queue (work: ready, delay: retrying, scheduled, in_flight: running) |
+//! | `consumer.queue.oldest.age` | gauge | s | the job queue: how long its oldest ready job has waited |
 //! | `consumer.dead_letter_queue.depth` | gauge | {message} | RabbitMQ dead-letter queue |
 //! | `consumer.queue.crashed` | gauge | {queue} | 1 while RabbitMQ reports a consumed queue crashed, else 0 |
 //! | `consumer.delivery.duration` | histogram | s | received to settled, retries in place included (the p99 alert) |

@@ -53,6 +53,7 @@ pub(crate) fn register(
     handles.extend(partition_gauges(meter, series, &weak));
     handles.extend(queue_gauges(meter, series.system, &weak));
     handles.push(crashed_gauge(meter, series.system, &weak));
+    handles.push(oldest_gauge(meter, series.system, &weak));
     handles.extend(counters(meter, series, &weak));
     SourceInstruments {
         _gauges: Arc::clone(gauges),
@@ -129,6 +130,7 @@ fn queue_gauges(
                         let role = match q.role {
                             QueueRole::Work => Some("work"),
                             QueueRole::Delay => Some("delay"),
+                            QueueRole::Scheduled => Some("scheduled"),
                             QueueRole::InFlight => Some("in_flight"),
                             QueueRole::DeadLetter => None,
                         };
@@ -164,6 +166,29 @@ fn crashed_gauge(meter: &Meter, system: &'static str, gauges: &Weak<dyn SourceGa
                         KeyValue::new(attr::DESTINATION_NAME, Arc::clone(queue)),
                     ];
                     out.observe(u64::from(*crashed), &attrs);
+                }
+            })
+            .build(),
+    )
+}
+
+/// The age of the oldest ready message per queue, where the source knows it.
+fn oldest_gauge(meter: &Meter, system: &'static str, gauges: &Weak<dyn SourceGauges>) -> Handle {
+    let weak = gauges.clone();
+    let spec = &catalogue::QUEUE_OLDEST_AGE;
+    Box::new(
+        meter
+            .f64_observable_gauge(spec.name)
+            .with_unit(spec.unit)
+            .with_description(spec.description)
+            .with_callback(move |out: &dyn AsyncInstrument<f64>| {
+                let Some(r) = read(&weak) else { return };
+                for (queue, age) in r.oldest_read() {
+                    let attrs = [
+                        KeyValue::new(attr::MESSAGING_SYSTEM, system),
+                        KeyValue::new(attr::DESTINATION_NAME, Arc::clone(queue)),
+                    ];
+                    out.observe(age.as_secs_f64(), &attrs);
                 }
             })
             .build(),

@@ -191,11 +191,7 @@ impl ScheduledEvent {
 
 /// Unix milliseconds as a time, clamped to what `OffsetDateTime` holds.
 pub(super) fn from_ms(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(if ms < 0 {
-        time::PrimitiveDateTime::MIN.assume_utc()
-    } else {
-        time::PrimitiveDateTime::MAX.assume_utc()
-    })
+    crate::sql::time_from_ms(ms)
 }
 
 /// What one [`Outbox::release_due`](super::Outbox::release_due) did: the

@@ -43,6 +43,25 @@ pub use render::render;
 pub use statement::Statement;
 pub use text::storable;
 
+/// A time read back as Unix milliseconds (`{ms col}`, or SQLite's
+/// integer column) as an `OffsetDateTime`, clamped to what it holds.
+pub fn time_from_ms(ms: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(
+        if ms < 0 {
+            time::PrimitiveDateTime::MIN.assume_utc()
+        } else {
+            time::PrimitiveDateTime::MAX.assume_utc()
+        },
+    )
+}
+
+/// A time as the Unix milliseconds a statement binds (`{at $n}`),
+/// saturating.
+pub fn ms_of(t: time::OffsetDateTime) -> i64 {
+    let ms = t.unix_timestamp_nanos() / 1_000_000;
+    i64::try_from(ms).unwrap_or(if ms < 0 { i64::MIN } else { i64::MAX })
+}
+
 /// The arguments of one statement, in placeholder order:
 /// `args![handler, key, 3_i64]` is `&[Arg::from(handler), ...]`.
 #[macro_export]
