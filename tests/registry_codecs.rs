@@ -236,56 +236,46 @@ mod kafka {
         let _ = delete_topics(&brokers, &topics).await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn protobuf_from_confluent_serializers_reaches_a_prost_handler() {
+    /// `count` orders from `first` written by the `format` serializer to a
+    /// fresh topic, read by `handler` with `codec`: each once, none dead.
+    async fn serialized_orders_reach<H, C>(format: &str, first: i64, handler: H, codec: C)
+    where
+        H: consumer::Handler<MemoryStore>,
+        C: consumer::codec::Codec,
+    {
         let (brokers, topics) = topics().await;
         let topic = topics.topic().to_owned();
+        let from = first.to_string();
         produce(args(&[
             "kafka",
             &brokers,
             &topic,
-            "protobuf",
+            format,
             &registry_url(),
-            "2000",
+            &from,
             "10",
         ]))
         .await;
-        let consumer = Consumer::new(
-            source(&brokers, &topics).await,
-            MemoryStore::new(),
-            protobuf_orders,
-        )
-        .with_codec(Protobuf::new(registry()));
+        let consumer = Consumer::new(source(&brokers, &topics).await, MemoryStore::new(), handler)
+            .with_codec(codec);
         let stats = run_until(consumer, |s| s.processed >= 10).await;
-        assert_eq!(stats.dead_poison + stats.dead_exhausted, 0, "{stats:?}");
-        assert_each_once(2000..2010);
+        assert_eq!(
+            stats.dead_poison + stats.dead_exhausted,
+            0,
+            "{format}: {stats:?}"
+        );
+        assert_each_once(first..first + 10);
         let _ = delete_topics(&brokers, &topics).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn protobuf_from_confluent_serializers_reaches_a_prost_handler() {
+        serialized_orders_reach("protobuf", 2000, protobuf_orders, Protobuf::new(registry())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn json_schema_from_confluent_serializers_reaches_a_serde_handler() {
-        let (brokers, topics) = topics().await;
-        let topic = topics.topic().to_owned();
-        produce(args(&[
-            "kafka",
-            &brokers,
-            &topic,
-            "json",
-            &registry_url(),
-            "3000",
-            "10",
-        ]))
-        .await;
-        let consumer = Consumer::new(
-            source(&brokers, &topics).await,
-            MemoryStore::new(),
-            json_orders,
-        )
-        .with_codec(JsonSchema::new(registry()));
-        let stats = run_until(consumer, |s| s.processed >= 10).await;
-        assert_eq!(stats.dead_poison + stats.dead_exhausted, 0, "{stats:?}");
-        assert_each_once(3000..3010);
-        let _ = delete_topics(&brokers, &topics).await;
+        serialized_orders_reach("json", 3000, json_orders, JsonSchema::new(registry())).await;
     }
 }
 
