@@ -10,6 +10,11 @@ the registry interop tests (tests/registry_codecs.rs). Runs on the python
       the same bytes, serialized for subject QUEUE-value, published with
       pika to QUEUE (persistent, message_id order-N)
 
+  read-kafka BROKERS TOPIC FORMAT REGISTRY COUNT
+      read COUNT records from TOPIC's start with the FORMAT deserializer
+      (avro | protobuf), printing each as one JSON line:
+      {"key": ..., "value": {...}, "headers": {...}}
+
 Order N is {"id": "order-N", "amount": N}, keyed "customer-(N % 7)".
 VERSION v2 (Avro only) writes a second version of the schema, with a
 field `currency` (default "EUR") the v1 reader does not know. Prints the
@@ -18,6 +23,7 @@ schema id the serializer used.
 
 import json
 import sys
+import time
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -153,8 +159,54 @@ def rabbitmq(url, queue, fmt, registry, first, count, version=None):
     print(json.dumps({"schema_ids": sorted(ids)}), flush=True)
 
 
+def read_kafka(brokers, topic, fmt, registry, count):
+    from confluent_kafka import Consumer
+
+    client = SchemaRegistryClient({"url": registry})
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+        # No reader's schema: the writer's, fetched by the payload's id.
+        deserialize = AvroDeserializer(client)
+    elif fmt == "protobuf":
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+        from google.protobuf.json_format import MessageToDict
+
+        inner = ProtobufDeserializer(protobuf_class(), {"use.deprecated.format": False})
+
+        def deserialize(value, ctx):
+            return MessageToDict(inner(value, ctx), preserving_proto_field_name=True)
+    else:
+        sys.exit(f"unknown format {fmt!r}: avro | protobuf")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": f"registry-reader-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.time() + 30
+    while read < int(count) and time.time() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            sys.exit(f"reading {topic}: {msg.error()}")
+        value = deserialize(msg.value(), SerializationContext(topic, MessageField.VALUE))
+        headers = {k: v.decode("utf-8", "replace") for k, v in (msg.headers() or [])}
+        key = msg.key().decode("utf-8", "replace") if msg.key() else None
+        print(json.dumps({"key": key, "value": value, "headers": headers}), flush=True)
+        read += 1
+    consumer.close()
+    if read < int(count):
+        sys.exit(f"read {read} of {count} records from {topic} in 30 s")
+
+
 if __name__ == "__main__":
-    commands = {"kafka": kafka, "rabbitmq": rabbitmq}
+    commands = {"kafka": kafka, "rabbitmq": rabbitmq, "read-kafka": read_kafka}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

@@ -129,6 +129,13 @@ fn registry() -> RegistryClient {
 /// Runs scripts/registry_clients.py; it prints the schema ids it wrote
 /// with.
 async fn produce(args: Vec<String>) -> Vec<u32> {
+    let printed = clients(args).await;
+    let ids = printed.first().map(|p| p["schema_ids"].clone());
+    serde_json::from_value(ids.unwrap_or_default()).expect("schema ids")
+}
+
+/// Runs scripts/registry_clients.py; each line it prints, parsed.
+async fn clients(args: Vec<String>) -> Vec<serde_json::Value> {
     let python = tools::Venv {
         env: "REGISTRY_CLIENTS_PYTHON",
         dir: "registry-venv",
@@ -149,9 +156,10 @@ async fn produce(args: Vec<String>) -> Vec<u32> {
         "confluent-kafka's serializers ({script} {shown}) failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let line = String::from_utf8_lossy(&out.stdout);
-    let printed: serde_json::Value = serde_json::from_str(line.trim()).expect("the ids printed");
-    serde_json::from_value(printed["schema_ids"].clone()).expect("schema ids")
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
 }
 
 fn args(parts: &[&str]) -> Vec<String> {
@@ -276,6 +284,108 @@ mod kafka {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn json_schema_from_confluent_serializers_reaches_a_serde_handler() {
         serialized_orders_reach("json", 3000, json_orders, JsonSchema::new(registry())).await;
+    }
+
+    /// The other way round: what our encoders write, published by our
+    /// Kafka publisher with its content type and CloudEvents `dataschema`,
+    /// confluent-kafka's `AvroDeserializer` and `ProtobufDeserializer` read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_our_encoders_write_confluent_deserializers_read() {
+        use consumer::codec::avro::AvroEncoder;
+        use consumer::codec::protobuf::ProtobufEncoder;
+        use consumer::codec::subject::{MessagePart, SubjectNameStrategy};
+        use consumer::kafka::KafkaPublisher;
+        use consumer::{Outgoing, Publisher};
+
+        let url = registry_url();
+        let (brokers, avro_topics) = topics().await;
+        let (_, proto_topics) = topics().await;
+        let publisher = KafkaPublisher::builder(&brokers)
+            .connect()
+            .await
+            .expect("publisher");
+        let schema = serde_json::to_string(&<OrderPlaced as apache_avro::AvroSchema>::get_schema())
+            .expect("schema");
+        let avro = AvroEncoder::for_topic(
+            registry(),
+            SubjectNameStrategy::TopicName,
+            avro_topics.topic(),
+            MessagePart::Value,
+            &schema,
+        )
+        .expect("encoder")
+        .with_auto_register(true);
+        let proto = ProtobufEncoder::new(
+            registry(),
+            format!("{}-value", proto_topics.topic()),
+            "syntax = \"proto3\";\npackage orders;\nmessage OrderPlaced {\n  string id = 1;\n  int64 amount = 2;\n}\n",
+        )
+        .with_auto_register(true);
+        let mut batch = Vec::new();
+        for n in 7000..7003 {
+            let id = format!("order-{n}");
+            let avro_bytes = avro
+                .encode(&OrderPlaced {
+                    id: id.clone(),
+                    amount: n,
+                })
+                .await
+                .expect("Avro");
+            let avro_id = avro.schema_id().await.expect("id");
+            batch.push(Outgoing {
+                destination: avro_topics.topic().to_owned(),
+                message: Message::raw(avro_bytes)
+                    .with_key(format!("customer-{}", n % 7))
+                    .with_header("content-type", "application/avro")
+                    .with_header("ce_dataschema", format!("{url}/schemas/ids/{avro_id}")),
+            });
+            let proto_bytes = proto
+                .encode(&OrderProto { id, amount: n })
+                .await
+                .expect("Protobuf");
+            batch.push(Outgoing {
+                destination: proto_topics.topic().to_owned(),
+                message: Message::raw(proto_bytes)
+                    .with_header("content-type", "application/protobuf"),
+            });
+        }
+        for sent in publisher.publish(&batch).await {
+            sent.expect("published");
+        }
+        let avro_id = avro.schema_id().await.expect("id");
+        for (format, topics) in [("avro", &avro_topics), ("protobuf", &proto_topics)] {
+            let read = clients(args(&[
+                "read-kafka",
+                &brokers,
+                topics.topic(),
+                format,
+                &url,
+                "3",
+            ]))
+            .await;
+            assert_eq!(read.len(), 3, "{format}: {read:?}");
+            for (record, n) in read.iter().zip(7000..) {
+                assert_eq!(
+                    record["value"]["id"],
+                    format!("order-{n}"),
+                    "{format}: {record}"
+                );
+                // Protobuf's JSON mapping writes an int64 as a string.
+                let amount = &record["value"]["amount"];
+                assert!(
+                    amount == &serde_json::json!(n) || amount == &serde_json::json!(n.to_string()),
+                    "{format}: {record}"
+                );
+                if format == "avro" {
+                    assert_eq!(
+                        record["headers"]["ce_dataschema"],
+                        format!("{url}/schemas/ids/{avro_id}"),
+                        "{record}"
+                    );
+                }
+            }
+            let _ = delete_topics(&brokers, topics).await;
+        }
     }
 }
 
