@@ -404,40 +404,42 @@ mod rabbitmq {
     /// The wire format is payload bytes: the serializers' output published
     /// with pika reads as it does from Kafka.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn avro_and_protobuf_from_confluent_serializers_through_rabbitmq() {
-        let url = registry_url();
-        for (format, first) in [("avro", 4000), ("protobuf", 4100)] {
-            let queue = unique_prefix("reg");
-            let source = source(&queue).await;
-            let first = first.to_string();
-            produce(args(&[
-                "rabbitmq",
-                &amqp_url(),
-                &queue,
-                format,
-                &url,
-                &first,
-                "10",
-            ]))
-            .await;
-            let stats = if format == "avro" {
-                let consumer = Consumer::new(source, MemoryStore::new(), avro_orders)
-                    .with_codec(Avro::new(registry()));
-                run_until(consumer, |s| s.processed >= 10).await
-            } else {
-                let consumer = Consumer::new(source, MemoryStore::new(), protobuf_orders)
-                    .with_codec(Protobuf::new(registry()));
-                run_until(consumer, |s| s.processed >= 10).await
-            };
-            // The test topology's queues expire unused.
-            assert_eq!(
-                stats.dead_poison + stats.dead_exhausted,
-                0,
-                "{format}: {stats:?}"
-            );
-        }
-        assert_each_once(4000..4010);
-        assert_each_once(4100..4110);
+    async fn avro_protobuf_and_json_schema_from_confluent_serializers_through_rabbitmq() {
+        serialized_orders_reach("avro", 4000, avro_orders, Avro::new(registry())).await;
+        serialized_orders_reach("protobuf", 4100, protobuf_orders, Protobuf::new(registry())).await;
+        serialized_orders_reach("json", 4200, json_orders, JsonSchema::new(registry())).await;
+    }
+
+    /// 10 orders from `first` written by the `format` serializer and
+    /// published with pika to a fresh queue, read by `handler` with
+    /// `codec`: each once, none dead. (The test topology's queues expire
+    /// unused.)
+    async fn serialized_orders_reach<H, C>(format: &str, first: i64, handler: H, codec: C)
+    where
+        H: consumer::Handler<MemoryStore>,
+        C: consumer::codec::Codec,
+    {
+        let queue = unique_prefix("reg");
+        let source = source(&queue).await;
+        let from = first.to_string();
+        produce(args(&[
+            "rabbitmq",
+            &amqp_url(),
+            &queue,
+            format,
+            &registry_url(),
+            &from,
+            "10",
+        ]))
+        .await;
+        let consumer = Consumer::new(source, MemoryStore::new(), handler).with_codec(codec);
+        let stats = run_until(consumer, |s| s.processed >= 10).await;
+        assert_eq!(
+            stats.dead_poison + stats.dead_exhausted,
+            0,
+            "{format}: {stats:?}"
+        );
+        assert_each_once(first..first + 10);
     }
 }
 
