@@ -18,6 +18,11 @@
 //! PostgreSQL), each key's effects in order, no attempt spent while the
 //! circuit was open but its probes (read from the consumer's stats), and
 //! the backlog drained once the downstream or the database came back.
+//!
+//! And one case without a circuit, on the memory broker: a database crash
+//! outlasting the handler's retry span dead-letters nothing either, since
+//! a store that does not answer is waited for, not counted against the
+//! message (`consumer::handler::STORE_UNAVAILABLE`).
 
 mod conformance;
 
@@ -326,5 +331,83 @@ mod kafka {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_crash_pauses_the_stream_and_loses_nothing() {
         database_crash::<ExternalKafka>("Kafka").await;
+    }
+}
+
+mod without_a_circuit {
+    //! Found by the fault campaign (seed 1 on RabbitMQ, once PostgreSQL
+    //! restarts joined its faults): a message delivered as the database
+    //! crashed spent its handler's ten attempts within 2 s on claims that
+    //! could not connect, and was dead-lettered as exhausted once the
+    //! database was back, though nothing was wrong with it.
+
+    use consumer::{Consumer, MemoryBroker};
+
+    use super::*;
+
+    /// Messages, over four keys.
+    const N: i64 = 20;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_crash_outlasting_the_retry_span_dead_letters_nothing() {
+        let server = PrivatePostgres::start().await;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_millis(300))
+            .connect(&server.url())
+            .await
+            .unwrap_or_else(|e| panic!("the private PostgreSQL at {}: {e}", server.url()));
+        let h = PgHarness::on_pool(pool, "public".to_owned()).await;
+        let broker = MemoryBroker::new(2);
+        let jobs: Vec<Job> = (0..N)
+            .map(|i| Job::new(&format!("key-{}", i % 4), i / 4))
+            .collect();
+        server.crash().await;
+        for job in &jobs {
+            broker.publish("t", job.message()).await.expect("publish");
+        }
+        let consumer = Consumer::new(broker.source("t"), h.store(), apply).with_max_in_flight(8);
+        let stats = consumer.stats();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(consumer.run_until(async move {
+            let _ = stopped.await;
+        }));
+        // Each key's first message fails on every attempt while the
+        // database is gone: past the handler's five attempts for all four.
+        let down = wait(
+            &stats,
+            OPEN_LIMIT,
+            "attempts did not fail while the database was down",
+            |s| s.retries >= 4 * 6,
+        )
+        .await;
+        assert_eq!(down.dead_letters(), 0, "{down:?}");
+        server.restart().await;
+        let total = u64::try_from(N).expect("count");
+        wait(
+            &stats,
+            DRAIN_LIMIT,
+            "the messages were not processed once the database was back",
+            |s| s.processed + s.duplicates + s.dead_letters() >= total,
+        )
+        .await;
+        let _ = stop.send(());
+        support::within(run)
+            .await
+            .expect("join")
+            .expect("the consumer ran cleanly");
+        let end = stats.snapshot();
+        assert_eq!(end.dead_letters(), 0, "{end:?}");
+        assert!(broker.dead_letter_records("t").is_empty());
+        let effects = h.effects_in_commit_order("apply").await;
+        for k in 0..4 {
+            let key = format!("key-{k}");
+            let seqs: Vec<i64> = effects.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+            assert_eq!(
+                seqs,
+                (0..N / 4).collect::<Vec<_>>(),
+                "{key}'s effects, once each, in order"
+            );
+        }
     }
 }

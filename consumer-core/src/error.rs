@@ -92,6 +92,14 @@ impl Error {
         }
     }
 
+    /// Whether the database did not answer: a connection broken or
+    /// refused, none to be had from the pool in time, a server shutting
+    /// down or still starting. Nothing about the work is wrong: the same
+    /// statement succeeds once the database is back.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Database(e) if database_is_unavailable(e))
+    }
+
     /// Whether the database refused a statement for the data it was given
     /// (a value too long for its index, text it cannot store): the same
     /// input is refused every time, whoever retries it. A refusal of the
@@ -147,6 +155,22 @@ fn database_error_can_heal(e: &sqlx::Error) -> bool {
         | sqlx::Error::Decode(_)
         | sqlx::Error::Migrate(_) => false,
         _ => true,
+    }
+}
+
+/// See [`Error::is_unavailable`]. PostgreSQL's class 08 (connection
+/// exception) and 57P01-57P03 (the server shutting down, crashed, or not
+/// yet accepting connections).
+pub(crate) fn database_is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 

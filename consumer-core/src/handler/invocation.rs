@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use super::codec_failure;
 use super::codecs::Codecs;
 use super::{DecodeError, Failure, FailureKind, MessageContext, Outcome};
+use super::{codec_failure, store_failure};
 use crate::envelope::Envelope;
 use crate::error::{BoxError, Error};
 use crate::store::{Claim, DedupStore};
@@ -18,7 +18,9 @@ use crate::store::{Claim, DedupStore};
 struct KeyRefused(#[source] Error);
 
 /// What a claim means for the attempt: a store that refuses the key
-/// itself makes the message poison; any other failure may heal.
+/// itself makes the message poison; any other failure may heal (a
+/// database that does not answer is waited for, see
+/// [`STORE_UNAVAILABLE`](super::STORE_UNAVAILABLE)).
 fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
     match claim {
         Ok(Claim::Fresh(tx)) => Ok(tx),
@@ -27,7 +29,7 @@ fn claimed<T>(claim: Result<Claim<T>, Error>) -> Result<T, Outcome> {
             FailureKind::Poison,
             KeyRefused(e),
         ))),
-        Err(e) => Err(Outcome::Failed(Failure::new(FailureKind::Transient, e))),
+        Err(e) => Err(Outcome::Failed(store_failure::classify(e))),
     }
 }
 
@@ -113,25 +115,28 @@ impl<'a, S: DedupStore> Invocation<'a, S> {
         claimed(self.store.claim(self.context.handler, id, id).await)
     }
 
-    /// Commits; a failed commit is transient (nothing was written).
+    /// Commits; a failed commit is transient (nothing was written, or, if
+    /// the connection broke after the server committed, the next attempt
+    /// finds the dedup row).
     pub async fn commit(&self, tx: S::Tx) -> Outcome {
         match self.store.commit(tx).await {
             Ok(()) => Outcome::Processed,
-            Err(e) => Outcome::Failed(Failure::new(FailureKind::Transient, e)),
+            Err(e) => Outcome::Failed(store_failure::classify(e)),
         }
     }
 
-    /// Rolls back and classifies the handler's error.
+    /// Rolls back and classifies the handler's error: terminal as the
+    /// handler says, else transient (waiting for the database when that is
+    /// what failed under the handler, see
+    /// [`STORE_UNAVAILABLE`](super::STORE_UNAVAILABLE)).
     pub async fn fail<E: Into<BoxError>>(&self, tx: S::Tx, terminal: bool, error: E) -> Outcome {
         if let Err(e) = self.store.rollback(tx).await {
             // The connection is gone; the server rolls back on its own.
             tracing::debug!(target: "consumer::runtime", error = %e, "rollback failed");
         }
-        let kind = if terminal {
-            FailureKind::Terminal
-        } else {
-            FailureKind::Transient
-        };
-        Outcome::Failed(Failure::new(kind, error))
+        if terminal {
+            return Outcome::Failed(Failure::new(FailureKind::Terminal, error));
+        }
+        Outcome::Failed(store_failure::classify_handler_error(error.into()))
     }
 }

@@ -13,6 +13,7 @@ mod context;
 mod invocation;
 mod outcome;
 mod panic;
+mod store_failure;
 
 use std::future::Future;
 
@@ -24,6 +25,7 @@ pub use invocation::Invocation;
 pub use outcome::{DecodeError, Failure, FailureKind, Outcome};
 pub(crate) use panic::CatchUnwind;
 pub use panic::HandlerPanicked;
+pub use store_failure::STORE_UNAVAILABLE;
 
 use crate::retry::RetryPolicy;
 use crate::store::DedupStore;
