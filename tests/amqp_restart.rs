@@ -8,13 +8,14 @@
 
 mod conformance;
 
-use std::process::Command;
 use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType};
 use consumer::{Consumer, Handler, Outgoing, PgTx, Publisher, Store, handler};
 
-use crate::conformance::amqp::{amqp_url, connect, test_topology_of, unique_prefix};
+use crate::conformance::amqp::{
+    StartAppOnDrop, amqp_url, connect, rabbitmqctl, test_topology_of, unique_prefix,
+};
 use crate::conformance::support::{self, Harness, Job, JobError, PgHarness};
 
 #[handler(idempotency_key = job.id, retry = exponential(base = "20ms", max_delay = "500ms", attempts = 50))]
@@ -46,28 +47,6 @@ async fn record_redelivered(
 
 /// One restart at a time in this binary.
 static RESTARTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn rabbitmqctl(args: &[&str]) {
-    let out = Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("rabbitmqctl could not run ({e}): this test needs a local RabbitMQ node and its rabbitmqctl"));
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts the app again even when the test fails half-way, so a failure
-/// here does not take RabbitMQ away from everything that runs after it.
-struct StartAppOnDrop;
-
-impl Drop for StartAppOnDrop {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl").arg("start_app").output();
-    }
-}
 
 async fn counts(h: &PgHarness) -> (i64, i64) {
     sqlx::query_as(

@@ -175,7 +175,7 @@ async fn a_held_key_keeps_order_and_once_through_sigkills() {
         .unwrap_or_else(rand::random);
     println!("HELD_KILL_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let FreshSchema { pool, schema } = FreshSchema::create("ct_hkill", 8)
+    let FreshSchema { pool, schema, .. } = FreshSchema::create("ct_hkill", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     sqlx::raw_sql(

@@ -148,7 +148,7 @@ async fn wait_count(pool: &sqlx::PgPool, query: &str, at_least: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stopped_past_its_lease_and_woken_does_not_apply_its_job_twice() {
-    let FreshSchema { pool, schema } = FreshSchema::create("jp", 8)
+    let FreshSchema { pool, schema, .. } = FreshSchema::create("jp", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     create_tables(&pool).await;
@@ -200,7 +200,7 @@ async fn a_worker_stopped_past_its_lease_and_woken_does_not_apply_its_job_twice(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_while_jobs_run_lose_nothing_and_apply_nothing_twice() {
-    let FreshSchema { pool, schema } = FreshSchema::create("jk", 8)
+    let FreshSchema { pool, schema, .. } = FreshSchema::create("jk", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     create_tables(&pool).await;

@@ -37,6 +37,7 @@ use consumer::testing::{LinkProxy, MetricsRecorder, captured_logs};
 use consumer::{Consumer, Outbox, OutboxRelay};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
+use crate::conformance::kafka::{CLUSTER, check_cluster_nodes, kill_cluster_node};
 use crate::conformance::links::{
     Fault, RELAY_RETRY, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link,
     effects, mean_send_between, recovered_after, write_events,
@@ -45,7 +46,6 @@ use crate::conformance::scale_out::{effects_table, record_in_order, wait_effects
 use crate::conformance::support::{self, Harness, PgHarness};
 
 /// The cluster's brokers, straight.
-const CLUSTER: &str = "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094";
 /// Where the brokers' PROXIED listeners listen, and what they advertise
 /// (where the proxies listen), node by node.
 const PROXIED: [(u16, u16); 3] = [(19393, 19493), (19394, 19494), (19395, 19495)];
@@ -63,13 +63,7 @@ fn check_cluster() {
         )
         .is_ok()
     };
-    for (n, port) in [19092, 19093, 19094].into_iter().enumerate() {
-        assert!(
-            up(port),
-            "the three-broker Kafka cluster does not answer at 127.0.0.1:{port} (node {}): run `scripts/services kafka-cluster`",
-            n + 1
-        );
-    }
+    check_cluster_nodes();
     for (listener, _) in PROXIED {
         assert!(
             up(listener),
@@ -323,45 +317,6 @@ async fn slowed_links_lose_nothing_and_reorder_nothing() {
     links_fail_mid_run(Fault::Slow).await;
 }
 
-/// The cluster's node `n`'s pid file.
-fn pid_file(n: i32) -> std::path::PathBuf {
-    let tools = std::env::var("CONSUMER_TOOLS_DIR").map_or_else(
-        |_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
-                .join(".cache/consumer-rs/tools")
-        },
-        std::path::PathBuf::from,
-    );
-    tools.join(format!("services/kafka-cluster/node{n}.pid"))
-}
-
-/// Starts node `n` again when dropped, so a failing case does not leave
-/// the cluster short of a broker.
-struct Restart(Option<i32>);
-
-impl Restart {
-    fn now(&mut self) {
-        if let Some(n) = self.0.take() {
-            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services");
-            let out = std::process::Command::new(script)
-                .args(["kafka-node", &n.to_string()])
-                .output()
-                .expect("run scripts/services kafka-node");
-            assert!(
-                out.status.success(),
-                "scripts/services kafka-node {n} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        self.now();
-    }
-}
-
 /// The leader of the topic's partition 0.
 fn leader_of_partition_zero(topic: &str) -> i32 {
     let client: BaseConsumer = rdkafka::ClientConfig::new()
@@ -392,14 +347,7 @@ async fn a_broker_of_three_killed_and_restarted_mid_run_loses_nothing() {
     let node = tokio::task::spawn_blocking(move || leader_of_partition_zero(&topic))
         .await
         .expect("metadata");
-    let pid = std::fs::read_to_string(pid_file(node))
-        .unwrap_or_else(|e| panic!("the pid of cluster node {node}: {e}"));
-    let mut restart = Restart(Some(node));
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", pid.trim()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "SIGKILL node {node} (pid {})", pid.trim());
+    let mut restart = kill_cluster_node(node);
     let killed = Instant::now();
     let before = effects(&p.h).await;
     wait_stats(&p.stats, |s| s.broker_disconnects > 0).await;

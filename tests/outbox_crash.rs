@@ -103,7 +103,7 @@ fn spawn_relay(schema: &str) -> Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_killed_at_random_points_lose_nothing_and_keep_aggregate_order() {
-    let FreshSchema { pool, schema } = FreshSchema::create("ct", 8)
+    let FreshSchema { pool, schema, .. } = FreshSchema::create("ct", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     sqlx::query("CREATE TABLE sink (seq BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL)")
@@ -248,7 +248,7 @@ async fn published(pool: &sqlx::PgPool, id: &str) {
 async fn relays_killed_at_random_points_keep_scheduled_events_and_honour_cancels() {
     use consumer::outbox::Due;
 
-    let FreshSchema { pool, schema } = FreshSchema::create("ct", 8)
+    let FreshSchema { pool, schema, .. } = FreshSchema::create("ct", 8)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     // The broker's clock: when each delivery reached it.

@@ -30,6 +30,32 @@ pub async fn connect() -> lapin::Connection {
         })
 }
 
+/// Runs `rabbitmqctl` with `args` on the local node, or panics saying why.
+pub fn rabbitmqctl(args: &[&str]) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("rabbitmqctl could not run ({e}): this test needs a local RabbitMQ node and its rabbitmqctl"));
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts the node's application again when dropped, even when a test
+/// fails half-way, so a failure does not take RabbitMQ away from
+/// everything that runs after it.
+pub struct StartAppOnDrop;
+
+impl Drop for StartAppOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .arg("start_app")
+            .output();
+    }
+}
+
 /// `AMQP_URL` with its host and port replaced by `via`'s, and a heartbeat
 /// of 1 s (lapin closes a connection that read nothing for two).
 pub fn through(via: &LinkProxy) -> String {

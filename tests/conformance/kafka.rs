@@ -48,6 +48,82 @@ pub fn check_external(brokers: &str) {
     );
 }
 
+/// The three-broker cluster `scripts/services kafka-cluster` starts
+/// (replication 3, `min.insync.replicas` 2).
+pub const CLUSTER: &str = "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094";
+
+/// Fails with a sentence naming the cluster when one of its nodes does not
+/// answer.
+pub fn check_cluster_nodes() {
+    for (n, port) in [19092, 19093, 19094].into_iter().enumerate() {
+        let up = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_secs(2),
+        )
+        .is_ok();
+        assert!(
+            up,
+            "the three-broker Kafka cluster does not answer at 127.0.0.1:{port} (node {}): run `scripts/services kafka-cluster`",
+            n + 1
+        );
+    }
+}
+
+/// The cluster's node `n`'s pid file.
+fn cluster_pid_file(n: i32) -> std::path::PathBuf {
+    let tools = std::env::var("CONSUMER_TOOLS_DIR").map_or_else(
+        |_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/consumer-rs/tools")
+        },
+        std::path::PathBuf::from,
+    );
+    tools.join(format!("services/kafka-cluster/node{n}.pid"))
+}
+
+/// SIGKILLs the cluster's node `n` (1-3); the guard starts it again
+/// ([`NodeRestart::now`], or when dropped, so a failing test does not
+/// leave the cluster short of a broker).
+pub fn kill_cluster_node(n: i32) -> NodeRestart {
+    let pid = std::fs::read_to_string(cluster_pid_file(n))
+        .unwrap_or_else(|e| panic!("the pid of Kafka cluster node {n}: {e}"));
+    let restart = NodeRestart(Some(n));
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "SIGKILL node {n} (pid {})", pid.trim());
+    restart
+}
+
+/// Starts a killed cluster node again: see [`kill_cluster_node`].
+pub struct NodeRestart(Option<i32>);
+
+impl NodeRestart {
+    /// Starts the node now (`scripts/services kafka-node N`, which waits
+    /// until it answers).
+    pub fn now(&mut self) {
+        if let Some(n) = self.0.take() {
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services");
+            let out = std::process::Command::new(script)
+                .args(["kafka-node", &n.to_string()])
+                .output()
+                .expect("run scripts/services kafka-node");
+            assert!(
+                out.status.success(),
+                "scripts/services kafka-node {n} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+impl Drop for NodeRestart {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
 /// Deletes `topics` (work, retry and dead-letter) from `brokers`, and
 /// says what the broker answered if it refused.
 pub async fn delete_topics(brokers: &str, topics: &Topics) -> Result<(), String> {

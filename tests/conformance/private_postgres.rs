@@ -62,6 +62,8 @@ pub struct PrivatePostgres {
     port: u16,
     /// Run the server's binaries as this OS user (when the test is root).
     as_user: Option<&'static str>,
+    /// Leave the data directory when dropped (evidence of a failure).
+    keep: bool,
 }
 
 impl PrivatePostgres {
@@ -76,6 +78,7 @@ impl PrivatePostgres {
             data,
             port: free_port(),
             as_user,
+            keep: false,
         };
         let data = server.data.to_string_lossy().into_owned();
         server
@@ -101,7 +104,7 @@ impl PrivatePostgres {
         let settings = format!(
             "\n# a test's private server (tests/conformance/private_postgres.rs)\n\
              port = {}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{data}'\n\
-             fsync = off\nmax_connections = 50\n",
+             fsync = off\nmax_connections = 100\n",
             server.port
         );
         let conf = server.data.join("postgresql.conf");
@@ -116,7 +119,24 @@ impl PrivatePostgres {
 
     /// The server's URL: user `postgres`, database `postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        Self::url_at(&self.addr())
+    }
+
+    /// The URL of the same server reached at `addr` (a link proxy's).
+    pub fn url_at(addr: &str) -> String {
+        format!("postgres://postgres@{addr}/postgres")
+    }
+
+    /// Its address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Keeps the data directory when dropped (the server is still
+    /// stopped), and returns it: where a failed run's evidence stays.
+    pub fn keep(&mut self) -> &Path {
+        self.keep = true;
+        &self.data
     }
 
     /// Crashes the server (`pg_ctl stop -m immediate`: its processes quit
@@ -203,6 +223,8 @@ impl Drop for PrivatePostgres {
         let _ = self
             .command("pg_ctl", &["stop", "-D", &data, "-m", "immediate", "-w"])
             .output();
-        let _ = std::fs::remove_dir_all(&self.data);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.data);
+        }
     }
 }

@@ -65,7 +65,14 @@ pub fn check(history: &[Event]) -> Report {
     for e in history {
         *report.counts.entry(e.kind.name()).or_default() += 1;
         if let Kind::Fault { what } = &e.kind {
-            let class = what.split_whitespace().next().unwrap_or("").to_owned();
+            // The verb, and what it was done to when that is not a
+            // process: "kill", "cut", "cut PostgreSQL", "restart broker".
+            let mut class = what.split_whitespace().next().unwrap_or("").to_owned();
+            for target in ["PostgreSQL", "broker"] {
+                if what.contains(target) {
+                    class = format!("{class} {target}");
+                }
+            }
             *report.faults.entry(class).or_default() += 1;
         }
     }

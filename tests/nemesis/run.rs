@@ -1,7 +1,9 @@
-//! One campaign from start to report: a fresh schema and queue (or
-//! topic), link proxies where the backend allows them, the workload's
-//! processes, the nemesis' schedule applied to them, a wait until every
-//! committed event has settled, and the checker's report on the history.
+//! One campaign from start to report: a PostgreSQL server of its own (to
+//! crash and start again) with a fresh schema, a queue (or topic), link
+//! proxies to PostgreSQL for every process and to the broker where the
+//! backend allows them, the workload's processes, the nemesis' schedule
+//! applied to them, a wait until every committed event has settled, and
+//! the checker's report on the history.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,8 +15,11 @@ use super::checker::{self, Report};
 use super::history::{self, JsonLines, Kind};
 use super::schedule::{Fault, Menu, Targets, plan};
 use super::workload::{self, AGGREGATES_PER_WRITER, Backend, HANDLER, Role, SPEC_ENV, Spec};
-use crate::conformance::amqp::{connect, through, unique_prefix, upstream};
-use crate::conformance::kafka::{check_external, delete_topics, external_brokers};
+use crate::conformance::amqp::{
+    StartAppOnDrop, connect, rabbitmqctl, through, unique_prefix, upstream,
+};
+use crate::conformance::kafka::{CLUSTER, check_cluster_nodes, delete_topics, kill_cluster_node};
+use crate::conformance::private_postgres::PrivatePostgres;
 use crate::conformance::scale_out::Child;
 
 /// The test the children run.
@@ -41,7 +46,8 @@ pub struct Outcome {
     /// (applied, or dead-lettered if poison); `None` if some had not
     /// within [`SETTLE_LIMIT`].
     pub settled_after: Option<Duration>,
-    /// The PostgreSQL schema the run worked in (kept if it found anomalies).
+    /// Where the run's database is: the schema, on a private server
+    /// whose data directory is kept if it found anomalies.
     pub schema: String,
     pub dir: PathBuf,
     pub took: Duration,
@@ -50,7 +56,13 @@ pub struct Outcome {
 struct Fleet {
     specs: BTreeMap<String, Spec>,
     children: BTreeMap<String, Child>,
+    /// Each relay's and consumer's link to the broker, where the backend
+    /// allows one.
     links: BTreeMap<String, LinkProxy>,
+    /// Each process's link to PostgreSQL.
+    database_links: BTreeMap<String, LinkProxy>,
+    database: PrivatePostgres,
+    backend: Backend,
     /// Writers that finished their load and exited by themselves.
     done: Vec<String>,
 }
@@ -112,29 +124,72 @@ impl Fleet {
                 tokio::time::sleep(*d).await;
                 self.links[name].restore();
             }
+            Fault::RestartDatabase(d) => {
+                self.database.crash().await;
+                tokio::time::sleep(*d).await;
+                self.database.restart().await;
+            }
+            Fault::CutDatabase(name) => self.database_links[name].cut(),
+            Fault::StallDatabase(name, d) => {
+                self.database_links[name].stall();
+                tokio::time::sleep(*d).await;
+                self.database_links[name].restore();
+            }
+            Fault::RestartBroker(node, d) => match self.backend {
+                Backend::RabbitMq => restart_rabbitmq(*d).await,
+                Backend::Kafka => restart_kafka_node(*node, *d).await,
+                Backend::Sqs => unreachable!("SQS's menu has no broker nodes"),
+            },
         }
     }
 }
 
-/// Runs `campaign` on RabbitMQ (`AMQP_URL`) and PostgreSQL
-/// (`DATABASE_URL`), printing each fault as it is injected.
+/// SIGKILLs node `n` of the three-broker Kafka cluster, then starts it
+/// again after `down` (started again even if this panics half-way).
+async fn restart_kafka_node(n: u32, down: Duration) {
+    let n = i32::try_from(n).expect("a node number");
+    let mut restart = tokio::task::spawn_blocking(move || kill_cluster_node(n))
+        .await
+        .expect("SIGKILL a Kafka node");
+    tokio::time::sleep(down).await;
+    tokio::task::spawn_blocking(move || restart.now())
+        .await
+        .expect("start the Kafka node again");
+}
+
+/// Stops the local RabbitMQ node's application (its quorum queues with
+/// it), then starts it again after `down`; started again even if this
+/// panics half-way.
+async fn restart_rabbitmq(down: Duration) {
+    let _start = StartAppOnDrop;
+    let ctl =
+        |args: &'static [&'static str]| tokio::task::spawn_blocking(move || rabbitmqctl(args));
+    ctl(&["stop_app"]).await.expect("rabbitmqctl stop_app ran");
+    tokio::time::sleep(down).await;
+    ctl(&["start_app"])
+        .await
+        .expect("rabbitmqctl start_app ran");
+}
+
+/// Runs `campaign` on the local RabbitMQ node (`AMQP_URL`, restarted with
+/// `rabbitmqctl`), printing each fault as it is injected.
 pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
     drop(connect().await);
     run(campaign, Backend::RabbitMq, unique_prefix("campaign")).await
 }
 
-/// Runs `campaign` on Kafka (`KAFKA_BROKERS`, one broker is enough) and
-/// PostgreSQL (`DATABASE_URL`), on a topic of its own with
-/// [`PARTITIONS`](workload::PARTITIONS) partitions, deleted at the end of
-/// a clean run.
+/// Runs `campaign` on the three-broker Kafka cluster
+/// (`scripts/services kafka-cluster`), on a topic of its own with
+/// [`PARTITIONS`](workload::PARTITIONS) partitions replicated three
+/// times, deleted at the end of a clean run.
 pub async fn on_kafka(campaign: Campaign) -> Outcome {
-    let brokers = external_brokers();
-    check_external(&brokers);
+    check_cluster_nodes();
+    let brokers = CLUSTER.to_owned();
     let topic = format!("ct.campaign.{}", uuid::Uuid::now_v7().simple());
     let topics = workload::topics(&topic);
     let partitions = i32::try_from(workload::PARTITIONS).unwrap_or(i32::MAX);
     topics
-        .create(&brokers, partitions, 1)
+        .create(&brokers, partitions, 3)
         .await
         .unwrap_or_else(|e| panic!("creating the campaign's topics on Kafka at {brokers}: {e}"));
     let outcome = run(campaign, Backend::Kafka, topic).await;
@@ -180,13 +235,15 @@ impl Outcome {
 
 async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
     let started = Instant::now();
-    let fresh = FreshSchema::create("ct", 4)
+    let database = PrivatePostgres::start().await;
+    let fresh = FreshSchema::create_at(&database.url(), "ct", 4)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     workload::create_tables(&fresh.pool).await;
     let menu = match backend {
-        Backend::RabbitMq => Menu::WITH_LINKS,
-        Backend::Kafka | Backend::Sqs => Menu::WITHOUT_LINKS,
+        Backend::RabbitMq => Menu::RABBITMQ,
+        Backend::Kafka => Menu::KAFKA,
+        Backend::Sqs => Menu::SQS,
     };
     let dir = workload::history_dir(&queue);
     let nemesis = JsonLines::open(&dir, "nemesis", true).expect("the nemesis' log");
@@ -200,6 +257,9 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
         specs: BTreeMap::new(),
         children: BTreeMap::new(),
         links: BTreeMap::new(),
+        database_links: BTreeMap::new(),
+        database,
+        backend,
         done: Vec::new(),
     };
     for (role, list) in [
@@ -216,12 +276,18 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                     fleet.links.insert(name.clone(), link);
                     url
                 }
-                Backend::Kafka => external_brokers(),
+                Backend::Kafka => CLUSTER.to_owned(),
                 Backend::Sqs => crate::conformance::sqs::endpoint(),
             };
+            let database_link = LinkProxy::start(fleet.database.addr())
+                .await
+                .expect("a link proxy to PostgreSQL");
+            let database = PrivatePostgres::url_at(&database_link.addr().to_string());
+            fleet.database_links.insert(name.clone(), database_link);
             let spec = Spec {
                 role,
                 name: name.clone(),
+                database,
                 schema: fresh.schema.clone(),
                 backend,
                 queue: queue.clone(),
@@ -272,7 +338,7 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                 .expect("the nemesis' log");
         }
     }
-    for link in fleet.links.values() {
+    for link in fleet.links.values().chain(fleet.database_links.values()) {
         link.restore();
     }
 
@@ -296,15 +362,19 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
     fleet.children.clear();
     let events = history::load(&fresh.pool, HANDLER, &dir).await;
     let report = checker::check(&events);
-    let outcome = Outcome {
+    let mut outcome = Outcome {
         report,
         settled_after,
         schema: fresh.schema.clone(),
         dir,
         took: started.elapsed(),
     };
-    if outcome.is_clean() {
-        let _ = fresh.drop_schema().await;
+    if !outcome.is_clean() {
+        let kept = fleet.database.keep().display().to_string();
+        outcome.schema = format!(
+            "{} of the stopped server in {kept} (start it with pg_ctl start -D {kept})",
+            fresh.schema
+        );
     }
     outcome
 }

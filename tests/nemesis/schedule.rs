@@ -21,6 +21,19 @@ pub enum Fault {
     /// Let no byte through between the process and the broker for a
     /// while, connections left open.
     Stall(String, Duration),
+    /// Crash PostgreSQL (every process's connections break, new ones are
+    /// refused), then start it again after a while; it recovers from its
+    /// WAL.
+    RestartDatabase(Duration),
+    /// Reset every connection between the process and PostgreSQL.
+    CutDatabase(String),
+    /// Let no byte through between the process and PostgreSQL for a
+    /// while.
+    StallDatabase(String, Duration),
+    /// Stop a broker node (RabbitMQ: the node's application, quorum
+    /// queues and all; Kafka: SIGKILL one node of three), then start it
+    /// again after a while.
+    RestartBroker(u32, Duration),
 }
 
 impl fmt::Display for Fault {
@@ -30,6 +43,20 @@ impl fmt::Display for Fault {
             Self::Pause(p, d) => write!(f, "pause {p} for {:.1} s", d.as_secs_f64()),
             Self::Cut(p) => write!(f, "cut {p}"),
             Self::Stall(p, d) => write!(f, "stall {p} for {:.1} s", d.as_secs_f64()),
+            Self::RestartDatabase(d) => {
+                write!(f, "restart PostgreSQL, down for {:.1} s", d.as_secs_f64())
+            }
+            Self::CutDatabase(p) => write!(f, "cut {p} from PostgreSQL"),
+            Self::StallDatabase(p, d) => {
+                write!(f, "stall {p} from PostgreSQL for {:.1} s", d.as_secs_f64())
+            }
+            Self::RestartBroker(n, d) => {
+                write!(
+                    f,
+                    "restart broker node {n}, down for {:.1} s",
+                    d.as_secs_f64()
+                )
+            }
         }
     }
 }
@@ -48,6 +75,13 @@ pub struct Targets<'a> {
     pub consumers: &'a [String],
 }
 
+impl Targets<'_> {
+    /// Every process: each has a link to PostgreSQL.
+    fn all(&self) -> Vec<String> {
+        [self.writers, self.relays, self.consumers].concat()
+    }
+}
+
 /// What the nemesis can do on a backend.
 #[derive(Debug, Clone, Copy)]
 pub struct Menu {
@@ -60,23 +94,40 @@ pub struct Menu {
     /// heartbeat is the timeout to pass, 3 (1.5-12 s) on Kafka, so that
     /// about half the pauses outlast its 6 s session timeout.
     pub pause_stretch: f64,
+    /// The broker's nodes a restart is drawn among (numbered from 1).
+    /// With none (moto) the draw becomes a PostgreSQL restart.
+    pub broker_nodes: u32,
 }
 
 impl Menu {
-    /// RabbitMQ's: every fault, pauses of 0.5-4 s.
-    pub const WITH_LINKS: Self = Self {
+    /// RabbitMQ's: every fault, pauses of 0.5-4 s, restarts of its one
+    /// node.
+    pub const RABBITMQ: Self = Self {
         links: true,
         pause_stretch: 1.0,
+        broker_nodes: 1,
     };
-    /// Kafka's: no link faults, pauses of 1.5-12 s.
-    pub const WITHOUT_LINKS: Self = Self {
+    /// Kafka's: no link faults to the broker, pauses of 1.5-12 s, restarts
+    /// of one node of three.
+    pub const KAFKA: Self = Self {
         links: false,
         pause_stretch: 3.0,
+        broker_nodes: 3,
+    };
+    /// SQS's (moto): no link faults to the broker, pauses of 1.5-12 s
+    /// (against a 6 s visibility timeout), no broker restarts.
+    pub const SQS: Self = Self {
+        links: false,
+        pause_stretch: 3.0,
+        broker_nodes: 0,
     };
 }
 
 /// The schedule of `seed`: faults until their waits and durations add up
-/// to `length`.
+/// to `length`. Of twelve draws, one kills a writer, two a relay, two a
+/// consumer, one pauses a consumer, four cut or stall a relay's or
+/// consumer's link to the broker, one faults PostgreSQL (a restart, or a
+/// process's link to it cut or stalled) and one restarts the broker.
 pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> Vec<Step> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut steps = Vec::new();
@@ -86,7 +137,7 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> V
         let after = Duration::from_millis(rng.random_range(300..1_500));
         let held = Duration::from_millis(rng.random_range(500..4_000));
         let paused = held.mul_f64(menu.pause_stretch);
-        let kind = rng.random_range(0..10u32);
+        let kind = rng.random_range(0..12u32);
         let fault = match kind {
             0 => Fault::Kill(pick(&mut rng, targets.writers)),
             1 | 2 => Fault::Kill(pick(&mut rng, targets.relays)),
@@ -106,12 +157,28 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> V
                     (false, _) => Fault::Pause(pick(&mut rng, targets.consumers), paused),
                 }
             }
-            _ => unreachable!("drawn from 0..10"),
+            10 => {
+                let all = targets.all();
+                match rng.random_range(0..3u32) {
+                    0 => Fault::RestartDatabase(held),
+                    1 => Fault::CutDatabase(pick(&mut rng, &all)),
+                    _ => Fault::StallDatabase(pick(&mut rng, &all), held),
+                }
+            }
+            11 if menu.broker_nodes > 0 => {
+                Fault::RestartBroker(rng.random_range(1..=menu.broker_nodes), held)
+            }
+            11 => Fault::RestartDatabase(held),
+            _ => unreachable!("drawn from 0..12"),
         };
         total += after
             + match fault {
-                Fault::Pause(_, d) | Fault::Stall(_, d) => d,
-                _ => Duration::ZERO,
+                Fault::Pause(_, d)
+                | Fault::Stall(_, d)
+                | Fault::RestartDatabase(d)
+                | Fault::StallDatabase(_, d)
+                | Fault::RestartBroker(_, d) => d,
+                Fault::Kill(_) | Fault::Cut(_) | Fault::CutDatabase(_) => Duration::ZERO,
             };
         if total > length {
             return steps;
@@ -133,7 +200,7 @@ mod tests {
             relays: &r,
             consumers: &c,
         };
-        for menu in [Menu::WITH_LINKS, Menu::WITHOUT_LINKS] {
+        for menu in [Menu::RABBITMQ, Menu::KAFKA, Menu::SQS] {
             let a = plan(7, Duration::from_secs(60), &t, menu);
             assert_eq!(a, plan(7, Duration::from_secs(60), &t, menu));
             assert_ne!(a, plan(8, Duration::from_secs(60), &t, menu));
@@ -142,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn without_links_there_are_no_link_faults_and_some_pauses_outlast_a_kafka_session() {
+    fn on_kafka_there_are_no_link_faults_to_the_broker_and_some_pauses_outlast_a_session() {
         let names = |p: &str| (1..=3).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
         let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
         let t = Targets {
@@ -150,7 +217,7 @@ mod tests {
             relays: &r,
             consumers: &c,
         };
-        let steps = plan(1, Duration::from_secs(600), &t, Menu::WITHOUT_LINKS);
+        let steps = plan(1, Duration::from_secs(600), &t, Menu::KAFKA);
         assert!(
             steps
                 .iter()
@@ -163,5 +230,35 @@ mod tests {
                 .any(|s| matches!(s.fault, Fault::Pause(_, d) if d > Duration::from_secs(7))),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn every_menu_faults_postgres_and_restarts_only_the_broker_nodes_it_has() {
+        let names = |p: &str| (1..=3).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
+        let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
+        let t = Targets {
+            writers: &w,
+            relays: &r,
+            consumers: &c,
+        };
+        for menu in [Menu::RABBITMQ, Menu::KAFKA, Menu::SQS] {
+            let steps = plan(1, Duration::from_secs(600), &t, menu);
+            let has = |f: fn(&Fault) -> bool| steps.iter().any(|s| f(&s.fault));
+            assert!(has(|f| matches!(f, Fault::RestartDatabase(_))), "{steps:?}");
+            assert!(has(|f| matches!(f, Fault::CutDatabase(_))), "{steps:?}");
+            assert!(has(|f| matches!(f, Fault::StallDatabase(..))), "{steps:?}");
+            assert!(
+                has(|f| matches!(f, Fault::CutDatabase(p) if p.starts_with("writer"))),
+                "{steps:?}"
+            );
+            let nodes: std::collections::BTreeSet<u32> = steps
+                .iter()
+                .filter_map(|s| match s.fault {
+                    Fault::RestartBroker(n, _) => Some(n),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(nodes, (1..=menu.broker_nodes).collect(), "{steps:?}");
+        }
     }
 }

@@ -51,6 +51,8 @@ pub struct Spec {
     pub role: Role,
     /// Its name in the history (`writer-1`, `relay-2`, `consumer-3`).
     pub name: String,
+    /// PostgreSQL's URL, through this process's link proxy.
+    pub database: String,
     pub schema: String,
     pub backend: Backend,
     /// The queue name of the partitioned topology (RabbitMQ), or the
@@ -190,7 +192,7 @@ pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
 /// Runs the child process `spec` says, until it is killed (a writer
 /// returns once its aggregates have all their events).
 pub async fn run(spec: Spec) {
-    let pool = consumer::testing::FreshSchema::pool_on(&spec.schema, 4)
+    let pool = consumer::testing::FreshSchema::pool_at(&spec.database, &spec.schema, 4)
         .await
         .unwrap_or_else(|e| panic!("{}: PostgreSQL is not reachable ({e})", spec.name));
     match spec.role {

@@ -27,13 +27,21 @@ pub struct FreshSchema {
     pub pool: PgPool,
     /// The schema's name.
     pub schema: String,
+    /// The server it is on.
+    url: String,
 }
 
 impl FreshSchema {
     /// Creates the schema on [`database_url`] and a pool of `max`
     /// connections on it, and runs the store's migrations there.
     pub async fn create(prefix: &str, max: u32) -> Result<Self, ServiceUnavailable> {
-        let url = database_url();
+        Self::create_at(&database_url(), prefix, max).await
+    }
+
+    /// [`FreshSchema::create`] on the server at `url` (a test's private
+    /// server) instead of [`database_url`].
+    pub async fn create_at(url: &str, prefix: &str, max: u32) -> Result<Self, ServiceUnavailable> {
+        let url = url.to_owned();
         let unreachable = |e: &dyn std::fmt::Display| {
             ServiceUnavailable(format!(
                 "PostgreSQL is not reachable at {url} ({e}): start it (scripts/services postgres does) or set DATABASE_URL"
@@ -48,19 +56,25 @@ impl FreshSchema {
             .await
             .map_err(|e| unreachable(&e))?;
         admin.close().await;
-        let pool = Self::pool_on(&schema, max)
+        let pool = Self::pool_at(&url, &schema, max)
             .await
             .map_err(|e| unreachable(&e))?;
         crate::Store::new(pool.clone())
             .migrate()
             .await
             .map_err(|e| ServiceUnavailable(format!("migrating schema {schema} failed: {e}")))?;
-        Ok(Self { pool, schema })
+        Ok(Self { pool, schema, url })
     }
 
     /// Another pool on an existing schema (a child process, a proxy).
     pub async fn pool_on(schema: &str, max: u32) -> Result<PgPool, sqlx::Error> {
-        Self::pool_with(Self::options_for(schema)?, max).await
+        Self::pool_at(&database_url(), schema, max).await
+    }
+
+    /// [`FreshSchema::pool_on`] on the server at `url` (a private server,
+    /// or a link proxy in front of one).
+    pub async fn pool_at(url: &str, schema: &str, max: u32) -> Result<PgPool, sqlx::Error> {
+        Self::pool_with(options_at(url, schema)?, max).await
     }
 
     /// A pool of `max` connections with `options` (from
@@ -73,19 +87,15 @@ impl FreshSchema {
             .await
     }
 
-    /// Connection options on [`database_url`] that use this schema.
+    /// Connection options on the schema's server that use this schema.
     pub fn connect_options(&self) -> Result<PgConnectOptions, sqlx::Error> {
-        Self::options_for(&self.schema)
-    }
-
-    fn options_for(schema: &str) -> Result<PgConnectOptions, sqlx::Error> {
-        Ok(PgConnectOptions::from_str(&database_url())?.options([("search_path", schema)]))
+        options_at(&self.url, &self.schema)
     }
 
     /// Drops the schema and everything in it, and closes the pool.
     pub async fn drop_schema(self) -> Result<(), sqlx::Error> {
         self.pool.close().await;
-        let admin = PgPool::connect(&database_url()).await?;
+        let admin = PgPool::connect(&self.url).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA {} CASCADE",
             self.schema
@@ -95,4 +105,8 @@ impl FreshSchema {
         admin.close().await;
         Ok(())
     }
+}
+
+fn options_at(url: &str, schema: &str) -> Result<PgConnectOptions, sqlx::Error> {
+    Ok(PgConnectOptions::from_str(url)?.options([("search_path", schema)]))
 }
