@@ -1,9 +1,8 @@
-//! Pins what `#[handler]` accepts and what each misuse reports: the
-//! diagnostics are part of the macro's interface.
+//! Pins what each misuse of `#[handler]` reports: the diagnostics are part
+//! of the macro's interface. What it accepts is `tests/pass.rs`.
 
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
-    t.pass("tests/ui/pass/*.rs");
     t.compile_fail("tests/ui/fail/*.rs");
 }

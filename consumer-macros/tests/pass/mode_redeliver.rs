@@ -19,7 +19,7 @@ async fn ship(shipment: Shipment, _tx: &mut SqliteTx) -> Result<(), CarrierDown>
 
 fn assert_handler<H: Handler<consumer::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(ship);
     assert!(matches!(ship.retry_policy().mode(), RetryMode::Redeliver));
 }

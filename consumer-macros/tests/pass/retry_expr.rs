@@ -24,6 +24,6 @@ async fn send_invoice(invoice: Invoice) -> Result<(), NotReady> {
 
 fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(send_invoice);
 }

@@ -19,6 +19,6 @@ async fn welcome(signup: Signup, tx: &mut PgTx) -> anyhow::Result<()> {
 
 fn assert_handler<H: consumer::Handler<consumer::PgStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(welcome);
 }

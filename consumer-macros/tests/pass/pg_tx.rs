@@ -22,6 +22,6 @@ async fn record_refund(refund: Refund, tx: &mut PgTx) -> Result<(), RefundError>
 
 fn assert_handler<H: consumer::Handler<consumer::PgStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(record_refund);
 }

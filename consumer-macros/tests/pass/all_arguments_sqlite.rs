@@ -42,6 +42,6 @@ async fn record_order(
 
 fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(record_order);
 }

@@ -49,20 +49,32 @@ fn policy<H: Handler<consumer::SqliteStore>>(h: &H) -> Option<CircuitPolicy> {
     h.circuit_policy()
 }
 
-fn main() {
+pub fn main() {
     assert_eq!(
         policy(&charge),
-        Some(CircuitPolicy::new(3, Duration::from_secs(2), Duration::from_secs(30)))
+        Some(CircuitPolicy::new(
+            3,
+            Duration::from_secs(2),
+            Duration::from_secs(30)
+        ))
     );
     // Left-out arguments are the default policy's.
     assert_eq!(
         policy(&refund),
-        Some(CircuitPolicy::new(7, Duration::from_secs(5), Duration::from_secs(60)))
+        Some(CircuitPolicy::new(
+            7,
+            Duration::from_secs(5),
+            Duration::from_secs(60)
+        ))
     );
     assert_eq!(policy(&audit), Some(CircuitPolicy::off()));
     assert_eq!(
         policy(&notify),
-        Some(CircuitPolicy::new(2, Duration::from_secs(1), Duration::from_secs(4)))
+        Some(CircuitPolicy::new(
+            2,
+            Duration::from_secs(1),
+            Duration::from_secs(4)
+        ))
     );
     assert_eq!(policy(&plain), None);
 }

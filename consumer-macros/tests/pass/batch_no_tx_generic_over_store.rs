@@ -18,7 +18,7 @@ async fn count_pings(pings: &mut Batch<Ping>) -> anyhow::Result<()> {
 
 fn assert_batch_handler<H: BatchHandler<S>, S: consumer::DedupStore>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_batch_handler::<_, consumer::MemoryStore>(count_pings);
     assert_batch_handler::<_, consumer::SqliteStore>(count_pings);
 }

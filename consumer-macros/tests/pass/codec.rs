@@ -42,7 +42,7 @@ async fn lines(line: String) -> Result<(), Declined> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     let broker = consumer::memory::MemoryBroker::new(1);
     let _ = Consumer::new(broker.source("orders"), MemoryStore::new(), record);
     let _ = Consumer::new(broker.source("lines"), MemoryStore::new(), lines).with_codec(Text);

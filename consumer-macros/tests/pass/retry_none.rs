@@ -21,12 +21,12 @@ async fn record_audit(audit: Audit) -> Result<(), AuditError> {
 
 fn assert_handler<H: Handler<consumer::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(record_audit);
     let policy: RetryPolicy = Handler::<consumer::SqliteStore>::retry_policy(&record_audit);
     assert_eq!(policy.max_attempts(), RetryPolicy::none().max_attempts());
     // The function itself stays callable, for unit tests.
-    let _ = record_audit::call(Audit {
+    drop(record_audit::call(Audit {
         line: String::new(),
-    });
+    }));
 }

@@ -23,7 +23,7 @@ fn assert_sqlite<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 fn assert_postgres<H: consumer::Handler<consumer::PgStore>>(_: H) {}
 fn assert_memory<H: consumer::Handler<consumer::MemoryStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_sqlite(answer_ping);
     assert_postgres(answer_ping);
     assert_memory(answer_ping);

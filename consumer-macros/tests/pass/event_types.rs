@@ -40,7 +40,7 @@ fn types<H: Handler<SqliteStore>>(h: H) -> Vec<&'static str> {
     h.event_types().to_vec()
 }
 
-fn main() {
+pub fn main() {
     assert_eq!(types(placed), ["OrderPlaced"]);
     assert_eq!(types(captured), ["payments.captured"]);
     assert_eq!(types(money), ["OrderPaid", "OrderRefunded"]);

@@ -50,7 +50,7 @@ async fn record_payments(payments: &mut Batch<Payment>, tx: &mut PgTx) -> Result
 fn assert_batch_handler<H: BatchHandler<PgStore>>(_: H) {}
 fn assert_handler<H: consumer::Handler<PgStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_batch_handler(record_payments);
     assert_handler(Batched::new(record_payments).with_max_batch(50));
 }

@@ -42,6 +42,6 @@ async fn charge_card(charge: Charge, _tx: &mut SqliteTx) -> Result<(), ChargeErr
 
 fn assert_handler<H: consumer::Handler<consumer::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(charge_card);
 }

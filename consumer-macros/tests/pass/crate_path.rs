@@ -16,13 +16,13 @@ struct Tick {
 #[error("tick {0} out of order")]
 struct OutOfOrder(u64);
 
-#[handler(crate = crate::deps::framework, idempotency_key = tick.n, retry = none)]
+#[handler(crate = self::deps::framework, idempotency_key = tick.n, retry = none)]
 async fn on_tick(tick: Tick, _tx: &mut SqliteTx) -> Result<(), OutOfOrder> {
     Err(OutOfOrder(tick.n))
 }
 
 fn assert_handler<H: deps::framework::Handler<deps::framework::SqliteStore>>(_: H) {}
 
-fn main() {
+pub fn main() {
     assert_handler(on_tick);
 }
