@@ -3,7 +3,7 @@
 //! other consumes.
 
 use consumer::testing::TestKit;
-use consumer::{handler, Message, NewEvent, Outbox, Router, SqliteTx};
+use consumer::{Message, NewEvent, Outbox, Router, SqliteTx, handler};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ItemOrdered {
@@ -32,8 +32,12 @@ async fn reserve(e: ItemOrdered, tx: &mut SqliteTx) -> Result<(), StockError> {
         .bind(&e.sku)
         .execute(&mut **tx)
         .await?;
-    let reserved = StockReserved { sku: e.sku.clone(), quantity: e.quantity };
-    let event = NewEvent::new("Stock", &e.sku, "StockReserved", &reserved)?.with_destination("stock");
+    let reserved = StockReserved {
+        sku: e.sku.clone(),
+        quantity: e.quantity,
+    };
+    let event =
+        NewEvent::new("Stock", &e.sku, "StockReserved", &reserved)?.with_destination("stock");
     Outbox::new().enqueue(tx, event).await?;
     Ok(())
 }
@@ -49,27 +53,61 @@ async fn pick(e: StockReserved, tx: &mut SqliteTx) -> Result<(), StockError> {
 }
 
 #[tokio::test]
-async fn a_follow_up_through_the_outbox_is_published_and_consumed() -> Result<(), Box<dyn std::error::Error>> {
+async fn a_follow_up_through_the_outbox_is_published_and_consumed()
+-> Result<(), Box<dyn std::error::Error>> {
     let mut kit = TestKit::new().await?;
     sqlx::query("CREATE TABLE stock (sku TEXT PRIMARY KEY, reserved INTEGER NOT NULL DEFAULT 0)")
         .execute(kit.pool())
         .await?;
-    sqlx::query("CREATE TABLE picks (sku TEXT, quantity INTEGER)").execute(kit.pool()).await?;
-    sqlx::query("INSERT INTO stock (sku) VALUES ('sku-1')").execute(kit.pool()).await?;
-    kit.router("stock", Router::builder("stock").route(reserve).route(pick).build()?);
+    sqlx::query("CREATE TABLE picks (sku TEXT, quantity INTEGER)")
+        .execute(kit.pool())
+        .await?;
+    sqlx::query("INSERT INTO stock (sku) VALUES ('sku-1')")
+        .execute(kit.pool())
+        .await?;
+    kit.router(
+        "stock",
+        Router::builder("stock")
+            .route(reserve)
+            .route(pick)
+            .build()?,
+    );
     kit.relay(Outbox::new()).await?;
 
-    let ordered = ItemOrdered { sku: "sku-1".into(), quantity: 2 };
-    let delivery = kit.deliver("stock", Message::json("ItemOrdered", &ordered)?.with_key("sku-1")).await?;
+    let ordered = ItemOrdered {
+        sku: "sku-1".into(),
+        quantity: 2,
+    };
+    let delivery = kit
+        .deliver(
+            "stock",
+            Message::json("ItemOrdered", &ordered)?.with_key("sku-1"),
+        )
+        .await?;
     delivery.assert_processed();
     kit.settle().await?;
 
     let reserved: Vec<StockReserved> = kit.published_of("StockReserved")?;
-    assert_eq!(reserved, [StockReserved { sku: "sku-1".into(), quantity: 2 }]);
+    assert_eq!(
+        reserved,
+        [StockReserved {
+            sku: "sku-1".into(),
+            quantity: 2
+        }]
+    );
     assert_eq!(kit.published_to("stock")[0].key(), Some("sku-1"));
-    let handled: Vec<_> = kit.deliveries().iter().map(|d| (d.handler.clone(), d.is_processed())).collect();
-    assert_eq!(handled, [(Some("reserve".into()), true), (Some("pick".into()), true)]);
-    let (picked,): (i64,) = sqlx::query_as("SELECT quantity FROM picks WHERE sku = 'sku-1'").fetch_one(kit.pool()).await?;
+    let handled: Vec<_> = kit
+        .deliveries()
+        .iter()
+        .map(|d| (d.handler.clone(), d.is_processed()))
+        .collect();
+    assert_eq!(
+        handled,
+        [(Some("reserve".into()), true), (Some("pick".into()), true)]
+    );
+    let (picked,): (i64,) = sqlx::query_as("SELECT quantity FROM picks WHERE sku = 'sku-1'")
+        .fetch_one(kit.pool())
+        .await?;
     assert_eq!(picked, 2);
     Ok(())
 }

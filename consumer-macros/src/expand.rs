@@ -315,6 +315,10 @@ fn spanned_bound(ty: &syn::Type, bound: TokenStream) -> TokenStream {
 
 /// Gives every token of `tokens` the span `span`.
 pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    // Located at `span`, resolved where the attribute is: the type may come
+    // from another hygiene context (a `macro_rules!` fragment), and the
+    // names the expansion binds must still resolve.
+    let span = Span::call_site().located_at(span);
     tokens
         .into_iter()
         .map(|mut tt| {
