@@ -22,12 +22,9 @@ use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use shop::Shop;
 
 shop::shop_handlers!(PgTx, PgStore);
 

@@ -25,12 +25,9 @@ use std::time::Duration;
 
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use shop::Shop;
 
 shop::shop_handlers!(PgTx, PgStore);
 

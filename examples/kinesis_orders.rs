@@ -29,10 +29,8 @@ use consumer::kinesis::client::{AwsKinesis, IteratorStart};
 use consumer::kinesis::{KinesisClient, KinesisPublisher, KinesisSource, envelope};
 use consumer::kinesis_store::SqlLeaseStore;
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, MessageContext, OutboxRelay, Outgoing, PgStore, PgTx, Publisher, Router, handler,
-};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use consumer::{DeadLetter, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
+use shop::Shop;
 
 shop::shop_handlers!(PgTx, PgStore);
 

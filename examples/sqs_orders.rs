@@ -26,11 +26,8 @@ use std::time::Duration;
 use consumer::sqs::client::{ReceiveRequest, VisibilityEntry};
 use consumer::sqs::{SqsClient, SqsPublisher, SqsSource, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
+use shop::Shop;
 
 shop::shop_handlers!(PgTx, PgStore);
 

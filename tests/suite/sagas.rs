@@ -11,7 +11,7 @@ use consumer::outbox::ScheduleToken;
 use consumer::saga::{NotFound, SagaBuilder, SagaHandler, SagaRecord, SagaStatus, SagaStore, Step};
 use consumer::{
     Consumer, DeadLetterKind, Message, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
-    Router, Saga, handler, retry::RetryMode,
+    Router, Saga, retry::RetryMode,
 };
 use serde::{Deserialize, Serialize};
 
