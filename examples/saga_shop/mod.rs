@@ -639,6 +639,26 @@ where
     Ok((service, stats))
 }
 
+/// Asserts that the four orders ended as [`EXPECTED`], `bob`'s by his
+/// payment's timeout, and returns their report.
+///
+/// # Panics
+///
+/// When they did not, with the report.
+pub fn assert_ended_as_expected(records: &[SagaRecord]) -> String {
+    let report = report(records);
+    let statuses: Vec<SagaStatus> = records.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, EXPECTED, "{report}");
+    let bob = &records[1];
+    assert!(
+        bob.history
+            .iter()
+            .any(|e| e.note().is_some_and(|n| n.contains("timed out"))),
+        "{report}"
+    );
+    report
+}
+
 /// Waits until every order of `run` has finished (polling the store).
 pub async fn wait_finished<DB: SagaDatabase>(
     sagas: &SagaStore<DB>,

@@ -341,16 +341,7 @@ pub async fn the_saga_shop_completes_times_out_compensates_and_dead_letters_a_fa
         .expect("join")
         .expect("the service");
 
-    let report = saga_shop::report(&records);
-    let statuses: Vec<SagaStatus> = records.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, saga_shop::EXPECTED, "{report}");
-    let bob = &records[1];
-    assert!(
-        bob.history
-            .iter()
-            .any(|e| e.note().is_some_and(|n| n.contains("timed out"))),
-        "{report}"
-    );
+    let report = saga_shop::assert_ended_as_expected(&records);
     for r in &records {
         assert!(
             r.timeouts.is_empty(),
