@@ -86,6 +86,7 @@ impl TestKitBuilder {
         Ok(TestKit {
             recording: Recording::new(broker.clone(), faults.clone()),
             faults,
+            dependency_faults: Faults::new(),
             broker,
             pool,
             store,
