@@ -81,9 +81,10 @@ pub struct TestKit {
     store: SqliteStore,
     tracker: Arc<Tracker>,
     recording: Recording,
-    faults: Faults,
+    /// The faults of the relays' publisher ([`TestKit::relay_faults`]).
+    relay_faults: Faults,
     /// The faults of the test's own dependencies ([`TestKit::faults`]).
-    dependency_faults: Faults,
+    faults: Faults,
     relays: Vec<(Outbox, OutboxRelay<sqlx::Sqlite, Recording>)>,
     topics: Vec<String>,
     consumers: JoinSet<()>,
@@ -194,7 +195,7 @@ impl TestKit {
     /// clock). A handler's own dependencies take the fault kit's wrappers
     /// the same way, where the test builds them.
     pub fn relay_faults(&self) -> &Faults {
-        &self.faults
+        &self.relay_faults
     }
 
     /// The fault kit for the handlers' own dependencies, a handle apart
@@ -207,7 +208,7 @@ impl TestKit {
     /// [`Faults::refuse_next_publishes`] (a refusal for good),
     /// [`Faults::duplicate_next_publishes`] (sent twice).
     pub fn faults(&self) -> &Faults {
-        &self.dependency_faults
+        &self.faults
     }
 
     /// A publisher to the kit's memory broker behind [`TestKit::faults`]:
@@ -217,7 +218,7 @@ impl TestKit {
     /// of the kit takes it and [`TestKit::settle`] waits for it; it is not
     /// in [`TestKit::published`], which is the relays'.
     pub fn publisher(&self) -> FaultyPublisher<MemoryBroker> {
-        FaultyPublisher::new(self.broker.clone(), self.dependency_faults.clone())
+        FaultyPublisher::new(self.broker.clone(), self.faults.clone())
     }
 
     /// Publishes `message` to `topic` (build it with [`Message::json`] and
