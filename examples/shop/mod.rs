@@ -52,6 +52,7 @@ pub enum ShopError {
 /// `orders_router()`, the router `orders` over them on `$store`, in the
 /// module that calls it (next to its `mod shop`): each example declares
 /// them once this way, whatever its store.
+#[allow(unused_macros)] // `outbox_orders` takes the shop's events only
 macro_rules! shop_handlers {
     ($tx:ident, $store:ident) => {
         #[consumer::handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
@@ -92,6 +93,7 @@ macro_rules! shop_handlers {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use shop_handlers;
 
 /// The shop's outbox: every event of an order to `destination`, keyed by
