@@ -22,37 +22,11 @@ use std::time::Duration;
 
 use consumer::amqp::{AmqpPublisher, AmqpSource, QueueType, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use shop::Shop;
 
-#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
-async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
-}
-
-#[handler(
-    event_type = "OrderPaid",
-    idempotency_key = e.order_id,
-    retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
-    terminal = ShopError::InvalidAmount(_),
-)]
-async fn capture_payment(
-    e: OrderPaid,
-    tx: &mut PgTx,
-    ctx: &MessageContext,
-) -> Result<(), ShopError> {
-    let line = shop::capture(&e, ctx)?;
-    shop::step(&mut **tx, &e.order_id, &line).await
-}
-
-#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
-async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
-}
+shop::shop_handlers!(PgTx, PgStore);
 
 /// The dead letters of this run, read with `basic.get` and put back.
 async fn read_dead_letters(
@@ -118,11 +92,7 @@ pub fn shop_service<P: Publisher, S: consumer::source::Source>(
     publisher: P,
 ) -> anyhow::Result<Shop> {
     let relay = OutboxRelay::new(pool, outbox, publisher).with_source("amqp-orders-example");
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
+    let router = orders_router()?;
     Ok(shop::service(relay, source, store, router))
 }
 

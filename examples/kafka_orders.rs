@@ -25,37 +25,11 @@ use std::time::Duration;
 
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use shop::Shop;
 
-#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
-async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
-}
-
-#[handler(
-    event_type = "OrderPaid",
-    idempotency_key = e.order_id,
-    retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
-    terminal = ShopError::InvalidAmount(_),
-)]
-async fn capture_payment(
-    e: OrderPaid,
-    tx: &mut PgTx,
-    ctx: &MessageContext,
-) -> Result<(), ShopError> {
-    let line = shop::capture(&e, ctx)?;
-    shop::step(&mut **tx, &e.order_id, &line).await
-}
-
-#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
-async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
-}
+shop::shop_handlers!(PgTx, PgStore);
 
 /// The shop's outbox, its events to `topic`.
 pub fn outbox(topic: &str) -> Outbox {
@@ -73,11 +47,7 @@ pub fn shop_service<P: Publisher>(
     publisher: P,
 ) -> anyhow::Result<Shop> {
     let relay = OutboxRelay::new(pool, outbox, publisher).with_source("kafka-orders-example");
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
+    let router = orders_router()?;
     Ok(shop::service(relay, source, store, router))
 }
 

@@ -29,37 +29,10 @@ use consumer::kinesis::client::{AwsKinesis, IteratorStart};
 use consumer::kinesis::{KinesisClient, KinesisPublisher, KinesisSource, envelope};
 use consumer::kinesis_store::SqlLeaseStore;
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, MessageContext, OutboxRelay, Outgoing, PgStore, PgTx, Publisher, Router, handler,
-};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use consumer::{DeadLetter, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
+use shop::Shop;
 
-#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
-async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
-}
-
-// Retries in place: Kinesis redelivers nothing per record, so the order's
-// later events wait in its lane and the shard's checkpoint stays below it.
-#[handler(
-    event_type = "OrderPaid",
-    idempotency_key = e.order_id,
-    retry = exponential(base = "200ms", max_delay = "1s", attempts = 4),
-    terminal = ShopError::InvalidAmount(_),
-)]
-async fn capture_payment(
-    e: OrderPaid,
-    tx: &mut PgTx,
-    ctx: &MessageContext,
-) -> Result<(), ShopError> {
-    let line = shop::capture(&e, ctx)?;
-    shop::step(&mut **tx, &e.order_id, &line).await
-}
-
-#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
-async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
-}
+shop::shop_handlers!(PgTx, PgStore);
 
 /// Creates `stream` with `shards` shards unless it exists, and waits until
 /// it is active; when it was created (Unix seconds).
@@ -213,11 +186,7 @@ async fn main() -> anyhow::Result<()> {
         FaultyPublisher::new(publisher, faults),
     )
     .with_source("kinesis-orders-example");
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
+    let router = orders_router()?;
     let Shop {
         service,
         relay_stats,

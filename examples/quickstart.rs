@@ -21,39 +21,13 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    MemoryBroker, MessageContext, Outbox, OutboxRelay, Publisher, Router, SqliteStore, SqliteTx,
-    handler,
-};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use consumer::{MemoryBroker, Outbox, OutboxRelay, Publisher, SqliteStore, SqliteTx};
+use shop::Shop;
 
 /// Every event of an order goes to one topic, keyed by the order.
 pub static OUTBOX: LazyLock<Outbox> = LazyLock::new(|| shop::outbox("order-events"));
 
-#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
-async fn reserve_stock(e: OrderPlaced, tx: &mut SqliteTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
-}
-
-#[handler(
-    event_type = "OrderPaid",
-    idempotency_key = e.order_id,
-    retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
-    terminal = ShopError::InvalidAmount(_),
-)]
-async fn capture_payment(
-    e: OrderPaid,
-    tx: &mut SqliteTx,
-    ctx: &MessageContext,
-) -> Result<(), ShopError> {
-    let line = shop::capture(&e, ctx)?;
-    shop::step(&mut **tx, &e.order_id, &line).await
-}
-
-#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
-async fn notify_customer(e: OrderShipped, tx: &mut SqliteTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
-}
+shop::shop_handlers!(SqliteTx, SqliteStore);
 
 /// The service `main` runs (and `tests/asyncapi.rs` documents): the
 /// outbox relay publishing through `publisher`, and the router over the
@@ -71,16 +45,6 @@ pub fn shop_service<P: Publisher>(
         store,
         orders_router()?,
     ))
-}
-
-/// The router `orders`: the shop's three handlers on SQLite (and what
-/// `tests/quickstart_handlers.rs` tests with the kit).
-pub fn orders_router() -> Result<Router<SqliteStore>, consumer::Error> {
-    Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()
 }
 
 #[tokio::main]

@@ -18,59 +18,10 @@ mod saga_shop;
 use std::time::Instant;
 
 use consumer::saga::SagaStore;
-use consumer::{MemoryBroker, Message, Router, Service, SqliteStore, SqliteTx, handler};
-use saga_shop::{
-    CancelPayment, ChargePayment, Destinations, ParticipantError, Participants, RefundPayment,
-    ReleaseStock, ReserveStock, ShipOrder, Sources,
-};
+use consumer::{MemoryBroker, Message, Service, SqliteStore, SqliteTx};
+use saga_shop::{Destinations, Sources};
 
-#[handler(event_type = "ChargePayment", idempotency_key = cmd.order_id)]
-async fn charge(cmd: ChargePayment, tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    saga_shop::charge(cmd, tx).await
-}
-
-/// Deduplicated on the message id: the saga gives each undo command a
-/// deterministic id, so a repeat of the same refund is absorbed here.
-#[handler(event_type = "RefundPayment")]
-async fn refund(cmd: RefundPayment, tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    saga_shop::refund(cmd, tx).await
-}
-
-#[handler(event_type = "CancelPayment")]
-async fn cancel(_cmd: CancelPayment, _tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    Ok(())
-}
-
-#[handler(event_type = "ReserveStock", idempotency_key = cmd.order_id)]
-async fn reserve(cmd: ReserveStock, tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    saga_shop::reserve(cmd, tx).await
-}
-
-#[handler(event_type = "ReleaseStock")]
-async fn release(_cmd: ReleaseStock, _tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    Ok(())
-}
-
-#[handler(event_type = "ShipOrder", idempotency_key = cmd.order_id)]
-async fn ship(cmd: ShipOrder, tx: &mut SqliteTx) -> Result<(), ParticipantError> {
-    saga_shop::ship(cmd, tx).await
-}
-
-/// The participants' routers.
-pub fn participants() -> anyhow::Result<Participants<SqliteStore>> {
-    Ok(Participants {
-        payments: Router::builder("payments")
-            .route(charge)
-            .route(refund)
-            .route(cancel)
-            .build()?,
-        inventory: Router::builder("inventory")
-            .route(reserve)
-            .route(release)
-            .build()?,
-        shipping: Router::builder("shipping").route(ship).build()?,
-    })
-}
+saga_shop::participant_handlers!(SqliteTx, SqliteStore);
 
 /// The shop's service on `broker`, its saga's state and the participants'
 /// rows in `pool`: the saga, its three participants, the outbox relay and

@@ -26,38 +26,10 @@ use std::time::Duration;
 use consumer::sqs::client::{ReceiveRequest, VisibilityEntry};
 use consumer::sqs::{SqsClient, SqsPublisher, SqsSource, Topology};
 use consumer::testing::{Faults, FaultyPublisher};
-use consumer::{
-    DeadLetter, Message, MessageContext, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher,
-    Router, handler,
-};
-use shop::{OrderPaid, OrderPlaced, OrderShipped, Shop, ShopError};
+use consumer::{DeadLetter, Message, Outbox, OutboxRelay, Outgoing, PgStore, PgTx, Publisher};
+use shop::Shop;
 
-#[handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
-async fn reserve_stock(e: OrderPlaced, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
-}
-
-// Retries by visibility: the message stays on the queue for its delay,
-// and its order's later events wait behind it (FIFO group).
-#[handler(
-    event_type = "OrderPaid",
-    idempotency_key = e.order_id,
-    retry = exponential(base = "500ms", max_delay = "2s", attempts = 4, mode = redeliver),
-    terminal = ShopError::InvalidAmount(_),
-)]
-async fn capture_payment(
-    e: OrderPaid,
-    tx: &mut PgTx,
-    ctx: &MessageContext,
-) -> Result<(), ShopError> {
-    let line = shop::capture(&e, ctx)?;
-    shop::step(&mut **tx, &e.order_id, &line).await
-}
-
-#[handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
-async fn notify_customer(e: OrderShipped, tx: &mut PgTx) -> Result<(), ShopError> {
-    shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
-}
+shop::shop_handlers!(PgTx, PgStore);
 
 /// The service `main` runs: the outbox relay publishing through
 /// `publisher`, and the router over `source`.
@@ -69,11 +41,7 @@ pub fn shop_service<P: Publisher>(
     publisher: P,
 ) -> anyhow::Result<Shop> {
     let relay = OutboxRelay::new(pool, outbox, publisher).with_source("sqs-orders-example");
-    let router = Router::builder("orders")
-        .route(reserve_stock)
-        .route(capture_payment)
-        .route(notify_customer)
-        .build()?;
+    let router = orders_router()?;
     Ok(shop::service(relay, source, store, router))
 }
 

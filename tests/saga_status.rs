@@ -1,5 +1,5 @@
 //! Which status a saga's transitions run in, and undo steps withdrawn (no
-//! services: the in-memory broker and in-memory SQLite). A forward step's
+//! services: the test kit). A forward step's
 //! reply that arrives while its saga compensates is acked without its
 //! transition; a reply to an undo that arrives while the saga runs forward
 //! is too; an undo withdrawn before the saga compensates is never sent.
@@ -7,8 +7,8 @@
 use consumer::saga::{
     NotFound, SagaBuilder, SagaRecord, SagaStatus, SagaStore, Step, Undo, UndoStatus,
 };
-use consumer::{Consumer, MemoryBroker, Message, Outbox, OutboxRelay, Saga, SqliteStore};
-use sqlx::SqlitePool;
+use consumer::testing::TestKit;
+use consumer::{Message, Outbox, Saga};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Ev {
@@ -107,16 +107,16 @@ fn saga(outbox: Outbox) -> consumer::saga::SagaHandler<Orders> {
         .expect("saga")
 }
 
-async fn run(events: &[&str]) -> (SagaRecord, MemoryBroker, SqlitePool) {
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect("sqlite::memory:")
+/// Runs `events` of order `o-1`, in order, through the saga on the test
+/// kit, relays what it sent, and returns the saga's record.
+async fn run(events: &[&str]) -> (SagaRecord, TestKit) {
+    let mut kit = TestKit::builder()
+        .with_store(|store| store.with_extension(consumer::saga::SagaTables))
+        .start()
         .await
-        .expect("SQLite in memory");
-    let store = SqliteStore::new(pool.clone()).with_extension(consumer::saga::SagaTables);
-    store.migrate().await.expect("migrations");
-    let outbox = Outbox::new();
-    let broker = MemoryBroker::new(1);
+        .expect("the test kit");
+    kit.handler("orders", saga(Outbox::new()));
+    kit.relay(Outbox::new()).await.expect("the relay");
     for kind in events {
         let m = Message::json(
             kind,
@@ -126,23 +126,15 @@ async fn run(events: &[&str]) -> (SagaRecord, MemoryBroker, SqlitePool) {
         )
         .expect("json")
         .with_key("o-1");
-        broker.publish("orders", m).await.expect("publish");
+        kit.send("orders", m).await.expect("send");
     }
-    let drained = broker.clone();
-    Consumer::new(broker.source("orders"), store, saga(outbox.clone()))
-        .run_until(async move { drained.wait_drained("orders").await })
-        .await
-        .expect("consumer");
-    OutboxRelay::new(pool.clone(), outbox, broker.clone())
-        .run_once()
-        .await
-        .expect("relay");
-    let record = SagaStore::new(pool.clone())
+    kit.settle().await.expect("settled");
+    let record = SagaStore::new(kit.pool().clone())
         .get("orders", "o-1")
         .await
         .expect("saga store")
         .expect("the saga");
-    (record, broker, pool)
+    (record, kit)
 }
 
 fn ran(record: &SagaRecord) -> Vec<String> {
@@ -155,44 +147,44 @@ fn ran(record: &SagaRecord) -> Vec<String> {
 async fn a_forward_reply_while_compensating_is_acked_without_its_transition() {
     // The stock reservation's reply overtakes nothing: it arrives after
     // the order was cancelled and the undo of the stock went out.
-    let (record, broker, _pool) = run(&["Placed", "Cancel", "Reserved", "Released"]).await;
+    let (record, kit) = run(&["Placed", "Cancel", "Reserved", "Released"]).await;
     assert_eq!(
         ran(&record),
         ["Placed", "Cancel", "Released"],
         "`Reserved` did not run while the saga compensated"
     );
     assert_eq!(
-        broker.depth("shipping"),
+        kit.published_to("shipping").len(),
         0,
         "nothing shipped mid-compensation"
     );
-    assert!(broker.dead_letters("orders").is_empty());
+    assert!(kit.dead_letters("orders").is_empty());
     assert_eq!(
         record.status,
         SagaStatus::Compensating,
         "the payment's refund is awaited"
     );
-    assert_eq!(broker.depth("inventory"), 1);
-    assert_eq!(broker.depth("payments"), 1);
+    assert_eq!(kit.published_to("inventory").len(), 1);
+    assert_eq!(kit.published_to("payments").len(), 1);
 }
 
 #[tokio::test]
 async fn an_undo_reply_while_running_is_acked_without_its_transition() {
     // Run, its `undone` would be a misuse (no undo is under way), and the
     // reply a dead letter.
-    let (record, broker, _pool) = run(&["Placed", "Refunded", "Reserved"]).await;
+    let (record, kit) = run(&["Placed", "Refunded", "Reserved"]).await;
     assert_eq!(ran(&record), ["Placed", "Reserved"]);
     assert_eq!(record.status, SagaStatus::Running);
     assert!(
-        broker.dead_letters("orders").is_empty(),
+        kit.dead_letters("orders").is_empty(),
         "acked, not dead-lettered: {:?}",
-        broker.dead_letter_records("orders")
+        kit.dead_letters("orders")
     );
 }
 
 #[tokio::test]
 async fn a_withdrawn_undo_is_never_sent_and_the_log_shows_it() {
-    let (record, broker, _pool) = run(&["Placed", "PaymentVoided", "Cancel", "Released"]).await;
+    let (record, kit) = run(&["Placed", "PaymentVoided", "Cancel", "Released"]).await;
     assert_eq!(
         ran(&record),
         ["Placed", "PaymentVoided", "Cancel", "Released"]
@@ -203,11 +195,11 @@ async fn a_withdrawn_undo_is_never_sent_and_the_log_shows_it() {
         "only the stock's undo was left to run"
     );
     assert_eq!(
-        broker.depth("payments"),
+        kit.published_to("payments").len(),
         0,
         "the withdrawn refund never went"
     );
-    assert_eq!(broker.depth("inventory"), 1);
+    assert_eq!(kit.published_to("inventory").len(), 1);
     let log: Vec<(&str, UndoStatus)> = record
         .compensation
         .iter()

@@ -1,10 +1,10 @@
 //! One span per saga transition, a child of the span of the delivery that
-//! triggered it, in the producer's trace (no services: the in-memory
-//! broker and in-memory SQLite). A binary of its own: the span exporter is
-//! a process-wide subscriber.
+//! triggered it, in the producer's trace (no services: the test kit). A
+//! binary of its own: the span exporter is a process-wide subscriber.
 
 use consumer::saga::{NotFound, SagaBuilder, Step};
-use consumer::{Consumer, MemoryBroker, Message, Outbox, Saga, SqliteStore};
+use consumer::testing::TestKit;
+use consumer::{Message, Outbox, Saga};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -47,51 +47,38 @@ fn attribute(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<Str
         .map(|kv| kv.value.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn each_transition_has_one_span_a_child_of_its_deliverys_span() {
     let exporter = consumer::testing::in_memory_spans();
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect("sqlite::memory:")
+    let mut kit = TestKit::builder()
+        .with_store(|store| store.with_extension(consumer::saga::SagaTables))
+        .start()
         .await
-        .expect("SQLite");
-    let store = SqliteStore::new(pool.clone()).with_extension(consumer::saga::SagaTables);
-    store.migrate().await.expect("migrations");
+        .expect("the test kit");
     let id = |e: &Ev| e.id.clone();
     let saga = SagaBuilder::new(Traced, Outbox::new())
         .on("Started", id, NotFound::Start, seen)
         .on("Ended", id, NotFound::Ignore, seen)
         .build()
         .expect("saga");
-    let broker = MemoryBroker::new(1);
+    kit.handler("t", saga);
     let mut ids = Vec::new();
     for kind in ["Started", "Ended", "Ended"] {
         let m = Message::json(kind, &Ev { id: "s".into() })
             .expect("json")
             .with_key("s")
             .with_header("traceparent", TRACEPARENT);
-        ids.push(
-            m.headers
-                .get("ce_id")
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-                .to_owned(),
-        );
-        broker.publish("t", m).await.expect("publish");
+        let sent = kit.send("t", m).await.expect("send");
+        ids.push(sent.id.unwrap_or_default());
     }
-    let drained = broker.clone();
-    Consumer::new(broker.source("t"), store, saga)
-        .run_until(async move { drained.wait_drained("t").await })
-        .await
-        .expect("consumer");
+    kit.settle().await.expect("settled");
 
     // sqlx's SQLite worker thread keeps the caller's span for each command
     // until it has answered, so the last `process` span may still be open
     // on that thread. The pool's one connection runs its commands in order:
     // once one more is answered, the earlier ones' spans are closed.
     sqlx::query("SELECT 1")
-        .execute(&pool)
+        .execute(kit.pool())
         .await
         .expect("SQLite");
     let spans = exporter.get_finished_spans().expect("spans");

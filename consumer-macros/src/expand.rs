@@ -279,7 +279,7 @@ pub(crate) fn call_args(
         .map(|p| match p {
             Param::Message => message.clone(),
             Param::Tx => match &m.tx_ty {
-                Some(t) => respan(tx.clone(), t.span()),
+                Some(t) => respan_located(tx.clone(), t.span()),
                 None => tx.clone(),
             },
             Param::Context => context.clone(),
@@ -315,13 +315,28 @@ fn spanned_bound(ty: &syn::Type, bound: TokenStream) -> TokenStream {
 
 /// Gives every token of `tokens` the span `span`.
 pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    respan_names(tokens, span, span)
+}
+
+/// [`respan`], but the expansion's own names (`__consumer_*`) only located
+/// at `span`, resolved where the attribute is: `span` may come from
+/// another hygiene context (a type that is a `macro_rules!` fragment),
+/// where the names the expansion binds are not visible.
+fn respan_located(tokens: TokenStream, span: Span) -> TokenStream {
+    respan_names(tokens, span, Span::call_site().located_at(span))
+}
+
+fn respan_names(tokens: TokenStream, span: Span, names: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tt| {
             if let TokenTree::Group(g) = &tt {
-                let mut group = Group::new(g.delimiter(), respan(g.stream(), span));
+                let mut group = Group::new(g.delimiter(), respan_names(g.stream(), span, names));
                 group.set_span(span);
                 tt = TokenTree::Group(group);
+            } else if matches!(&tt, TokenTree::Ident(i) if i.to_string().starts_with("__consumer_"))
+            {
+                tt.set_span(names);
             } else {
                 tt.set_span(span);
             }

@@ -4,7 +4,8 @@
 //! participants answer by data (`bob` pays by a bank transfer that never
 //! arrives, `unicorn` is never in stock, `dee`'s card is closed before her
 //! refund). Each includer declares the participants' `#[handler]`s on its
-//! store's transaction over the functions here, and wires its broker.
+//! store's transaction with [`participant_handlers!`], and wires its
+//! broker.
 
 #![allow(dead_code)]
 
@@ -488,6 +489,82 @@ pub const EXPECTED: [SagaStatus; 4] = [
     SagaStatus::CompensationFailed,
 ];
 
+/// Declares the participants' handlers (`#[handler]` on the transaction
+/// type `$tx`) and `participants()`, their routers on `$store`, in the
+/// module that calls it (next to its `mod saga_shop`): each includer
+/// declares them once this way, whatever its store.
+macro_rules! participant_handlers {
+    ($tx:ident, $store:ident) => {
+        #[consumer::handler(event_type = "ChargePayment", idempotency_key = cmd.order_id)]
+        async fn charge(
+            cmd: saga_shop::ChargePayment,
+            tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            saga_shop::charge(cmd, tx).await
+        }
+
+        /// Deduplicated on the message id: the saga gives each undo
+        /// command a deterministic id, so a repeat of the same refund is
+        /// absorbed here.
+        #[consumer::handler(event_type = "RefundPayment")]
+        async fn refund(
+            cmd: saga_shop::RefundPayment,
+            tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            saga_shop::refund(cmd, tx).await
+        }
+
+        #[consumer::handler(event_type = "CancelPayment")]
+        async fn cancel(
+            _cmd: saga_shop::CancelPayment,
+            _tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            Ok(())
+        }
+
+        #[consumer::handler(event_type = "ReserveStock", idempotency_key = cmd.order_id)]
+        async fn reserve(
+            cmd: saga_shop::ReserveStock,
+            tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            saga_shop::reserve(cmd, tx).await
+        }
+
+        #[consumer::handler(event_type = "ReleaseStock")]
+        async fn release(
+            _cmd: saga_shop::ReleaseStock,
+            _tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            Ok(())
+        }
+
+        #[consumer::handler(event_type = "ShipOrder", idempotency_key = cmd.order_id)]
+        async fn ship(
+            cmd: saga_shop::ShipOrder,
+            tx: &mut $tx,
+        ) -> Result<(), saga_shop::ParticipantError> {
+            saga_shop::ship(cmd, tx).await
+        }
+
+        /// The participants' routers.
+        pub fn participants() -> Result<saga_shop::Participants<$store>, consumer::Error> {
+            Ok(saga_shop::Participants {
+                payments: consumer::Router::builder("payments")
+                    .route(charge)
+                    .route(refund)
+                    .route(cancel)
+                    .build()?,
+                inventory: consumer::Router::builder("inventory")
+                    .route(reserve)
+                    .route(release)
+                    .build()?,
+                shipping: consumer::Router::builder("shipping").route(ship).build()?,
+            })
+        }
+    };
+}
+pub(crate) use participant_handlers;
+
 /// The participants' routers, declared by the includer on its store.
 pub struct Participants<S: consumer::DedupStore> {
     pub payments: Router<S>,
@@ -501,6 +578,16 @@ pub struct Sources<A, B, C, D> {
     pub payments: B,
     pub inventory: C,
     pub shipping: D,
+}
+
+/// The saga's outbox: its commands, each to its participant, and the
+/// replies it documents.
+pub fn outbox(to: &Destinations) -> Outbox {
+    Outbox::new()
+        .with_event_to::<Reply>(to.orders.clone(), "PaymentCaptured")
+        .with_event_to::<ChargePayment>(to.payments.clone(), "ChargePayment")
+        .with_event_to::<ReserveStock>(to.inventory.clone(), "ReserveStock")
+        .with_event_to::<ShipOrder>(to.shipping.clone(), "ShipOrder")
 }
 
 /// The service: the saga's consumer, the three participants' consumers,
@@ -522,11 +609,7 @@ where
     C: Source,
     D: Source,
 {
-    let outbox = Outbox::new()
-        .with_event_to::<Reply>(to.orders.clone(), "PaymentCaptured")
-        .with_event_to::<ChargePayment>(to.payments.clone(), "ChargePayment")
-        .with_event_to::<ReserveStock>(to.inventory.clone(), "ReserveStock")
-        .with_event_to::<ShipOrder>(to.shipping.clone(), "ShipOrder");
+    let outbox = outbox(&to);
     let router = Router::builder("orders")
         .route(saga(outbox.clone(), to)?)
         .build()?;
@@ -554,6 +637,26 @@ where
             monitor.run_until(stop.stopped())
         });
     Ok((service, stats))
+}
+
+/// Asserts that the four orders ended as [`EXPECTED`], `bob`'s by his
+/// payment's timeout, and returns their report.
+///
+/// # Panics
+///
+/// When they did not, with the report.
+pub fn assert_ended_as_expected(records: &[SagaRecord]) -> String {
+    let report = report(records);
+    let statuses: Vec<SagaStatus> = records.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, EXPECTED, "{report}");
+    let bob = &records[1];
+    assert!(
+        bob.history
+            .iter()
+            .any(|e| e.note().is_some_and(|n| n.contains("timed out"))),
+        "{report}"
+    );
+    report
 }
 
 /// Waits until every order of `run` has finished (polling the store).

@@ -1,8 +1,9 @@
 //! The shop every example runs, whatever the broker and the store: an
 //! order aggregate's events, what its three handlers do, the orders
 //! placed, what a legacy producer sends on the side, and the report.
-//! Each example declares the handlers (`#[handler]` on its store's
-//! transaction) over these functions, and wires its broker.
+//! Each example declares the handlers on its store's transaction with
+//! [`shop_handlers!`] (one declaration for every store), and wires its
+//! broker.
 
 #![allow(dead_code)]
 
@@ -45,6 +46,55 @@ pub enum ShopError {
     #[error("database error")]
     Db(#[from] sqlx::Error),
 }
+
+/// Declares the shop's three handlers (`reserve_stock`, `capture_payment`,
+/// `notify_customer`, `#[handler]` on the transaction type `$tx`) and
+/// `orders_router()`, the router `orders` over them on `$store`, in the
+/// module that calls it (next to its `mod shop`): each example declares
+/// them once this way, whatever its store.
+#[allow(unused_macros)] // `outbox_orders` takes the shop's events only
+macro_rules! shop_handlers {
+    ($tx:ident, $store:ident) => {
+        #[consumer::handler(event_type = "OrderPlaced", idempotency_key = e.order_id)]
+        async fn reserve_stock(e: shop::OrderPlaced, tx: &mut $tx) -> Result<(), shop::ShopError> {
+            shop::step(&mut **tx, &e.order_id, &shop::stock_reserved(&e)).await
+        }
+
+        #[consumer::handler(
+                            event_type = "OrderPaid",
+                            idempotency_key = e.order_id,
+                            retry = exponential(base = "20ms", max_delay = "200ms", attempts = 4),
+                            terminal = shop::ShopError::InvalidAmount(_),
+                        )]
+        async fn capture_payment(
+            e: shop::OrderPaid,
+            tx: &mut $tx,
+            ctx: &consumer::MessageContext,
+        ) -> Result<(), shop::ShopError> {
+            let line = shop::capture(&e, ctx)?;
+            shop::step(&mut **tx, &e.order_id, &line).await
+        }
+
+        #[consumer::handler(event_type = "OrderShipped", idempotency_key = e.order_id)]
+        async fn notify_customer(
+            e: shop::OrderShipped,
+            tx: &mut $tx,
+        ) -> Result<(), shop::ShopError> {
+            shop::step(&mut **tx, &e.order_id, &shop::shipped(&e)).await
+        }
+
+        /// The router `orders`: the shop's three handlers.
+        pub fn orders_router() -> Result<consumer::Router<$store>, consumer::Error> {
+            consumer::Router::builder("orders")
+                .route(reserve_stock)
+                .route(capture_payment)
+                .route(notify_customer)
+                .build()
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use shop_handlers;
 
 /// The shop's outbox: every event of an order to `destination`, keyed by
 /// the order, each event type declared for the AsyncAPI document.

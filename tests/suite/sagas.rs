@@ -11,7 +11,7 @@ use consumer::outbox::ScheduleToken;
 use consumer::saga::{NotFound, SagaBuilder, SagaHandler, SagaRecord, SagaStatus, SagaStore, Step};
 use consumer::{
     Consumer, DeadLetterKind, Message, Outbox, OutboxRelay, Outgoing, Publisher, RetryPolicy,
-    Router, Saga, handler, retry::RetryMode,
+    Router, Saga, retry::RetryMode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -23,43 +23,12 @@ use crate::{SuiteHarness, SuiteTx};
 #[path = "../../examples/saga_shop/mod.rs"]
 pub mod saga_shop;
 
-use saga_shop::{
-    CancelPayment, ChargePayment, Destinations, ParticipantError, Participants, RefundPayment,
-    ReleaseStock, ReserveStock, ShipOrder, Sources,
-};
+use saga_shop::{Destinations, Sources};
 
 // ---------------------------------------------------------------------------
 // The shop's participants on the suite's store.
 
-#[handler(event_type = "ChargePayment", idempotency_key = cmd.order_id)]
-async fn charge(cmd: ChargePayment, tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    saga_shop::charge(cmd, tx).await
-}
-
-#[handler(event_type = "RefundPayment")]
-async fn refund(cmd: RefundPayment, tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    saga_shop::refund(cmd, tx).await
-}
-
-#[handler(event_type = "CancelPayment")]
-async fn cancel(_cmd: CancelPayment, _tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    Ok(())
-}
-
-#[handler(event_type = "ReserveStock", idempotency_key = cmd.order_id)]
-async fn reserve(cmd: ReserveStock, tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    saga_shop::reserve(cmd, tx).await
-}
-
-#[handler(event_type = "ReleaseStock")]
-async fn release(_cmd: ReleaseStock, _tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    Ok(())
-}
-
-#[handler(event_type = "ShipOrder", idempotency_key = cmd.order_id)]
-async fn ship(cmd: ShipOrder, tx: &mut SuiteTx) -> Result<(), ParticipantError> {
-    saga_shop::ship(cmd, tx).await
-}
+saga_shop::participant_handlers!(SuiteTx, SuiteStore);
 
 /// The harness's publisher, owned, for a relay.
 #[derive(Clone)]
@@ -337,23 +306,7 @@ pub async fn the_saga_shop_completes_times_out_compensates_and_dead_letters_a_fa
         inventory: broker.source("inventory").await,
         shipping: broker.source("shipping").await,
     };
-    let participants = Participants {
-        payments: Router::builder("payments")
-            .route(charge)
-            .route(refund)
-            .route(cancel)
-            .build()
-            .expect("router"),
-        inventory: Router::builder("inventory")
-            .route(reserve)
-            .route(release)
-            .build()
-            .expect("router"),
-        shipping: Router::builder("shipping")
-            .route(ship)
-            .build()
-            .expect("router"),
-    };
+    let participants = participants().expect("the participants' routers");
     let (service, _) = saga_shop::service(
         pool(&h),
         h.store(),
@@ -388,16 +341,7 @@ pub async fn the_saga_shop_completes_times_out_compensates_and_dead_letters_a_fa
         .expect("join")
         .expect("the service");
 
-    let report = saga_shop::report(&records);
-    let statuses: Vec<SagaStatus> = records.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, saga_shop::EXPECTED, "{report}");
-    let bob = &records[1];
-    assert!(
-        bob.history
-            .iter()
-            .any(|e| e.note().is_some_and(|n| n.contains("timed out"))),
-        "{report}"
-    );
+    let report = saga_shop::assert_ended_as_expected(&records);
     for r in &records {
         assert!(
             r.timeouts.is_empty(),

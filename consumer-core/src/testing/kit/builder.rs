@@ -82,10 +82,11 @@ impl TestKitBuilder {
         let store = (self.store)(SqliteStore::new(pool.clone()));
         store.migrate().await?;
         let broker = MemoryBroker::new(self.partitions);
-        let faults = Faults::new();
+        let relay_faults = Faults::new();
         Ok(TestKit {
-            recording: Recording::new(broker.clone(), faults.clone()),
-            faults,
+            recording: Recording::new(broker.clone(), relay_faults.clone()),
+            relay_faults,
+            faults: Faults::new(),
             broker,
             pool,
             store,

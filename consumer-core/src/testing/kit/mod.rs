@@ -28,7 +28,7 @@ pub use published::Published;
 use crate::dead_letter::DeadLetter;
 use crate::envelope::Message;
 use crate::router::{OneHandler, Routes};
-use crate::testing::Faults;
+use crate::testing::{Faults, FaultyPublisher};
 use crate::{Consumer, Handler, MemoryBroker, Outbox, OutboxRelay, SqliteStore};
 use clock::{Ticker, WallDeadline};
 use published::Recording;
@@ -81,6 +81,9 @@ pub struct TestKit {
     store: SqliteStore,
     tracker: Arc<Tracker>,
     recording: Recording,
+    /// The faults of the relays' publisher ([`TestKit::relay_faults`]).
+    relay_faults: Faults,
+    /// The faults of the test's own dependencies ([`TestKit::faults`]).
     faults: Faults,
     relays: Vec<(Outbox, OutboxRelay<sqlx::Sqlite, Recording>)>,
     topics: Vec<String>,
@@ -192,7 +195,30 @@ impl TestKit {
     /// clock). A handler's own dependencies take the fault kit's wrappers
     /// the same way, where the test builds them.
     pub fn relay_faults(&self) -> &Faults {
+        &self.relay_faults
+    }
+
+    /// The fault kit for the handlers' own dependencies, a handle apart
+    /// from [`TestKit::relay_faults`]: wrap a dependency in the fault
+    /// kit's wrappers with it (a publisher in
+    /// [`FaultyPublisher::new(dependency, kit.faults().clone())`](FaultyPublisher::new),
+    /// or take [`TestKit::publisher`]), then arm what goes wrong next:
+    /// [`Faults::fail_next_publishes`] (a dependency down for a while: the
+    /// handler fails, and its retry policy runs on the virtual clock),
+    /// [`Faults::refuse_next_publishes`] (a refusal for good),
+    /// [`Faults::duplicate_next_publishes`] (sent twice).
+    pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// A publisher to the kit's memory broker behind [`TestKit::faults`]:
+    /// the dependency to give a handler that publishes directly rather
+    /// than through the outbox (a notification, a call to another
+    /// system). What it sends lands on the kit's broker, where a consumer
+    /// of the kit takes it and [`TestKit::settle`] waits for it; it is not
+    /// in [`TestKit::published`], which is the relays'.
+    pub fn publisher(&self) -> FaultyPublisher<MemoryBroker> {
+        FaultyPublisher::new(self.broker.clone(), self.faults.clone())
     }
 
     /// Publishes `message` to `topic` (build it with [`Message::json`] and
