@@ -374,3 +374,78 @@ mod unsettled_letters {
         );
     }
 }
+
+mod dead_letter_marks {
+    //! The mark that a message was dead-lettered, written once the broker
+    //! confirmed its letter, is tried again while the store cannot take it.
+    //! Found by the fault campaign (seed 7 on RabbitMQ, 20 minutes): a
+    //! PostgreSQL crash right after a poison message's letter was confirmed
+    //! left the mark unwritten (told and left), so the store's record of
+    //! what was dead-lettered missed a letter the broker held. Here a
+    //! trigger refuses the mark twice with a serialization failure, a
+    //! refusal that heals.
+
+    use consumer::{Consumer, MemoryBroker, Message, PgTx, handler};
+
+    use crate::conformance::support::{self, Harness, PgHarness};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused for good")]
+    struct Refused;
+
+    #[derive(serde::Deserialize)]
+    struct Ping {}
+
+    #[handler(retry = none, terminal = Refused)]
+    async fn refuse(_ping: Ping, _tx: &mut PgTx) -> Result<(), Refused> {
+        Err(Refused)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mark_the_store_refuses_for_a_while_is_written_once_it_takes_it() {
+        let h = PgHarness::new().await;
+        for ddl in [
+            "CREATE SEQUENCE mark_tries",
+            "CREATE FUNCTION refuse_two_marks() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF nextval('mark_tries') <= 2 THEN \
+             RAISE EXCEPTION 'the mark is refused for now' USING ERRCODE = '40001'; \
+             END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse_two_marks BEFORE INSERT OR UPDATE ON consumer_attempts \
+             FOR EACH ROW WHEN (NEW.dead_lettered_at IS NOT NULL) \
+             EXECUTE FUNCTION refuse_two_marks()",
+        ] {
+            sqlx::query(ddl)
+                .execute(h.pool())
+                .await
+                .unwrap_or_else(|e| panic!("{ddl}: {e}"));
+        }
+        let broker = MemoryBroker::new(1);
+        broker
+            .publish("t", Message::raw(&b"{}"[..]).with_id("m-1"))
+            .await
+            .expect("publish");
+        let consumer = Consumer::new(broker.source("t"), h.store(), refuse);
+        let stats = consumer.stats();
+        let drained = broker.clone();
+        support::within(consumer.run_until(async move { drained.wait_drained("t").await }))
+            .await
+            .expect("consumer");
+
+        assert_eq!(stats.snapshot().dead_terminal, 1);
+        assert_eq!(broker.dead_letter_records("t").len(), 1);
+        let tries: i64 = sqlx::query_scalar("SELECT last_value FROM mark_tries")
+            .fetch_one(h.pool())
+            .await
+            .expect("tries");
+        assert_eq!(tries, 3, "refused twice, written on the third try");
+        let marked: bool = sqlx::query_scalar(
+            "SELECT dead_lettered_at IS NOT NULL FROM consumer_attempts \
+             WHERE handler = 'refuse' AND message_id = 'm-1'",
+        )
+        .fetch_optional(h.pool())
+        .await
+        .expect("the mark")
+        .unwrap_or(false);
+        assert!(marked, "the store knows the message was dead-lettered");
+    }
+}

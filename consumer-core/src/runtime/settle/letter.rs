@@ -198,17 +198,33 @@ impl<S: DedupStore> Settler<S> {
     }
 
     /// Marks the letter the broker took as sent, in the store, and counts
-    /// it. A mark that fails is told and left: the letter is on the broker,
-    /// and only a redelivery of the original (a lost ack) would send it
-    /// again.
+    /// it. The mark is tried again within the settle budget while the
+    /// store cannot take it (a database restarting): without it, the
+    /// store's record of what was dead-lettered misses a letter the broker
+    /// holds. A mark that still fails is told and left: the letter is on
+    /// the broker, and only a redelivery of the original (a lost ack)
+    /// would send it again.
     async fn mark_letter_out(&self, envelope: &Envelope, dl: &DeadLetter, kind: DeadLetterKind) {
-        if let Err(e) = self
-            .store
-            .mark_dead_lettered(&dl.handler, &dl.message_id, &dl.error)
-            .await
-        {
-            self.observer
-                .emit(Happened::MarkFailed { error: &chain(&e) });
+        let mut budget = self.budget();
+        loop {
+            let Err(e) = self
+                .store
+                .mark_dead_lettered(&dl.handler, &dl.message_id, &dl.error)
+                .await
+            else {
+                break;
+            };
+            match self
+                .after_failure(&mut budget, "marking the message dead-lettered", &e)
+                .await
+            {
+                Next::TryAgain => {}
+                Next::Stopping | Next::GiveUp => {
+                    self.observer
+                        .emit(Happened::MarkFailed { error: &chain(&e) });
+                    break;
+                }
+            }
         }
         self.dead_lettered(envelope, &dl.handler, kind);
     }
