@@ -519,9 +519,37 @@ fn print_table(title: &str, rows: &[(Side, Figures, Figures)]) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+/// Every round's figures side by side, each ratio against the hand loop
+/// of its own round (the machine's load moves all sides together).
+fn print_rounds(all: &[Vec<(Side, Figures, Figures)>]) {
+    println!("\nall rounds (each ratio against the same round's hand loop)");
+    println!("| side | jobs/s (drain) | × hand loop | p50 ms (paced) | p99 ms (paced) |");
+    println!("|---|---:|---:|---:|---:|");
+    for side in [Side::Hand, Side::Ours, Side::Apalis] {
+        let mut cells = [const { String::new() }; 4];
+        for rows in all {
+            let hand = rows.iter().find(|(s, _, _)| *s == Side::Hand);
+            let Some((_, t, p)) = rows.iter().find(|(s, _, _)| *s == side) else {
+                continue;
+            };
+            let ratio = hand.map_or(0.0, |(_, h, _)| t.jobs_per_s / h.jobs_per_s);
+            let sep = if cells[0].is_empty() { "" } else { " / " };
+            cells[0] += &format!("{sep}{:.0}", t.jobs_per_s);
+            cells[1] += &format!("{sep}{ratio:.2}×");
+            cells[2] += &format!("{sep}{:.1}", ms(p.p50_us));
+            cells[3] += &format!("{sep}{:.1}", ms(p.p99_us));
+        }
+        if !cells[0].is_empty() {
+            println!(
+                "| {} | {} | {} | {} | {} |",
+                side.label(),
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3]
+            );
+        }
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -574,32 +602,6 @@ async fn main() -> anyhow::Result<()> {
         print_table(&format!("round {round}"), &rows);
         all.push(rows);
     }
-    let mut summary = Vec::new();
-    for side in sides {
-        let of = |f: &dyn Fn(&Figures, &Figures) -> f64| {
-            median(
-                all.iter()
-                    .filter_map(|r| r.iter().find(|(s, _, _)| *s == side))
-                    .map(|(_, t, p)| f(t, p))
-                    .collect(),
-            )
-        };
-        if all.iter().all(|r| r.iter().all(|(s, _, _)| *s != side)) {
-            continue;
-        }
-        summary.push((
-            side,
-            Figures {
-                jobs_per_s: of(&|t, _| t.jobs_per_s),
-                ..Figures::default()
-            },
-            Figures {
-                jobs_per_s: 0.0,
-                p50_us: of(&|_, p| p.p50_us as f64) as u64,
-                p99_us: of(&|_, p| p.p99_us as f64) as u64,
-            },
-        ));
-    }
-    print_table(&format!("median of {} rounds", o.rounds), &summary);
+    print_rounds(&all);
     Ok(())
 }

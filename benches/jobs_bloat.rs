@@ -170,14 +170,14 @@ async fn main() -> anyhow::Result<()> {
     let mut enqueues = tokio::task::JoinSet::new();
     for n in 0..o.rate * o.secs {
         every.tick().await;
-        let (pool, jobs, enqueued) = (pool.clone(), jobs.clone(), Arc::clone(&enqueued));
+        let (p, jobs, count) = (pool.clone(), jobs.clone(), Arc::clone(&enqueued));
         enqueues.spawn(async move {
             let mut job = Job::new(Message::json("Work", &Work { n })?);
             if n % 10 == 0 {
                 job = job.unique_for(format!("u{n}"), Duration::from_secs(1));
             }
-            jobs.enqueue_now(&pool, job).await?;
-            enqueued.fetch_add(1, Ordering::Relaxed);
+            jobs.enqueue_now(&p, job).await?;
+            count.fetch_add(1, Ordering::Relaxed);
             anyhow::Ok(())
         });
         while let Some(done) = enqueues.try_join_next() {
