@@ -42,7 +42,7 @@
 //! Environment: `DATABASE_URL` (each side a fresh `bench_` schema; apalis
 //! a database of its own on the same server).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -435,7 +435,7 @@ async fn hand_loop(
 }
 
 /// apalis in one mode: the peer program, run as a child.
-async fn run_apalis(o: &Opts, peers: &PathBuf, mode: Mode) -> anyhow::Result<Figures> {
+async fn run_apalis(o: &Opts, peers: &Path, mode: Mode) -> anyhow::Result<Figures> {
     let url = consumer::testing::database_url();
     let mut args: Vec<String> = match mode {
         Mode::Throughput => vec!["throughput".into(), "--n".into(), o.n.to_string()],
@@ -449,7 +449,7 @@ async fn run_apalis(o: &Opts, peers: &PathBuf, mode: Mode) -> anyhow::Result<Fig
     };
     args.extend(["--url".into(), url, "--batch".into(), o.batch.to_string()]);
     args.extend(["--concurrency".into(), o.in_flight.to_string()]);
-    let program = peers.clone();
+    let program = peers.to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(program).args(args).output()
     })
