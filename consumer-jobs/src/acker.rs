@@ -11,6 +11,7 @@ use sqlx::Pool;
 use tokio::sync::Notify;
 
 use super::JobDatabase;
+use super::deletes::Deletes;
 use super::lease::Held;
 use super::statements;
 
@@ -27,6 +28,7 @@ pub const DEAD_LETTER_REFUSAL: &str = "job queue: dead letters are kept in this 
 #[derive(Debug)]
 pub struct JobAcker<DB: JobDatabase> {
     pool: Pool<DB>,
+    deletes: Deletes,
     seq: i64,
     claims: i64,
     held: Held,
@@ -49,6 +51,7 @@ fn unavailable(what: &str, e: sqlx::Error) -> Error {
 impl<DB: JobDatabase> JobAcker<DB> {
     pub(crate) fn new(
         pool: Pool<DB>,
+        deletes: Deletes,
         seq: i64,
         claims: i64,
         held: Held,
@@ -56,6 +59,7 @@ impl<DB: JobDatabase> JobAcker<DB> {
     ) -> Self {
         Self {
             pool,
+            deletes,
             seq,
             claims,
             held,
@@ -84,14 +88,11 @@ impl<DB: JobDatabase> JobAcker<DB> {
 impl<DB: JobDatabase> consumer_core::source::Acker for JobAcker<DB> {
     async fn ack(mut self) -> Result<(), Error> {
         if !self.rescheduled {
-            let mut conn = self
-                .pool
-                .acquire()
+            let deleted = self
+                .deletes
+                .delete(self.seq, self.claims)
                 .await
-                .map_err(|e| unavailable("ack", e))?;
-            let deleted = statements::delete::<DB>(&mut conn, self.seq, self.claims)
-                .await
-                .map_err(|e| unavailable("deleting a finished job", e))?;
+                .map_err(|e| Error::broker(BrokerErrorKind::Unavailable, e, None))?;
             if !deleted {
                 self.lost("ack");
             }

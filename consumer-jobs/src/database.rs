@@ -43,6 +43,15 @@ pub trait JobDatabase: StoreDatabase + OutboxDatabase {
         queue: &str,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+    /// Deletes the rows of the finished deliveries `settled` (`seq`,
+    /// `claims`) in one go; per delivery, in order, whether its row was
+    /// still that delivery's (PostgreSQL: one statement; SQLite, whose one
+    /// writer makes a statement cheap: one each).
+    fn delete_settled(
+        conn: &mut Self::Connection,
+        settled: &[(i64, i64)],
+    ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
+
     /// [`announce`](Self::announce) from inside a transaction on `conn`:
     /// delivered when it commits, never if it rolls back (PostgreSQL queues
     /// the notification with the transaction).

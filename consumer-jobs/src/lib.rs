@@ -84,6 +84,7 @@
 
 mod acker;
 mod database;
+mod deletes;
 mod gauges;
 mod job;
 mod jobs;

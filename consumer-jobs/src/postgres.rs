@@ -41,6 +41,23 @@ impl JobDatabase for Postgres {
         }
     }
 
+    async fn delete_settled(
+        conn: &mut PgConnection,
+        settled: &[(i64, i64)],
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        let (seqs, claims): (Vec<i64>, Vec<i64>) = settled.iter().copied().unzip();
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM consumer_jobs j \
+             USING unnest($1::bigint[], $2::bigint[]) AS d(seq, claims) \
+             WHERE j.seq = d.seq AND j.claims = d.claims RETURNING j.seq",
+        )
+        .bind(&seqs)
+        .bind(&claims)
+        .fetch_all(conn)
+        .await?;
+        Ok(seqs.iter().map(|s| gone.contains(s)).collect())
+    }
+
     async fn announce(pool: &Pool<Self>, queue: &str) -> Result<(), sqlx::Error> {
         let mut conn = pool.acquire().await?;
         Self::announce_in(&mut conn, queue).await

@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::acker::JobAcker;
+use super::deletes::Deletes;
 use super::gauges::{Backlog, JobGauges, LastCount, count_every};
 use super::lease::{Heartbeat, Held, millis};
 use super::row::JobRow;
@@ -61,6 +62,8 @@ pub struct JobSource<DB: JobDatabase> {
 /// `LISTEN` task, both stopped with it.
 struct Started {
     _heartbeat: Heartbeat,
+    /// Where this source's ackers send finished jobs (deleted in groups).
+    deletes: Deletes,
     listener: Option<JoinHandle<()>>,
     counter: JoinHandle<()>,
 }
@@ -151,9 +154,10 @@ impl<DB: JobDatabase> JobSource<DB> {
         Ok(backlog)
     }
 
-    async fn start(&mut self) {
-        if self.started.is_some() {
-            return;
+    /// Starts what runs beside the source (once); the deleter's handle.
+    async fn start(&mut self) -> Deletes {
+        if let Some(started) = &self.started {
+            return started.deletes.clone();
         }
         let heartbeat = Heartbeat::start(
             self.pool.clone(),
@@ -162,8 +166,10 @@ impl<DB: JobDatabase> JobSource<DB> {
             self.lease,
         );
         let listener = DB::listen(&self.pool, Arc::clone(&self.nudge)).await;
+        let deletes = Deletes::start(self.pool.clone());
         self.started = Some(Started {
             _heartbeat: heartbeat,
+            deletes: deletes.clone(),
             listener,
             counter: count_every(
                 self.pool.clone(),
@@ -172,6 +178,7 @@ impl<DB: JobDatabase> JobSource<DB> {
                 self.count_every,
             ),
         });
+        deletes
     }
 
     /// Claims in a task of its own, so that a `recv` dropped mid-claim
@@ -202,9 +209,10 @@ impl<DB: JobDatabase> JobSource<DB> {
         }
     }
 
-    fn deliver(&self, row: JobRow) -> (Arc<Envelope>, JobAcker<DB>) {
+    fn deliver(&self, row: JobRow, deletes: Deletes) -> (Arc<Envelope>, JobAcker<DB>) {
         let acker = JobAcker::new(
             self.pool.clone(),
+            deletes,
             row.seq,
             row.claims,
             self.held.clone(),
@@ -214,10 +222,10 @@ impl<DB: JobDatabase> JobSource<DB> {
     }
 
     async fn next(&mut self) -> Result<(Arc<Envelope>, JobAcker<DB>), Error> {
-        self.start().await;
+        let deletes = self.start().await;
         loop {
             if let Some(row) = self.ready.pop_front() {
-                return Ok(self.deliver(row));
+                return Ok(self.deliver(row, deletes));
             }
             if let Some(claiming) = &mut self.claiming {
                 let claimed = claiming.await;

@@ -22,6 +22,17 @@ impl JobDatabase for Sqlite {
         None
     }
 
+    async fn delete_settled(
+        conn: &mut SqliteConnection,
+        settled: &[(i64, i64)],
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        let mut gone = Vec::with_capacity(settled.len());
+        for &(seq, claims) in settled {
+            gone.push(super::statements::delete::<Sqlite>(conn, seq, claims).await?);
+        }
+        Ok(gone)
+    }
+
     async fn announce(_pool: &Pool<Self>, _queue: &str) -> Result<(), sqlx::Error> {
         Ok(())
     }

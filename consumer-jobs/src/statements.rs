@@ -172,6 +172,7 @@ pub(crate) async fn claim<DB: Dialect>(
 
 /// Deletes a finished job; `false` when this delivery no longer holds it
 /// (its lease ended and another worker claimed it).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // PostgreSQL deletes in groups
 pub(crate) async fn delete<DB: Dialect>(
     conn: &mut DB::Connection,
     seq: i64,
