@@ -191,15 +191,29 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> V
 mod tests {
     use super::*;
 
+    /// `n` writers, relays and consumers, named as a campaign names them.
+    struct Processes([Vec<String>; 3]);
+
+    impl Processes {
+        fn of(n: usize) -> Self {
+            let names = |p: &str| (1..=n).map(|i| format!("{p}-{i}")).collect();
+            Self([names("writer"), names("relay"), names("consumer")])
+        }
+
+        fn targets(&self) -> Targets<'_> {
+            let [writers, relays, consumers] = &self.0;
+            Targets {
+                writers,
+                relays,
+                consumers,
+            }
+        }
+    }
+
     #[test]
     fn a_seed_names_one_schedule() {
-        let names = |p: &str| (1..=2).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
-        let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
-        let t = Targets {
-            writers: &w,
-            relays: &r,
-            consumers: &c,
-        };
+        let processes = Processes::of(2);
+        let t = processes.targets();
         for menu in [Menu::RABBITMQ, Menu::KAFKA, Menu::SQS] {
             let a = plan(7, Duration::from_secs(60), &t, menu);
             assert_eq!(a, plan(7, Duration::from_secs(60), &t, menu));
@@ -210,13 +224,8 @@ mod tests {
 
     #[test]
     fn on_kafka_there_are_no_link_faults_to_the_broker_and_some_pauses_outlast_a_session() {
-        let names = |p: &str| (1..=3).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
-        let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
-        let t = Targets {
-            writers: &w,
-            relays: &r,
-            consumers: &c,
-        };
+        let processes = Processes::of(3);
+        let t = processes.targets();
         let steps = plan(1, Duration::from_secs(600), &t, Menu::KAFKA);
         assert!(
             steps
@@ -234,13 +243,8 @@ mod tests {
 
     #[test]
     fn every_menu_faults_postgres_and_restarts_only_the_broker_nodes_it_has() {
-        let names = |p: &str| (1..=3).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
-        let (w, r, c) = (names("writer"), names("relay"), names("consumer"));
-        let t = Targets {
-            writers: &w,
-            relays: &r,
-            consumers: &c,
-        };
+        let processes = Processes::of(3);
+        let t = processes.targets();
         for menu in [Menu::RABBITMQ, Menu::KAFKA, Menu::SQS] {
             let steps = plan(1, Duration::from_secs(600), &t, menu);
             let has = |f: fn(&Fault) -> bool| steps.iter().any(|s| f(&s.fault));
