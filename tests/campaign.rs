@@ -10,7 +10,10 @@
 //! publish them to the broker (RabbitMQ: a partitioned topology of quorum
 //! queues; Kafka: a topic of 4 partitions, replicated three times; SQS: a
 //! FIFO queue), three consumers apply them to state rows with their dedup
-//! rows (on Kafka, one consumer group): each a process of its own (this
+//! rows (on Kafka, one consumer group), every third effect opening a
+//! settlement (a follow-up event through the outbox that starts a saga
+//! with a reply timeout, answered by a participant in the same consumers):
+//! each a process of its own (this
 //! test binary again, on `child_campaign_process`), each behind a link
 //! proxy to PostgreSQL, and on RabbitMQ to the broker too. A nemesis
 //! SIGKILLs and restarts them, SIGSTOPs consumers past their heartbeat,
@@ -18,7 +21,8 @@
 //! PostgreSQL and restarts a broker node, on a schedule drawn from a fixed
 //! seed. The history they record is checked for anything lost, applied
 //! twice, reordered, applied without a cause, dead-lettered without being
-//! poison, or whose dedup row disagrees with its effects; the test fails
+//! poison, whose dedup row disagrees with its effects, or whose
+//! settlement's saga ended in a status its events do not explain; the test fails
 //! with the checker's report. CONTRIBUTING.md says how to run the long
 //! form (`scripts/nemesis`) and read a report.
 

@@ -1,7 +1,9 @@
 //! The checker: reads one [history](super::history) and finds every
 //! event lost, applied twice, applied out of its aggregate's commit order,
 //! applied without a committed cause, dead-lettered without being poison,
-//! or whose dedup row disagrees with its effects. Each anomaly comes with
+//! or whose dedup row disagrees with its effects, and (in
+//! [`settlement_rules`](super::settlement_rules)) every settlement whose
+//! saga's end its events do not explain. Each anomaly comes with
 //! the events around it: the event's own records, and the faults injected
 //! shortly before.
 
@@ -30,7 +32,15 @@ pub enum Class {
     UnexpectedDeadLetter,
     /// A dedup row without an effect, or an effect without a dedup row.
     DedupDisagrees,
+    /// A saga whose status its events do not explain: completed without
+    /// its confirmation, failed for another reason than its timeout, not
+    /// finished, or saving more transitions than it had events.
+    SagaUnexplained,
 }
+
+/// An anomaly found, before the events around it are gathered: its class,
+/// what it is, and the event and aggregate it is about.
+pub type Found<'h> = (Class, String, Option<&'h str>, Option<&'h str>);
 
 /// One anomaly and the records that show it.
 #[derive(Debug, Clone)]
@@ -116,7 +126,7 @@ pub fn check(history: &[Event]) -> Report {
             _ => {}
         }
     }
-    let mut found: Vec<(Class, String, Option<&str>, Option<&str>)> = Vec::new();
+    let mut found: Vec<Found<'_>> = Vec::new();
     let mut ids: Vec<&&str> = committed.keys().collect();
     ids.sort();
     for id in ids {
@@ -226,6 +236,7 @@ pub fn check(history: &[Event]) -> Report {
             committed.get(id).map(|c| c.0),
         ));
     }
+    super::settlement_rules::check(history, &mut found);
     found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     report.anomalies = found
         .into_iter()

@@ -3,11 +3,17 @@
 //! Where a claim depends on a record, the record is written with what it
 //! records, so it is true whatever the nemesis does:
 //!
-//! * a writer's commit ([`Kind::Committed`]) and a consumer's effect
-//!   ([`Kind::Applied`]) are rows of `campaign_history` inserted in the
+//! * a writer's commit ([`Kind::Committed`]), a consumer's effect
+//!   ([`Kind::Applied`]), the settlement that effect opened
+//!   ([`Kind::Opened`]) and a participant's confirmation of it
+//!   ([`Kind::Confirmed`]) are rows of `campaign_history` inserted in the
 //!   very transaction that commits the business row and its outbox event,
-//!   or the state row and its dedup row: the record exists if and only if
-//!   what it records does;
+//!   the state row, its dedup row and its follow-up event, or the
+//!   participant's dedup row and its reply: the record exists if and only
+//!   if what it records does;
+//! * a settlement saga's end ([`Kind::SagaEnded`]) is its row in
+//!   `consumer_sagas`, which each transition saves in its own transaction,
+//!   read at the end;
 //! * a dead letter ([`Kind::DeadLettered`]) is the mark the consumer
 //!   writes in `consumer_attempts` in the transaction that gives up on the
 //!   message, and a dedup row ([`Kind::DedupRow`]) is `consumer_processed`,
@@ -31,7 +37,7 @@ pub const HISTORY_DDL: &str = "CREATE TABLE campaign_history (\
      id BIGSERIAL PRIMARY KEY, \
      at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), \
      process TEXT NOT NULL, \
-     kind TEXT NOT NULL CHECK (kind IN ('committed', 'applied')), \
+     kind TEXT NOT NULL CHECK (kind IN ('committed', 'applied', 'opened', 'confirmed')), \
      event_id TEXT NOT NULL, \
      aggregate TEXT NOT NULL, \
      seq BIGINT NOT NULL, \
@@ -70,6 +76,25 @@ pub enum Kind {
         aggregate: String,
         seq: i64,
     },
+    /// A consumer's effect of event `seq` of `aggregate` opened
+    /// `settlement` (a follow-up event through the outbox, which starts
+    /// its saga).
+    Opened {
+        settlement: String,
+        aggregate: String,
+        seq: i64,
+    },
+    /// The participant confirmed `settlement` (its reply went out with
+    /// this record).
+    Confirmed { settlement: String },
+    /// The saga of `settlement` as it ended: its status, why, and how
+    /// many transitions it saved (its version).
+    SagaEnded {
+        settlement: String,
+        status: String,
+        reason: Option<String>,
+        version: i64,
+    },
     /// The consumer's dedup table holds a row for the event.
     DedupRow { event_id: String },
     /// The consumer gave up on the event (dead letter).
@@ -88,6 +113,9 @@ impl Kind {
             | Self::Applied { event_id, .. }
             | Self::DedupRow { event_id }
             | Self::DeadLettered { event_id } => Some(event_id),
+            Self::Opened { settlement, .. }
+            | Self::Confirmed { settlement }
+            | Self::SagaEnded { settlement, .. } => Some(settlement),
             Self::Fault { .. } => None,
         }
     }
@@ -95,7 +123,9 @@ impl Kind {
     /// The aggregate this is about, where the record says it.
     pub fn aggregate(&self) -> Option<&str> {
         match self {
-            Self::Committed { aggregate, .. } | Self::Applied { aggregate, .. } => Some(aggregate),
+            Self::Committed { aggregate, .. }
+            | Self::Applied { aggregate, .. }
+            | Self::Opened { aggregate, .. } => Some(aggregate),
             _ => None,
         }
     }
@@ -107,6 +137,13 @@ impl Kind {
             Self::Published { .. } => "published",
             Self::Delivered { .. } => "delivered",
             Self::Applied { .. } => "applied",
+            Self::Opened { .. } => "settlements opened",
+            Self::Confirmed { .. } => "settlements confirmed",
+            Self::SagaEnded { status, .. } => match status.as_str() {
+                "completed" => "sagas completed",
+                "failed" => "sagas failed",
+                _ => "sagas in another status",
+            },
             Self::DedupRow { .. } => "dedup rows",
             Self::DeadLettered { .. } => "dead-lettered",
             Self::Fault { .. } => "faults",
@@ -120,7 +157,8 @@ pub fn now_us() -> i64 {
     i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
-/// Records a commit or an effect in the transaction that makes it true.
+/// Records a commit, an effect, an opened settlement or a confirmation in
+/// the transaction that makes it true.
 pub async fn record_in_tx(
     tx: &mut sqlx::PgConnection,
     process: &str,
@@ -138,6 +176,12 @@ pub async fn record_in_tx(
             aggregate,
             seq,
         } => ("applied", event_id, aggregate, *seq, false),
+        Kind::Opened {
+            settlement,
+            aggregate,
+            seq,
+        } => ("opened", settlement, aggregate, *seq, false),
+        Kind::Confirmed { settlement } => ("confirmed", settlement, settlement, 0, false),
         other => panic!("{} is not recorded in a transaction", other.name()),
     };
     sqlx::query(
@@ -214,19 +258,26 @@ pub async fn load(pool: &sqlx::PgPool, handler: &str, dir: &Path) -> Vec<Event> 
     .await
     .expect("campaign_history");
     for (at_us, process, kind, event_id, aggregate, seq, poison) in rows {
-        let kind = if kind == "committed" {
-            Kind::Committed {
+        let kind = match kind.as_str() {
+            "committed" => Kind::Committed {
                 event_id,
                 aggregate,
                 seq,
                 poison,
-            }
-        } else {
-            Kind::Applied {
+            },
+            "applied" => Kind::Applied {
                 event_id,
                 aggregate,
                 seq,
-            }
+            },
+            "opened" => Kind::Opened {
+                settlement: event_id,
+                aggregate,
+                seq,
+            },
+            _ => Kind::Confirmed {
+                settlement: event_id,
+            },
         };
         events.push(Event {
             at_us,
@@ -234,19 +285,28 @@ pub async fn load(pool: &sqlx::PgPool, handler: &str, dir: &Path) -> Vec<Event> 
             kind,
         });
     }
-    let dead: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT (extract(epoch FROM dead_lettered_at) * 1000000)::bigint, message_id \
-         FROM consumer_attempts WHERE handler = $1 AND dead_lettered_at IS NOT NULL",
+    // Every handler's dead letters: `handler`'s by the event's id; the
+    // settlements' (none is meant to be) by handler and message id, so
+    // that no commit explains them.
+    let dead: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT (extract(epoch FROM dead_lettered_at) * 1000000)::bigint, handler, message_id \
+         FROM consumer_attempts WHERE dead_lettered_at IS NOT NULL",
     )
-    .bind(handler)
     .fetch_all(pool)
     .await
     .expect("consumer_attempts");
-    events.extend(dead.into_iter().map(|(at_us, event_id)| Event {
+    events.extend(dead.into_iter().map(|(at_us, h, id)| Event {
         at_us,
         process: "consumers".to_owned(),
-        kind: Kind::DeadLettered { event_id },
+        kind: Kind::DeadLettered {
+            event_id: if h == handler {
+                id
+            } else {
+                format!("{h}: {id}")
+            },
+        },
     }));
+    events.extend(super::settlement::ended(pool).await);
     let dedup: Vec<(i64, String)> = sqlx::query_as(
         "SELECT (extract(epoch FROM processed_at) * 1000000)::bigint, key \
          FROM consumer_processed WHERE handler = $1",

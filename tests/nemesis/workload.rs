@@ -2,7 +2,10 @@
 //! `child_campaign_process` with a [`Spec`]: writers committing business
 //! rows with outbox events, relays publishing them to the broker under
 //! test ([`Backend`]), consumers applying them to a state row with the
-//! dedup row. Each records its part of the [history](super::history).
+//! dedup row, every third effect opening a [settlement](super::settlement)
+//! (a follow-up event that starts a saga with a reply timeout, which a
+//! participant in the same consumers answers). Each records its part of
+//! the [history](super::history).
 //! The writers, the handler and the history are the same on every
 //! backend; only the relay's publisher and the consumer's source differ.
 
@@ -15,11 +18,13 @@ use consumer::backend::Source;
 use consumer::kafka::{KafkaPublisher, KafkaSource, Topics};
 use consumer::sqs::{SqsClient, SqsPublisher, SqsSource};
 use consumer::{
-    Consumer, MessageContext, NewEvent, Outbox, OutboxRelay, Outgoing, PgTx, Publisher, handler,
+    Consumer, MessageContext, NewEvent, Outbox, OutboxRelay, Outgoing, PgTx, Publisher, Router,
+    handler,
 };
 use serde::{Deserialize, Serialize};
 
 use super::history::{HISTORY_DDL, JsonLines, Kind, record_in_tx};
+use super::settlement::{self, OPEN_EVERY};
 use crate::conformance::links::RELAY_RETRY;
 
 /// The environment variable a child reads its [`Spec`] from.
@@ -157,9 +162,14 @@ pub fn topology(queue: &str) -> PartitionedTopology {
         .with_expires(Duration::from_secs(600))
 }
 
-/// The business and state tables and the history, in the campaign's
-/// schema (the store's tables are there already).
+/// The business and state tables, the history and the sagas' table, in
+/// the campaign's schema (the store's tables are there already).
 pub async fn create_tables(pool: &sqlx::PgPool) {
+    consumer::Store::new(pool.clone())
+        .with_extension(consumer::saga::SagaTables)
+        .migrate()
+        .await
+        .expect("the sagas' table");
     for ddl in [
         HISTORY_DDL,
         "CREATE TABLE campaign_business (aggregate TEXT NOT NULL, seq BIGINT NOT NULL, \
@@ -175,9 +185,9 @@ pub async fn create_tables(pool: &sqlx::PgPool) {
 }
 
 /// Events still to settle: committed and neither applied nor
-/// dead-lettered.
+/// dead-lettered, or settlements whose saga has not finished.
 pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar(
+    let events: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM campaign_history c WHERE c.kind = 'committed' \
          AND NOT EXISTS (SELECT 1 FROM campaign_history a WHERE a.kind = 'applied' AND a.event_id = c.event_id) \
          AND NOT EXISTS (SELECT 1 FROM consumer_attempts d WHERE d.handler = $1 \
@@ -186,7 +196,8 @@ pub async fn unsettled(pool: &sqlx::PgPool) -> i64 {
     .bind(HANDLER)
     .fetch_one(pool)
     .await
-    .expect("unsettled events")
+    .expect("unsettled events");
+    events + settlement::unfinished(pool).await
 }
 
 /// Runs the child process `spec` says, until it is killed (a writer
@@ -355,13 +366,17 @@ pub enum ApplyError {
     Poison(String),
     #[error("database error")]
     Db(#[from] sqlx::Error),
+    #[error("outbox")]
+    Outbox(#[from] consumer::Error),
 }
 
-/// Applies the event to its aggregate's state row, and records the effect
-/// in the same transaction. The upsert takes the row's lock first, so an
-/// aggregate's history rows are inserted in the order its effects apply.
+/// Applies the event to its aggregate's state row, opens a settlement
+/// every [`OPEN_EVERY`] events, and records both in the same transaction.
+/// The upsert takes the row's lock first, so an aggregate's history rows
+/// are inserted in the order its effects apply.
 #[handler(
     name = "apply",
+    event_type = "Changed",
     idempotency_key = change.event_id,
     retry = exponential(base = "10ms", max_delay = "200ms", attempts = 10),
     terminal = ApplyError::Poison(_),
@@ -385,6 +400,16 @@ pub async fn apply(change: Changed, tx: &mut PgTx, ctx: &MessageContext) -> Resu
     .bind(change.seq)
     .execute(&mut **tx)
     .await?;
+    if change.seq % OPEN_EVERY == 0 {
+        settlement::open(
+            tx,
+            &process_name(),
+            &change.event_id,
+            &change.aggregate,
+            change.seq,
+        )
+        .await?;
+    }
     record_in_tx(
         tx,
         &process_name(),
@@ -466,7 +491,15 @@ async fn consume(spec: &Spec, pool: sqlx::PgPool) {
 }
 
 async fn consume_from<S: Source>(spec: &Spec, pool: sqlx::PgPool, source: S) {
-    Consumer::new(source, consumer::Store::new(pool), apply)
+    let to = spec.backend.destination(&spec.queue);
+    settlement::send_to(to.clone());
+    let router = Router::builder("campaign")
+        .route(apply)
+        .route(settlement::confirm)
+        .route(settlement::saga(&to))
+        .build()
+        .expect("the campaign's router");
+    Consumer::router(source, consumer::Store::new(pool), router)
         .run_until(std::future::pending())
         .await
         .unwrap_or_else(|e| panic!("{} stopped: {}", spec.name, with_causes(&e)));
