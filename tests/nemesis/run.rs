@@ -201,6 +201,15 @@ pub async fn on_kafka(campaign: Campaign) -> Outcome {
     outcome
 }
 
+/// moto's `host:port`, from `SQS_ENDPOINT`.
+fn sqs_upstream() -> String {
+    let endpoint = crate::conformance::sqs::endpoint();
+    let rest = endpoint
+        .split_once("://")
+        .map_or(endpoint.as_str(), |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
 /// Runs `campaign` on SQS (moto at `SQS_ENDPOINT`) and PostgreSQL, on a
 /// FIFO queue of its own and its dead-letter queue, deleted at the end of
 /// a clean run.
@@ -277,7 +286,14 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                     url
                 }
                 Backend::Kafka => CLUSTER.to_owned(),
-                Backend::Sqs => crate::conformance::sqs::endpoint(),
+                Backend::Sqs => {
+                    let link = LinkProxy::start(sqs_upstream())
+                        .await
+                        .expect("a link proxy");
+                    let url = format!("http://{}", link.addr());
+                    fleet.links.insert(name.clone(), link);
+                    url
+                }
             };
             let database_link = LinkProxy::start(fleet.database.addr())
                 .await

@@ -86,9 +86,9 @@ impl Targets<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Menu {
     /// Cuts and stalls of a process's link to the broker, through its own
-    /// proxy. Without them (Kafka: a client connects to the address the
-    /// broker advertises, not to a proxy of its own), a cut becomes a
-    /// kill and a stall a pause.
+    /// proxy (RabbitMQ's AMQP, SQS's HTTP). Without them (Kafka: a client
+    /// connects to the address the broker advertises, not to a proxy of
+    /// its own), a cut becomes a kill and a stall a pause.
     pub links: bool,
     /// A pause lasts a stall's 0.5-4 s times this: 1 where the 1 s AMQP
     /// heartbeat is the timeout to pass, 3 (1.5-12 s) on Kafka, so that
@@ -114,10 +114,10 @@ impl Menu {
         pause_stretch: 3.0,
         broker_nodes: 3,
     };
-    /// SQS's (moto): no link faults to the broker, pauses of 1.5-12 s
+    /// SQS's (moto): link faults to its endpoint, pauses of 1.5-12 s
     /// (against a 6 s visibility timeout), no broker restarts.
     pub const SQS: Self = Self {
-        links: false,
+        links: true,
         pause_stretch: 3.0,
         broker_nodes: 0,
     };

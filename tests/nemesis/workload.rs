@@ -64,8 +64,9 @@ pub struct Spec {
     /// topic (Kafka, whose consumer group is named after it).
     pub queue: String,
     pub dir: PathBuf,
-    /// The broker URL (RabbitMQ: through this process's link proxy), or
-    /// the bootstrap brokers (Kafka).
+    /// The broker URL (RabbitMQ: through this process's link proxy), the
+    /// bootstrap brokers (Kafka), or the SQS endpoint (through this
+    /// process's link proxy).
     pub url: String,
     /// Writers commit until this time (microseconds since the Unix
     /// epoch), then exit: the load spans the faults, and a run waits for
@@ -152,6 +153,13 @@ pub fn sqs_topology(queue: &str) -> consumer::sqs::Topology {
 /// A client of the SQS the tests use (moto).
 pub fn sqs_client() -> SqsClient {
     SqsClient::from_api(crate::conformance::sqs::real_api())
+}
+
+/// A client of SQS at `endpoint`: a child's, through its link proxy.
+fn sqs_client_at(endpoint: &str) -> SqsClient {
+    SqsClient::from_api(std::sync::Arc::new(consumer::sqs::client::AwsSqs::local(
+        endpoint,
+    )))
 }
 
 /// The campaign's partitioned topology (quorum queues).
@@ -331,7 +339,7 @@ async fn relay(spec: &Spec, pool: sqlx::PgPool) {
             relay_with(spec, pool, publisher).await;
         }
         Backend::Sqs => {
-            let publisher = SqsPublisher::builder(sqs_client())
+            let publisher = SqsPublisher::builder(sqs_client_at(&spec.url))
                 .connect()
                 .await
                 .unwrap_or_else(|e| panic!("{}: {}", spec.name, with_causes(&e)));
@@ -479,7 +487,7 @@ async fn consume(spec: &Spec, pool: sqlx::PgPool) {
             // A visibility timeout the pauses outlast about half the time:
             // a paused consumer's messages go to another one, and it wakes
             // up holding them (its extensions stopped with it).
-            let source = SqsSource::builder(sqs_client(), sqs_topology(&spec.queue))
+            let source = SqsSource::builder(sqs_client_at(&spec.url), sqs_topology(&spec.queue))
                 .with_wait_time(Duration::from_secs(1))
                 .with_visibility_timeout(Duration::from_secs(6))
                 .connect()
