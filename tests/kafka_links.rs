@@ -28,7 +28,6 @@
 
 mod conformance;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use consumer::kafka::{KafkaPublisher, KafkaSource, KafkaStats, Topics};
@@ -37,7 +36,10 @@ use consumer::testing::{LinkProxy, MetricsRecorder, captured_logs};
 use consumer::{Consumer, Outbox, OutboxRelay};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
-use crate::conformance::kafka::{CLUSTER, check_cluster_nodes, kill_cluster_node};
+use crate::conformance::kafka::{
+    CLUSTER, bootstrap_through_proxies, check_proxied_listeners, kill_cluster_node,
+    node_link_proxies,
+};
 use crate::conformance::links::{
     Fault, RELAY_RETRY, assert_nothing_lost_twice_or_reordered, assert_sends_show_the_slow_link,
     effects, mean_send_between, recovered_after, write_events,
@@ -45,60 +47,10 @@ use crate::conformance::links::{
 use crate::conformance::scale_out::{effects_table, record_in_order, wait_effects};
 use crate::conformance::support::{self, Harness, PgHarness};
 
-/// The cluster's brokers, straight.
-/// Where the brokers' PROXIED listeners listen, and what they advertise
-/// (where the proxies listen), node by node.
-const PROXIED: [(u16, u16); 3] = [(19393, 19493), (19394, 19494), (19395, 19495)];
 const PARTITIONS: i32 = 4;
 
 /// One case at a time: the proxies' ports and the cluster are shared.
 static CLUSTER_IN_USE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Fails with a sentence naming the cluster when it does not answer.
-fn check_cluster() {
-    let up = |port: u16| {
-        std::net::TcpStream::connect_timeout(
-            &SocketAddr::from(([127, 0, 0, 1], port)),
-            Duration::from_secs(2),
-        )
-        .is_ok()
-    };
-    check_cluster_nodes();
-    for (listener, _) in PROXIED {
-        assert!(
-            up(listener),
-            "the Kafka cluster has no PROXIED listener on 127.0.0.1:{listener}: it was started by an older scripts/services; stop its nodes and run `scripts/services kafka-cluster` again"
-        );
-    }
-}
-
-/// The proxies in front of the PROXIED listeners, on the advertised ports
-/// (a previous case's may still be letting go of them).
-async fn proxies() -> Vec<LinkProxy> {
-    let mut out = Vec::new();
-    for (listener, advertised) in PROXIED {
-        let addr = SocketAddr::from(([127, 0, 0, 1], advertised));
-        let proxy = support::within(async {
-            loop {
-                match LinkProxy::bind(addr, format!("127.0.0.1:{listener}")).await {
-                    Ok(p) => return p,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        })
-        .await;
-        out.push(proxy);
-    }
-    out
-}
-
-fn bootstrap_through_proxies() -> String {
-    PROXIED
-        .iter()
-        .map(|(_, advertised)| format!("127.0.0.1:{advertised}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
 
 /// What librdkafka is told on both sides: requests time out after 3 s
 /// (a stalled link shows within seconds, not the default minute), and a
@@ -217,11 +169,11 @@ async fn wait_stats(stats: &KafkaStats, f: impl Fn(&consumer::kafka::KafkaStatsS
 }
 
 async fn links_fail_mid_run(fault: Fault) {
-    check_cluster();
+    check_proxied_listeners();
     let _cluster = CLUSTER_IN_USE.lock().await;
     let logs = captured_logs();
     let publisher_lines = logs.matching(&["client=\"publisher\""]).len();
-    let links = proxies().await;
+    let links = node_link_proxies().await;
     let links: Vec<&LinkProxy> = links.iter().collect();
     let p = Pipeline::start(&bootstrap_through_proxies(), Duration::from_millis(3)).await;
 
@@ -337,7 +289,7 @@ fn leader_of_partition_zero(topic: &str) -> i32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_of_three_killed_and_restarted_mid_run_loses_nothing() {
-    check_cluster();
+    check_proxied_listeners();
     let _cluster = CLUSTER_IN_USE.lock().await;
     let logs = captured_logs();
     let p = Pipeline::start(CLUSTER, Duration::from_millis(4)).await;

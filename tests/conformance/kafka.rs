@@ -69,6 +69,60 @@ pub fn check_cluster_nodes() {
     }
 }
 
+/// Where the cluster's brokers' PROXIED listeners listen, and what they
+/// advertise (where [`node_link_proxies`] listen), node by node.
+pub const PROXIED: [(u16, u16); 3] = [(19393, 19493), (19394, 19494), (19395, 19495)];
+
+/// Fails with a sentence naming the cluster when a node, or its PROXIED
+/// listener, does not answer.
+pub fn check_proxied_listeners() {
+    check_cluster_nodes();
+    for (listener, _) in PROXIED {
+        let up = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], listener)),
+            Duration::from_secs(2),
+        )
+        .is_ok();
+        assert!(
+            up,
+            "the Kafka cluster has no PROXIED listener on 127.0.0.1:{listener}: it was started by an older scripts/services; stop its nodes and run `scripts/services kafka-cluster` again"
+        );
+    }
+}
+
+/// A link proxy per node, in front of its PROXIED listener, on the port
+/// the node advertises for it (a previous user's may still be letting go
+/// of them): a client bootstrapped at [`bootstrap_through_proxies`]
+/// reaches every broker through them.
+pub async fn node_link_proxies() -> Vec<consumer::testing::LinkProxy> {
+    let mut out = Vec::new();
+    for (listener, advertised) in PROXIED {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], advertised));
+        let proxy = support::within(async {
+            loop {
+                match consumer::testing::LinkProxy::bind(addr, format!("127.0.0.1:{listener}"))
+                    .await
+                {
+                    Ok(p) => return p,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        })
+        .await;
+        out.push(proxy);
+    }
+    out
+}
+
+/// The bootstrap list through [`node_link_proxies`].
+pub fn bootstrap_through_proxies() -> String {
+    PROXIED
+        .iter()
+        .map(|(_, advertised)| format!("127.0.0.1:{advertised}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The cluster's node `n`'s pid file.
 fn cluster_pid_file(n: i32) -> std::path::PathBuf {
     let tools = std::env::var("CONSUMER_TOOLS_DIR").map_or_else(

@@ -1,7 +1,8 @@
 //! One campaign from start to report: a PostgreSQL server of its own (to
 //! crash and start again) with a fresh schema, a queue (or topic), link
 //! proxies to PostgreSQL for every process and to the broker where the
-//! backend allows them, the workload's processes, the nemesis' schedule
+//! backend allows them (per process on RabbitMQ and SQS, per node on
+//! Kafka), the workload's processes, the nemesis' schedule
 //! applied to them, a wait until every committed event has settled, and
 //! the checker's report on the history.
 
@@ -18,7 +19,10 @@ use super::workload::{self, AGGREGATES_PER_WRITER, Backend, HANDLER, Role, SPEC_
 use crate::conformance::amqp::{
     StartAppOnDrop, connect, rabbitmqctl, through, unique_prefix, upstream,
 };
-use crate::conformance::kafka::{CLUSTER, check_cluster_nodes, delete_topics, kill_cluster_node};
+use crate::conformance::kafka::{
+    CLUSTER, bootstrap_through_proxies, check_proxied_listeners, delete_topics, kill_cluster_node,
+    node_link_proxies,
+};
 use crate::conformance::private_postgres::PrivatePostgres;
 use crate::conformance::scale_out::Child;
 
@@ -61,6 +65,9 @@ struct Fleet {
     links: BTreeMap<String, LinkProxy>,
     /// Each process's link to PostgreSQL.
     database_links: BTreeMap<String, LinkProxy>,
+    /// Every client's links to each broker node, where the backend
+    /// allows them (Kafka: node 1 first).
+    node_links: Vec<LinkProxy>,
     database: PrivatePostgres,
     backend: Backend,
     /// Writers that finished their load and exited by themselves.
@@ -129,6 +136,12 @@ impl Fleet {
                 tokio::time::sleep(*d).await;
                 self.database.restart().await;
             }
+            Fault::CutNode(n) => self.node_link(*n).cut(),
+            Fault::StallNode(n, d) => {
+                self.node_link(*n).stall();
+                tokio::time::sleep(*d).await;
+                self.node_link(*n).restore();
+            }
             Fault::CutDatabase(name) => self.database_links[name].cut(),
             Fault::StallDatabase(name, d) => {
                 self.database_links[name].stall();
@@ -141,6 +154,13 @@ impl Fleet {
                 Backend::Sqs => unreachable!("SQS's menu has no broker nodes"),
             },
         }
+    }
+}
+
+impl Fleet {
+    fn node_link(&self, n: u32) -> &LinkProxy {
+        let i = usize::try_from(n).expect("a node number") - 1;
+        &self.node_links[i]
     }
 }
 
@@ -183,7 +203,7 @@ pub async fn on_rabbitmq(campaign: Campaign) -> Outcome {
 /// [`PARTITIONS`](workload::PARTITIONS) partitions replicated three
 /// times, deleted at the end of a clean run.
 pub async fn on_kafka(campaign: Campaign) -> Outcome {
-    check_cluster_nodes();
+    check_proxied_listeners();
     let brokers = CLUSTER.to_owned();
     let topic = format!("ct.campaign.{}", uuid::Uuid::now_v7().simple());
     let topics = workload::topics(&topic);
@@ -267,6 +287,10 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
         children: BTreeMap::new(),
         links: BTreeMap::new(),
         database_links: BTreeMap::new(),
+        node_links: match backend {
+            Backend::Kafka => node_link_proxies().await,
+            Backend::RabbitMq | Backend::Sqs => Vec::new(),
+        },
         database,
         backend,
         done: Vec::new(),
@@ -285,7 +309,7 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                     fleet.links.insert(name.clone(), link);
                     url
                 }
-                Backend::Kafka => CLUSTER.to_owned(),
+                Backend::Kafka => bootstrap_through_proxies(),
                 Backend::Sqs => {
                     let link = LinkProxy::start(sqs_upstream())
                         .await
@@ -354,7 +378,12 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
                 .expect("the nemesis' log");
         }
     }
-    for link in fleet.links.values().chain(fleet.database_links.values()) {
+    for link in fleet
+        .links
+        .values()
+        .chain(fleet.database_links.values())
+        .chain(&fleet.node_links)
+    {
         link.restore();
     }
 

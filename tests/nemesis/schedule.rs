@@ -30,6 +30,12 @@ pub enum Fault {
     /// Let no byte through between the process and PostgreSQL for a
     /// while.
     StallDatabase(String, Duration),
+    /// Reset every connection to broker node `n` (Kafka: every client's,
+    /// through the node's proxied listener).
+    CutNode(u32),
+    /// Let no byte through to broker node `n` for a while, connections
+    /// left open.
+    StallNode(u32, Duration),
     /// Stop a broker node (RabbitMQ: the node's application, quorum
     /// queues and all; Kafka: SIGKILL one node of three), then start it
     /// again after a while.
@@ -50,6 +56,12 @@ impl fmt::Display for Fault {
             Self::StallDatabase(p, d) => {
                 write!(f, "stall {p} from PostgreSQL for {:.1} s", d.as_secs_f64())
             }
+            Self::CutNode(n) => write!(f, "cut every link to broker node {n}"),
+            Self::StallNode(n, d) => write!(
+                f,
+                "stall every link to broker node {n} for {:.1} s",
+                d.as_secs_f64()
+            ),
             Self::RestartBroker(n, d) => {
                 write!(
                     f,
@@ -87,9 +99,15 @@ impl Targets<'_> {
 pub struct Menu {
     /// Cuts and stalls of a process's link to the broker, through its own
     /// proxy (RabbitMQ's AMQP, SQS's HTTP). Without them (Kafka: a client
-    /// connects to the address the broker advertises, not to a proxy of
-    /// its own), a cut becomes a kill and a stall a pause.
+    /// connects to the addresses the brokers advertise, not to a proxy of
+    /// its own), a cut or stall is of every client's links to one node
+    /// where [`node_links`](Self::node_links) allows it, else a cut
+    /// becomes a kill and a stall a pause.
     pub links: bool,
+    /// Cuts and stalls of every client's links to one broker node, through
+    /// a proxy per node on the address it advertises (Kafka's PROXIED
+    /// listeners).
+    pub node_links: bool,
     /// A pause lasts a stall's 0.5-4 s times this: 1 where the 1 s AMQP
     /// heartbeat is the timeout to pass, 3 (1.5-12 s) on Kafka, so that
     /// about half the pauses outlast its 6 s session timeout.
@@ -104,13 +122,15 @@ impl Menu {
     /// node.
     pub const RABBITMQ: Self = Self {
         links: true,
+        node_links: false,
         pause_stretch: 1.0,
         broker_nodes: 1,
     };
-    /// Kafka's: no link faults to the broker, pauses of 1.5-12 s, restarts
-    /// of one node of three.
+    /// Kafka's: link faults of every client to one node of three, pauses
+    /// of 1.5-12 s, restarts of one node of three.
     pub const KAFKA: Self = Self {
         links: false,
+        node_links: true,
         pause_stretch: 3.0,
         broker_nodes: 3,
     };
@@ -118,6 +138,7 @@ impl Menu {
     /// (against a 6 s visibility timeout), no broker restarts.
     pub const SQS: Self = Self {
         links: true,
+        node_links: false,
         pause_stretch: 3.0,
         broker_nodes: 0,
     };
@@ -150,11 +171,14 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> V
                     targets.consumers
                 };
                 let target = pick(&mut rng, among);
-                match (menu.links, kind) {
-                    (true, 6 | 7) => Fault::Cut(target),
-                    (true, _) => Fault::Stall(target, held),
-                    (false, 6 | 7) => Fault::Kill(target),
-                    (false, _) => Fault::Pause(pick(&mut rng, targets.consumers), paused),
+                let node = rng.random_range(1..=menu.broker_nodes.max(1));
+                match (menu.links, menu.node_links, kind) {
+                    (true, _, 6 | 7) => Fault::Cut(target),
+                    (true, _, _) => Fault::Stall(target, held),
+                    (false, true, 6 | 7) => Fault::CutNode(node),
+                    (false, true, _) => Fault::StallNode(node, held),
+                    (false, false, 6 | 7) => Fault::Kill(target),
+                    (false, false, _) => Fault::Pause(pick(&mut rng, targets.consumers), paused),
                 }
             }
             10 => {
@@ -177,8 +201,11 @@ pub fn plan(seed: u64, length: Duration, targets: &Targets<'_>, menu: Menu) -> V
                 | Fault::Stall(_, d)
                 | Fault::RestartDatabase(d)
                 | Fault::StallDatabase(_, d)
+                | Fault::StallNode(_, d)
                 | Fault::RestartBroker(_, d) => d,
-                Fault::Kill(_) | Fault::Cut(_) | Fault::CutDatabase(_) => Duration::ZERO,
+                Fault::Kill(_) | Fault::Cut(_) | Fault::CutDatabase(_) | Fault::CutNode(_) => {
+                    Duration::ZERO
+                }
             };
         if total > length {
             return steps;
@@ -223,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn on_kafka_there_are_no_link_faults_to_the_broker_and_some_pauses_outlast_a_session() {
+    fn on_kafka_links_are_faulted_by_node_and_some_pauses_outlast_a_session() {
         let processes = Processes::of(3);
         let t = processes.targets();
         let steps = plan(1, Duration::from_secs(600), &t, Menu::KAFKA);
@@ -231,6 +258,29 @@ mod tests {
             steps
                 .iter()
                 .all(|s| !matches!(s.fault, Fault::Cut(_) | Fault::Stall(..))),
+            "{steps:?}"
+        );
+        let nodes = |f: fn(&Fault) -> Option<u32>| {
+            steps
+                .iter()
+                .filter_map(|s| f(&s.fault))
+                .collect::<std::collections::BTreeSet<u32>>()
+        };
+        let all: std::collections::BTreeSet<u32> = (1..=3).collect();
+        assert_eq!(
+            nodes(|f| match f {
+                Fault::CutNode(n) => Some(*n),
+                _ => None,
+            }),
+            all,
+            "{steps:?}"
+        );
+        assert_eq!(
+            nodes(|f| match f {
+                Fault::StallNode(n, _) => Some(*n),
+                _ => None,
+            }),
+            all,
             "{steps:?}"
         );
         assert!(

@@ -65,7 +65,8 @@ pub struct Spec {
     pub queue: String,
     pub dir: PathBuf,
     /// The broker URL (RabbitMQ: through this process's link proxy), the
-    /// bootstrap brokers (Kafka), or the SQS endpoint (through this
+    /// bootstrap brokers (Kafka, through the node proxies every client
+    /// shares), or the SQS endpoint (through this
     /// process's link proxy).
     pub url: String,
     /// Writers commit until this time (microseconds since the Unix
