@@ -13,11 +13,14 @@ type SuiteHarness = crate::conformance::support::PgHarness;
 type SuiteTx = consumer::PgTx;
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use consumer::sqs::attributes::DEAD_LETTER_CONTEXT;
+use consumer::sqs::client::AwsSqs;
 use consumer::sqs::{SqsClient, SqsSource, Topology};
+use consumer::testing::LinkProxy;
 use consumer::{Consumer, DeadLetterKind, Message, Store};
 use rand::RngExt;
 
@@ -272,6 +275,66 @@ async fn a_partly_failed_or_lost_delete_retries_only_what_failed() {
         (deleted.len(), unique.len()),
         (10, 10),
         "each receipt sent to SQS once: the failed entries alone were tried again"
+    );
+}
+
+/// A connection dropped on the way without a reset (a NAT entry or a load
+/// balancer's flow lost): the long poll waiting on it never gets its
+/// answer, and the AWS SDK has no read timeout. The call is abandoned once
+/// its poll and its limit have passed, counted as a receive error, and the
+/// source goes on through a new connection: the message published after
+/// the drop runs once. (Without the limit the source waits for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_on_a_black_holed_connection_is_abandoned_within_its_limit_and_the_source_goes_on()
+ {
+    let h = PgHarness::new().await;
+    let broker = <SqsBroker as BrokerHarness>::new(1).await;
+    broker.urls("t").await;
+    let endpoint = crate::conformance::sqs::endpoint();
+    let moto = endpoint
+        .split_once("://")
+        .map_or(endpoint.as_str(), |(_, r)| r);
+    let proxy = LinkProxy::start(moto.trim_end_matches('/'))
+        .await
+        .expect("a link proxy in front of moto");
+    let api = AwsSqs::local(format!("http://{}", proxy.addr()))
+        .with_answer_within(Duration::from_secs(2));
+    let source = SqsSource::builder(SqsClient::from_api(Arc::new(api)), broker.topology("t"))
+        .with_wait_time(Duration::from_secs(1))
+        .with_visibility_timeout(Duration::from_secs(6))
+        .connect()
+        .await
+        .expect("an SQS source through the proxy");
+    let sqs_stats = source.stats();
+    let consumer = Consumer::new(source, h.store(), handlers::work);
+    let job = Job::new("k", 0);
+    let id = job.id.clone();
+    let drained = broker.clone();
+    let run = consumer.run_until(async move {
+        // The source long-polls through the proxy; the link stalls, so
+        // the poll under way (the source always has one) cannot end; its
+        // connection, with every other open one, is then black-holed, and
+        // new connections go through again.
+        while proxy.connections() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proxy.stall();
+        // The fault's own pace: past the poll's 1 s wait.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        proxy.black_hole();
+        proxy.restore();
+        BrokerHarness::publish(&drained, "t", job.message())
+            .await
+            .expect("publish");
+        BrokerHarness::wait_drained(&drained, "t").await;
+        drop(proxy);
+    });
+    support::within(run).await.expect("consumer");
+    assert_eq!(h.effects_of("work", &id).await, 1);
+    let sqs = sqs_stats.snapshot();
+    assert!(
+        sqs.receive_errors >= 1,
+        "the receive on the black-holed connection failed: {sqs:?}"
     );
 }
 

@@ -39,6 +39,10 @@ enum LinkState {
 ///   connections and on new ones (accepted, then silent), and nothing is
 ///   closed: a black-holed path. Heartbeats and session timeouts are what
 ///   notice it.
+/// * [`black_hole`](Self::black_hole): the connections open now pass no
+///   byte again, ever, and are never closed; new connections go through:
+///   a NAT entry or a load balancer's flow lost without a reset. Only the
+///   client's own timeout notices.
 /// * [`slow`](Self::slow): each chunk of bytes waits before it is
 ///   forwarded, in each direction.
 /// * [`restore`](Self::restore): bytes flow again; what a stall held back
@@ -74,6 +78,9 @@ struct Shared {
     /// pruned at each accept).
     connections: Mutex<Vec<AbortHandle>>,
     accepted: AtomicU64,
+    /// Connections numbered below this (in accept order, from 0) are
+    /// black-holed.
+    black_holed_below: AtomicU64,
 }
 
 impl Shared {
@@ -122,6 +129,16 @@ impl LinkProxy {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Black-holes every open connection: no byte passes on it again (not
+    /// after [`restore`](Self::restore) either) and it is never closed;
+    /// new connections go through.
+    pub fn black_hole(&self) {
+        let accepted = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared
+            .black_holed_below
+            .store(accepted, Ordering::SeqCst);
     }
 
     /// Resets every open connection; new ones go through.
@@ -180,14 +197,19 @@ async fn accept_loop(
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        let number = shared.accepted.fetch_add(1, Ordering::SeqCst);
         // A reset, not a clean close, whenever the proxy drops it.
         let _ = client.set_zero_linger();
         if *state.borrow() == LinkState::Down {
             drop(client);
             continue;
         }
-        let task = tokio::spawn(carry(client, upstream.clone(), state.subscribe()));
+        let link = Link {
+            state: state.subscribe(),
+            shared: Arc::clone(&shared),
+            number,
+        };
+        let task = tokio::spawn(carry(client, upstream.clone(), link));
         let mut connections = shared
             .connections
             .lock()
@@ -197,8 +219,23 @@ async fn accept_loop(
     }
 }
 
+/// What one connection's pumps read: the link's state, and whether it
+/// has been black-holed.
+#[derive(Clone)]
+struct Link {
+    state: watch::Receiver<LinkState>,
+    shared: Arc<Shared>,
+    number: u64,
+}
+
+impl Link {
+    fn black_holed(&self) -> bool {
+        self.number < self.shared.black_holed_below.load(Ordering::SeqCst)
+    }
+}
+
 /// Carries one connection both ways until either side closes it.
-async fn carry(client: TcpStream, upstream: String, state: watch::Receiver<LinkState>) {
+async fn carry(client: TcpStream, upstream: String, link: Link) {
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
     };
@@ -210,25 +247,25 @@ async fn carry(client: TcpStream, upstream: String, state: watch::Receiver<LinkS
     // Either direction ending ends the connection: the halves are dropped
     // together, as a broken link drops both.
     tokio::select! {
-        _ = pump(client_read, server_write, state.clone()) => {}
-        _ = pump(server_read, client_write, state) => {}
+        _ = pump(client_read, server_write, link.clone()) => {}
+        _ = pump(server_read, client_write, link) => {}
     }
 }
 
 /// Forwards one direction, chunk by chunk, as the link's state says.
-async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut state: watch::Receiver<LinkState>,
-) -> io::Result<()> {
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut link: Link) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {
             return to.shutdown().await;
         }
+        if link.black_holed() {
+            // Held open, silent, for as long as the proxy lives.
+            return std::future::pending().await;
+        }
         loop {
-            let now = *state.borrow_and_update();
+            let now = *link.state.borrow_and_update();
             match now {
                 LinkState::Open => break,
                 LinkState::Slowed(delay) => {
@@ -236,7 +273,7 @@ async fn pump(
                     break;
                 }
                 LinkState::Stalled => {
-                    if state.changed().await.is_err() {
+                    if link.state.changed().await.is_err() {
                         return Ok(());
                     }
                 }

@@ -1,5 +1,7 @@
 //! [`AwsKinesis`]: [`KinesisApi`] on `aws-sdk-kinesis`.
 
+use std::time::Duration;
+
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use bytes::Bytes;
@@ -10,17 +12,31 @@ use super::{
 };
 use crate::shards::ShardInfo;
 
-/// The real client: every call goes to Kinesis (or the endpoint the SDK's
-/// configuration names, such as an emulator's).
+/// The real client: every call goes to Kinesis (or the endpoint the
+/// SDK's configuration names, such as an emulator's), and waits for its
+/// answer at most [`consumer_aws::ANSWER_WITHIN`], whatever the SDK's
+/// configuration says: the SDK has no read timeout, and a `GetRecords` on
+/// a connection the network dropped silently would wait for ever
+/// ([`AwsKinesis::with_answer_within`]).
 #[derive(Debug, Clone)]
 pub struct AwsKinesis {
+    sdk: Sdk,
+    answer_within: Duration,
+}
+
+/// The calls themselves, on the SDK.
+#[derive(Debug, Clone)]
+struct Sdk {
     client: aws_sdk_kinesis::Client,
 }
 
 impl AwsKinesis {
     /// Calls Kinesis through `client`.
     pub fn new(client: aws_sdk_kinesis::Client) -> Self {
-        Self { client }
+        Self {
+            sdk: Sdk { client },
+            answer_within: consumer_aws::ANSWER_WITHIN,
+        }
     }
 
     /// The SDK's default configuration ([`consumer_aws::from_env`]:
@@ -38,13 +54,63 @@ impl AwsKinesis {
         Self::new(aws_sdk_kinesis::Client::new(&config))
     }
 
+    /// How long a call waits for its answer (default
+    /// [`consumer_aws::ANSWER_WITHIN`], 10 s): past it, the call fails as
+    /// [`Unavailable`](BrokerErrorKind::Unavailable) and is tried again on
+    /// a new connection.
+    #[must_use]
+    pub fn with_answer_within(mut self, limit: Duration) -> Self {
+        self.answer_within = limit;
+        self
+    }
+
     /// The SDK client.
     pub fn client(&self) -> &aws_sdk_kinesis::Client {
-        &self.client
+        &self.sdk.client
+    }
+
+    fn within<'a, T: Send + 'a>(
+        &self,
+        operation: &'static str,
+        call: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
+        Box::pin(consumer_aws::answered_within(
+            operation,
+            self.answer_within,
+            call,
+        ))
     }
 }
 
 impl KinesisApi for AwsKinesis {
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutEntry>,
+    ) -> ApiFuture<'a, Vec<PutOutcome>> {
+        self.within("PutRecords", self.sdk.put_records(stream, entries))
+    }
+
+    fn list_shards<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, Vec<ShardInfo>> {
+        self.within("ListShards", self.sdk.list_shards(stream))
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard_id: &'a str,
+        start: &'a IteratorStart,
+    ) -> ApiFuture<'a, String> {
+        let call = self.sdk.shard_iterator(stream, shard_id, start);
+        self.within("GetShardIterator", call)
+    }
+
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ApiFuture<'a, RecordsPage> {
+        self.within("GetRecords", self.sdk.get_records(iterator, limit))
+    }
+}
+
+impl KinesisApi for Sdk {
     fn put_records<'a>(
         &'a self,
         stream: &'a str,

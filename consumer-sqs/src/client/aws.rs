@@ -1,6 +1,7 @@
 //! [`AwsSqs`]: [`SqsApi`] on `aws-sdk-sqs`.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
@@ -17,16 +18,30 @@ use super::{
 };
 
 /// The real client: every call goes to SQS (or the endpoint the SDK's
-/// configuration names, such as an emulator's).
+/// configuration names, such as an emulator's), and waits for its answer
+/// at most [`consumer_aws::ANSWER_WITHIN`] (a receive: its long poll and
+/// that), whatever the SDK's configuration says: the SDK has no read
+/// timeout, and a request on a connection the network dropped silently
+/// would wait for ever ([`AwsSqs::with_answer_within`]).
 #[derive(Debug, Clone)]
 pub struct AwsSqs {
+    sdk: Sdk,
+    answer_within: Duration,
+}
+
+/// The calls themselves, on the SDK.
+#[derive(Debug, Clone)]
+struct Sdk {
     client: aws_sdk_sqs::Client,
 }
 
 impl AwsSqs {
     /// Calls SQS through `client`.
     pub fn new(client: aws_sdk_sqs::Client) -> Self {
-        Self { client }
+        Self {
+            sdk: Sdk { client },
+            answer_within: consumer_aws::ANSWER_WITHIN,
+        }
     }
 
     /// The SDK's default configuration: region, credentials and endpoint
@@ -44,9 +59,116 @@ impl AwsSqs {
         Self::new(aws_sdk_sqs::Client::new(&config))
     }
 
+    /// How long a call waits for its answer beyond what it asked SQS to
+    /// wait (default [`consumer_aws::ANSWER_WITHIN`], 10 s): past it, the
+    /// call fails as [`Unavailable`](BrokerErrorKind::Unavailable) and is
+    /// tried again on a new connection.
+    #[must_use]
+    pub fn with_answer_within(mut self, limit: Duration) -> Self {
+        self.answer_within = limit;
+        self
+    }
+
     /// The SDK client.
     pub fn client(&self) -> &aws_sdk_sqs::Client {
-        &self.client
+        &self.sdk.client
+    }
+
+    fn within<'a, T: Send + 'a>(
+        &self,
+        operation: &'static str,
+        waits: Duration,
+        call: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
+        Box::pin(consumer_aws::answered_within(
+            operation,
+            self.answer_within.saturating_add(waits),
+            call,
+        ))
+    }
+}
+
+impl SqsApi for AwsSqs {
+    fn receive<'a>(&'a self, r: ReceiveRequest<'a>) -> ApiFuture<'a, Vec<ReceivedMessage>> {
+        let waits = Duration::from_secs(u64::try_from(r.wait_seconds).unwrap_or(0));
+        self.within("ReceiveMessage", waits, self.sdk.receive(r))
+    }
+
+    fn delete_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<ReceiptEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        let call = self.sdk.delete_batch(queue_url, entries);
+        self.within("DeleteMessageBatch", Duration::ZERO, call)
+    }
+
+    fn change_visibility_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<VisibilityEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        let call = self.sdk.change_visibility_batch(queue_url, entries);
+        self.within("ChangeMessageVisibilityBatch", Duration::ZERO, call)
+    }
+
+    fn send_batch<'a>(
+        &'a self,
+        queue_url: &'a str,
+        entries: Vec<SendEntry>,
+    ) -> ApiFuture<'a, BatchOutcome> {
+        let call = self.sdk.send_batch(queue_url, entries);
+        self.within("SendMessageBatch", Duration::ZERO, call)
+    }
+
+    fn queue_url<'a>(&'a self, queue_name: &'a str) -> ApiFuture<'a, String> {
+        self.within(
+            "GetQueueUrl",
+            Duration::ZERO,
+            self.sdk.queue_url(queue_name),
+        )
+    }
+
+    fn queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+    ) -> ApiFuture<'a, HashMap<String, String>> {
+        let call = self.sdk.queue_attributes(queue_url);
+        self.within("GetQueueAttributes", Duration::ZERO, call)
+    }
+
+    fn create_queue<'a>(
+        &'a self,
+        queue_name: &'a str,
+        attributes: HashMap<String, String>,
+    ) -> ApiFuture<'a, String> {
+        let call = self.sdk.create_queue(queue_name, attributes);
+        self.within("CreateQueue", Duration::ZERO, call)
+    }
+
+    fn set_queue_attributes<'a>(
+        &'a self,
+        queue_url: &'a str,
+        attributes: HashMap<String, String>,
+    ) -> ApiFuture<'a, ()> {
+        let call = self.sdk.set_queue_attributes(queue_url, attributes);
+        self.within("SetQueueAttributes", Duration::ZERO, call)
+    }
+
+    fn purge_queue<'a>(&'a self, queue_url: &'a str) -> ApiFuture<'a, ()> {
+        self.within(
+            "PurgeQueue",
+            Duration::ZERO,
+            self.sdk.purge_queue(queue_url),
+        )
+    }
+
+    fn delete_queue<'a>(&'a self, queue_url: &'a str) -> ApiFuture<'a, ()> {
+        self.within(
+            "DeleteQueue",
+            Duration::ZERO,
+            self.sdk.delete_queue(queue_url),
+        )
     }
 }
 
@@ -129,7 +251,7 @@ fn from_sdk_attribute(value: &MessageAttributeValue) -> AttributeValue {
     }
 }
 
-impl SqsApi for AwsSqs {
+impl SqsApi for Sdk {
     fn receive<'a>(&'a self, r: ReceiveRequest<'a>) -> ApiFuture<'a, Vec<ReceivedMessage>> {
         Box::pin(async move {
             let mut call = self
