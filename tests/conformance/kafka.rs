@@ -154,22 +154,47 @@ pub fn kill_cluster_node(n: i32) -> NodeRestart {
 pub struct NodeRestart(Option<i32>);
 
 impl NodeRestart {
-    /// Starts the node now (`scripts/services kafka-node N`, which waits
-    /// until it answers).
+    /// Starts the node now ([`start_cluster_node`]).
     pub fn now(&mut self) {
-        if let Some(n) = self.0.take() {
-            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services");
-            let out = std::process::Command::new(script)
-                .args(["kafka-node", &n.to_string()])
-                .output()
-                .expect("run scripts/services kafka-node");
-            assert!(
-                out.status.success(),
-                "scripts/services kafka-node {n} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if let Some(n) = self.0.take()
+            && let Err(e) = start_cluster_node(n)
+        {
+            panic!("{e}");
         }
     }
+}
+
+/// How long past `scripts/services`' own 90 s a node it started may take
+/// to take connections on a loaded machine (a campaign's fourteen
+/// processes and a build beside it made one take over two minutes).
+const NODE_START_PATIENCE: Duration = Duration::from_secs(180);
+
+/// Starts cluster node `n` (`scripts/services kafka-node N`, which waits
+/// 90 s until it answers); when the script gives up, waits up to
+/// [`NODE_START_PATIENCE`] more for the JVM it started (it keeps starting)
+/// to take connections, and says what the script said if it never does.
+pub fn start_cluster_node(n: i32) -> Result<(), String> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/services");
+    let out = std::process::Command::new(script)
+        .args(["kafka-node", &n.to_string()])
+        .output()
+        .map_err(|e| format!("scripts/services kafka-node {n} could not run: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let port = u16::try_from(19091 + n).map_err(|e| format!("node {n}: {e}"))?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = std::time::Instant::now() + NODE_START_PATIENCE;
+    while std::time::Instant::now() < deadline {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Err(format!(
+        "scripts/services kafka-node {n} failed, and the node did not take connections on {addr} within {NODE_START_PATIENCE:?} more: {}",
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
 impl Drop for NodeRestart {
