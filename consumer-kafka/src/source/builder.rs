@@ -374,8 +374,8 @@ impl KafkaSourceBuilder {
             self.max_per_partition,
             self.max_poll_stall,
             Arc::clone(&max_body),
-            leave.map(|id| (self.group_id.clone(), id)),
-        );
+        )
+        .leaving_on_close(leave.map(|id| (self.group_id.clone(), id)));
         let instance_id = cc.get("group.instance.id").map(str::to_owned);
         let fenced_as = (self.group_id.clone(), instance_id.clone());
         let done = spawn_poll_thread(poller, Arc::clone(&shared), fenced_as, member)?;

@@ -50,7 +50,6 @@ impl Poller {
         max_per_partition: usize,
         max_poll_stall: Duration,
         max_body: Arc<AtomicUsize>,
-        leave: Option<(String, String)>,
     ) -> Self {
         Self {
             consumer,
@@ -61,8 +60,15 @@ impl Poller {
             max_poll_stall,
             interned: Vec::new(),
             max_body,
-            leave,
+            leave: None,
         }
+    }
+
+    /// Leaves `group` on close as the derived static member `id` (see
+    /// `leave.rs`), when there is one.
+    pub(super) fn leaving_on_close(mut self, leave: Option<(String, String)>) -> Self {
+        self.leave = leave;
+        self
     }
 
     pub(super) fn run(mut self) -> Result<(), Error> {
