@@ -139,6 +139,20 @@ mod derived_membership {
         Topics::new(topic).expect("topic").without_retry_topic()
     }
 
+    /// A topic of its own with `partitions`, on a broker that answers,
+    /// and a group of its own.
+    async fn fresh_topic(prefix: &str, partitions: i32) -> (String, String) {
+        let brokers = external_brokers();
+        check_external(&brokers);
+        let topic = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        topics(&topic)
+            .create(&brokers, partitions, 1)
+            .await
+            .expect("create topic");
+        let group = format!("g-{topic}");
+        (topic, group)
+    }
+
     async fn source(topic: &str, group: &str) -> KafkaSource {
         KafkaSource::builder(external_brokers(), group, topics(topic))
             .with_property("session.timeout.ms", LONG_SESSION)
@@ -179,14 +193,7 @@ mod derived_membership {
     /// one); the slot of the one closed goes to the next.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_sources_of_a_group_get_distinct_ids_and_a_closed_ones_slot_is_reused() {
-        let brokers = external_brokers();
-        check_external(&brokers);
-        let topic = format!("derived-{}", uuid::Uuid::new_v4().simple());
-        let group = format!("g-{topic}");
-        topics(&topic)
-            .create(&brokers, 2, 1)
-            .await
-            .expect("create topic");
+        let (topic, group) = fresh_topic("derived", 2).await;
         let a = source(&topic, &group).await;
         let b = source(&topic, &group).await;
         let (ida, idb) = (a.instance_id().map(str::to_owned), b.instance_id());
@@ -240,14 +247,7 @@ mod derived_membership {
     /// (within `within`'s 60 s, far below the session).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sigkilled_process_restarted_on_its_host_takes_its_id_and_partition_back_at_once() {
-        let brokers = external_brokers();
-        check_external(&brokers);
-        let topic = format!("derived-kill-{}", uuid::Uuid::new_v4().simple());
-        let group = format!("g-{topic}");
-        topics(&topic)
-            .create(&brokers, 1, 1)
-            .await
-            .expect("create topic");
+        let (topic, group) = fresh_topic("derived-kill", 1).await;
         let log = std::env::temp_dir().join(format!("{topic}.log"));
         let mut child = Child::spawn_logging_to(
             "derived_membership::child_derived_member_process",
