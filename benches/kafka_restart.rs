@@ -1,38 +1,34 @@
-//! Kafka: how long a crashed consumer's partitions wait, with and without
-//! static group membership (`KafkaSourceBuilder::with_static_membership`,
-//! KIP-345).
+//! Kafka: how long a member's partitions wait when it ends and another
+//! process takes its place, for each kind of membership: dynamic, static
+//! with a given id (`with_static_membership`, KIP-345), and the derived
+//! static id the source uses by default (`<hostname>-<slot>`).
 //!
 //! Each run: a consumer process (this program re-run as a child) joins a
 //! fresh group on a fresh one-partition topic, receives and acks a first
 //! record, lives on for 1.5 s (its offset is auto-committed every second),
-//! and is SIGKILLed: it sends no LeaveGroup, like a crashed pod. A second
-//! record is produced, and a new `KafkaSource` for the same group (and, when
-//! static, the same `group.instance.id`) connects in this process. The time
-//! printed runs from that `connect` to the first record its `recv` returns
-//! (acked at once, no handler: what is measured is the group, not the
-//! runtime).
+//! and ends: SIGKILLed (no commit on close, no LeaveGroup: a crashed pod)
+//! or SIGTERMed (it closes: commits, and leaves unless static with a given
+//! id). A second record is produced, and a successor `KafkaSource` for the
+//! same group connects in this process, with the same id (a restart on the
+//! same host: the derived id comes back through its slot) or another (a
+//! replaced pod). The time printed runs from that `connect` to the first
+//! record its `recv` returns (acked at once, no handler: what is measured
+//! is the group, not the runtime).
 //!
-//! For reference, a third column ends the first instance with SIGTERM
-//! instead: it closes, and as a dynamic member leaves the group, so its
-//! partitions move at once (a planned restart without static membership).
-//!
-//! Without static membership the new member's join waits for the dead one
-//! to rejoin or to time out (`session.timeout.ms`), then the group
-//! rebalances; with it, a broker that implements KIP-345 hands the
-//! restarted instance the dead one's member id and assignment at once.
-//!
-//! Both members use `session.timeout.ms=10000` (`BENCH_SESSION_TIMEOUT_MS`;
-//! `default` leaves it unset, as `group.protocol=consumer` requires) and
-//! librdkafka's default heartbeat (3 s). Brokers: librdkafka's mock
-//! cluster (in this process; the child connects to it over TCP) and the
-//! out-of-process broker at `KAFKA_BROKERS` (default 127.0.0.1:9092, Apache
-//! Kafka from `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
-//! `BENCH_BROKERS` (`mock,external`), `BENCH_MODES`
-//! (`dynamic,static,closed`),
-//! `BENCH_RESTART_TIMEOUT_S` (how long a restarted member may wait for a
-//! record, default 120), `BENCH_CONSUMER_PROPERTIES` (`key=value ...` on
-//! every member, e.g. `debug=cgrp` with `BENCH_LOG=debug`), `BENCH_LOG`
-//! (an `EnvFilter` for the backend's log on stderr).
+//! `BENCH_MODES` picks the cases (names in `CASES`; all by default).
+//! `BENCH_SESSION_TIMEOUT_MS` sets every member's `session.timeout.ms`
+//! (unset: the source's default; it must stay unset under
+//! `group.protocol=consumer`, KIP-848, where the broker's
+//! `group.consumer.session.timeout.ms` rules). librdkafka's default
+//! heartbeat (3 s). Brokers: librdkafka's mock cluster (in this process;
+//! the child connects to it over TCP) and the out-of-process broker at
+//! `KAFKA_BROKERS` (default 127.0.0.1:9092, Apache Kafka from
+//! `scripts/services kafka`). `BENCH_REPS` runs of each (default 3);
+//! `BENCH_BROKERS` (`mock,external`), `BENCH_RESTART_TIMEOUT_S` (how long
+//! a successor may wait for a record, default 120),
+//! `BENCH_CONSUMER_PROPERTIES` (`key=value ...` on every member, e.g.
+//! `debug=cgrp` with `BENCH_LOG=debug`), `BENCH_LOG` (an `EnvFilter` for
+//! the backend's log on stderr).
 //!
 //! ```sh
 //! scripts/services kafka
@@ -46,7 +42,7 @@
 //! (2.12.1) finds classic-protocol members by member id only
 //! (`rd_kafka_mock_cgrp_classic_member_add`), so a restarted static member
 //! is a new member there, and every membership change holds the join for
-//! `session.timeout.ms - 1 s`: all three columns come out near 9 s.
+//! `session.timeout.ms - 1 s`, whatever the case.
 //! Apache Kafka 4.4 implements KIP-345: a restarted static member gets its
 //! partitions back in well under a second (figures in benches/README.md).
 
@@ -64,19 +60,17 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const CHILD: &str = "--restart-bench-child";
 
-/// Every member's `session.timeout.ms`: `BENCH_SESSION_TIMEOUT_MS`, 10000
-/// unless set; `default` leaves it unset (librdkafka's 45 s), which
-/// `group.protocol=consumer` (KIP-848) requires: the broker's
-/// `group.consumer.session.timeout.ms` rules there.
+/// Every member's `session.timeout.ms`: `BENCH_SESSION_TIMEOUT_MS`, or
+/// the source's default when unset (or `default`).
 fn session_timeout_ms() -> Option<String> {
-    match std::env::var("BENCH_SESSION_TIMEOUT_MS") {
-        Ok(v) if v == "default" => None,
-        Ok(v) => Some(v),
-        Err(_) => Some("10000".to_owned()),
-    }
+    std::env::var("BENCH_SESSION_TIMEOUT_MS")
+        .ok()
+        .filter(|v| v != "default")
 }
 
-async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> KafkaSource {
+/// How a member joins: `-` dynamic, `+` the derived id (the default),
+/// anything else that static id.
+async fn source(bootstrap: &str, topic: &str, group: &str, instance: &str) -> KafkaSource {
     let mut b = KafkaSource::builder(
         bootstrap,
         group,
@@ -96,9 +90,11 @@ async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str
             .expect("BENCH_CONSUMER_PROPERTIES is `key=value ...`");
         b = b.with_property(k, v);
     }
-    if let Some(id) = instance {
-        b = b.with_static_membership(id);
-    }
+    b = match instance {
+        "-" => b.with_dynamic_membership(),
+        "+" => b,
+        id => b.with_static_membership(id),
+    };
     b.connect().await.expect("connect the source")
 }
 
@@ -106,9 +102,8 @@ async fn source(bootstrap: &str, topic: &str, group: &str, instance: Option<&str
 /// on SIGTERM it closes (commits, and leaves the group unless static).
 async fn child(args: &[String]) {
     let [bootstrap, topic, group, instance] = args else {
-        panic!("{CHILD} bootstrap topic group instance|-");
+        panic!("{CHILD} bootstrap topic group instance|-|+");
     };
-    let instance = (instance != "-").then_some(instance.as_str());
     let mut s = source(bootstrap, topic, group, instance).await;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
@@ -198,17 +193,13 @@ fn restart_timeout() -> Duration {
 
 /// One end of an instance and its restart; the seconds from the new
 /// `connect` to its first record, `None` past the restart timeout.
-async fn run(
-    broker: &Broker,
-    bootstrap: &str,
-    name: &str,
-    instance: Option<&str>,
-    end: End,
-) -> Option<f64> {
-    let topic = format!("restart-{name}-{}", uuid::Uuid::new_v4().simple());
+async fn run(broker: &Broker, bootstrap: &str, case: &Case, rep: usize) -> Option<f64> {
+    let topic = format!("restart-{}-{}", case.name, uuid::Uuid::new_v4().simple());
     let group = format!("g-{topic}");
+    let first = case.first.replace("{rep}", &rep.to_string());
+    let next = case.next.replace("{rep}", &rep.to_string());
     broker.create(bootstrap, &topic).await;
-    let mut child = spawn_child(bootstrap, &topic, &group, instance);
+    let mut child = spawn_child(bootstrap, &topic, &group, &first);
     produce(bootstrap, &topic, 1).await;
     let stdout = child.stdout.take().expect("child stdout");
     let (got_tx, got_rx) = std_mpsc::channel();
@@ -223,7 +214,7 @@ async fn run(
         .recv_timeout(Duration::from_secs(60))
         .expect("the child received its first record within 60 s");
     std::thread::sleep(Duration::from_millis(1500));
-    match end {
+    match case.end {
         End::Killed => child.kill().expect("SIGKILL the child"),
         End::Closed => {
             let status = Command::new("kill")
@@ -237,7 +228,7 @@ async fn run(
     produce(bootstrap, &topic, 2).await;
 
     let started = Instant::now();
-    let mut s = source(bootstrap, &topic, &group, instance).await;
+    let mut s = source(bootstrap, &topic, &group, &next).await;
     let Ok(first) = tokio::time::timeout(restart_timeout(), s.recv()).await else {
         s.close().await;
         return None;
@@ -249,9 +240,9 @@ async fn run(
     Some(took)
 }
 
-fn spawn_child(bootstrap: &str, topic: &str, group: &str, instance: Option<&str>) -> Child {
+fn spawn_child(bootstrap: &str, topic: &str, group: &str, instance: &str) -> Child {
     Command::new(std::env::current_exe().expect("this program"))
-        .args([CHILD, bootstrap, topic, group, instance.unwrap_or("-")])
+        .args([CHILD, bootstrap, topic, group, instance])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -304,7 +295,8 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "dynamic,static,closed".to_owned());
+    let modes = std::env::var("BENCH_MODES")
+        .unwrap_or_else(|_| CASES.iter().map(|c| c.name).collect::<Vec<_>>().join(","));
     let only = std::env::var("BENCH_BROKERS").unwrap_or_else(|_| "mock,external".to_owned());
     let external = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let (mock_bootstrap, mock) = mock_cluster();
@@ -317,28 +309,87 @@ async fn main() {
     }
     println!(
         "restart -> first record, session.timeout.ms={}, {reps} runs each",
-        session_timeout_ms().unwrap_or_else(|| "unset (librdkafka's default)".to_owned())
+        session_timeout_ms().unwrap_or_else(|| "the source's default".to_owned())
     );
+    let cases: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| modes.split(',').any(|m| m == c.name))
+        .collect();
     for (label, bootstrap, broker) in &brokers {
-        let mut dynamic = Vec::new();
-        let mut fixed = Vec::new();
-        let mut closed = Vec::new();
+        let mut times: Vec<Vec<Option<f64>>> = vec![Vec::new(); cases.len()];
         for rep in 0..reps {
             // Alternating, so a slow moment of the machine hits each.
-            if modes.contains("dynamic") {
-                dynamic.push(run(broker, bootstrap, "dyn", None, End::Killed).await);
-            }
-            if modes.contains("static") {
-                let id = format!("bench-instance-{rep}");
-                fixed.push(run(broker, bootstrap, "static", Some(&id), End::Killed).await);
-            }
-            if modes.contains("closed") {
-                closed.push(run(broker, bootstrap, "closed", None, End::Closed).await);
+            for (case, xs) in cases.iter().zip(&mut times) {
+                xs.push(run(broker, bootstrap, case, rep).await);
             }
         }
         println!("{label} ({bootstrap}):");
-        println!("  killed, dynamic           {}", summary(&dynamic));
-        println!("  killed, static            {}", summary(&fixed));
-        println!("  closed (SIGTERM), dynamic {}", summary(&closed));
+        for (case, xs) in cases.iter().zip(&times) {
+            println!("  {:<58} {}", case.label, summary(xs));
+        }
     }
 }
+
+/// One way an instance ends and is followed: its membership, its
+/// successor's (`-` dynamic, `+` derived, else a static id; `{rep}` is
+/// the run's number), and the end.
+struct Case {
+    name: &'static str,
+    label: &'static str,
+    first: &'static str,
+    next: &'static str,
+    end: End,
+}
+
+/// Every case, by the name `BENCH_MODES` lists.
+const CASES: &[Case] = &[
+    Case {
+        name: "dynamic",
+        label: "SIGKILL, restart; dynamic",
+        first: "-",
+        next: "-",
+        end: End::Killed,
+    },
+    Case {
+        name: "static",
+        label: "SIGKILL, restart; static, same given id",
+        first: "bench-instance-{rep}",
+        next: "bench-instance-{rep}",
+        end: End::Killed,
+    },
+    Case {
+        name: "derived",
+        label: "SIGKILL, restart; derived id (default), same host",
+        first: "+",
+        next: "+",
+        end: End::Killed,
+    },
+    Case {
+        name: "derived-lost",
+        label: "SIGKILL, successor on another host; derived id",
+        first: "+",
+        next: "other-host-{rep}",
+        end: End::Killed,
+    },
+    Case {
+        name: "closed",
+        label: "SIGTERM, successor; dynamic",
+        first: "-",
+        next: "-",
+        end: End::Closed,
+    },
+    Case {
+        name: "static-replaced",
+        label: "SIGTERM, successor with another id; static, given id",
+        first: "bench-old-{rep}",
+        next: "bench-new-{rep}",
+        end: End::Closed,
+    },
+    Case {
+        name: "derived-replaced",
+        label: "SIGTERM, successor on another host; derived id",
+        first: "+",
+        next: "other-host-{rep}",
+        end: End::Closed,
+    },
+];

@@ -4,12 +4,14 @@
 //! SIGKILLed instance and one added while running, with no record lost or
 //! applied twice.
 //!
-//! The members are dynamic, with the source's default `cooperative-sticky`
-//! assignment and a 6 s session: the killed instance is not restarted, and
-//! the survivors must take its partitions over once the broker has given up
-//! on it (the test prints how long that took). Static membership, where a
-//! restarted instance takes its own partitions back at once, is
-//! `kafka_external::static_membership`.
+//! The members have the source's default membership (a static id derived
+//! from the host name and a slot: the file lock keeps the processes' ids
+//! apart) and `cooperative-sticky` assignment, with a 6 s session: the
+//! killed instance is not restarted, and the survivors must take its
+//! partitions over once the broker has given up on it (the test prints how
+//! long that took); the instance added later may take the dead one's free
+//! slot. A restarted instance taking its own partitions back at once is in
+//! `kafka_external` (`static_membership`, `derived_membership`).
 //!
 //! The records are produced in multi-record batches (librdkafka's default
 //! batching), as an application's producer sends them.
@@ -36,7 +38,7 @@ fn topics(topic: &str) -> Topics {
 }
 
 /// The body of the consumer processes the test starts, kills and adds: a
-/// dynamic group member recording under its instance id. Run by the test
+/// group member recording under its instance id. Run by the test
 /// below as a child process (`--ignored --exact`), never on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of three_processes_keep_each_keys_order_through_a_sigkill_and_an_added_instance"]

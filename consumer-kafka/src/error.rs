@@ -58,9 +58,10 @@ pub enum Error {
     /// `group.instance.id`, and the broker fenced this one out: the source
     /// stops (librdkafka's fatal `FENCED_INSTANCE_ID` or
     /// `UNRELEASED_INSTANCE_ID`). Not retriable: rejoining would fence the
-    /// other instance in turn.
+    /// other instance in turn. With the derived id (the default), two
+    /// hosts that share a host name fence each other this way.
     #[error(
-        "Kafka: another consumer joined group `{group}` with the same group.instance.id `{instance_id}` ({code}), so this one was fenced out and stops: give every live instance an id of its own"
+        "Kafka: another consumer joined group `{group}` with the same group.instance.id `{instance_id}` ({code}), so this one was fenced out and stops: give every live instance an id of its own (a derived `<hostname>-<slot>` id repeats on two hosts or containers with one host name: give each an id with `with_static_membership`, or set CONSUMER_KAFKA_MEMBERSHIP=dynamic)"
     )]
     Fenced {
         /// The consumer group.

@@ -47,7 +47,7 @@ pub use publisher::{KafkaPublisher, KafkaPublisherBuilder, PUBLISHER_DEFAULTS};
 pub use security::{KafkaSasl, KafkaSecurity};
 pub use source::{
     CONSUMER_DEFAULTS, DUE, KafkaAcker, KafkaSource, KafkaSourceBuilder, KafkaStats,
-    KafkaStatsSnapshot, PartitionStats, SETTLE_PRODUCER_DEFAULTS,
+    KafkaStatsSnapshot, MEMBERSHIP_ENV, PartitionStats, SETTLE_PRODUCER_DEFAULTS,
 };
 pub use topics::{Topics, validate_topic};
 pub use tracing_context::TracingContext;

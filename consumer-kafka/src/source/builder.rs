@@ -11,6 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
+use super::instance_id;
 use super::ledger::Ledger;
 use super::poller::Poller;
 use super::rebalance::Ctx;
@@ -28,6 +29,12 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("auto.commit.interval.ms", "1000"),
     ("auto.offset.reset", "earliest"),
     ("partition.assignment.strategy", "cooperative-sticky"),
+    // How long a member that stops heartbeating (a crash, a host lost)
+    // keeps its partitions from everyone else: librdkafka's 45 s was what
+    // a crash cost, 10 s (Kafka's default before 3.0) with the default
+    // 3 s heartbeat. A restart on the same host does not wait for it (the
+    // derived static id), nor does a clean close (the member leaves).
+    ("session.timeout.ms", "10000"),
     ("statistics.interval.ms", "1000"),
     // What librdkafka prefetches is most of what a consumer holds under a
     // backlog: its defaults (64 MiB, 100 000 records a partition) took a
@@ -48,6 +55,11 @@ pub const SETTLE_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("linger.ms", "1"),
 ];
 
+/// Defaults left out under the next-generation protocol (KIP-848), where
+/// the broker assigns partitions and owns the session timeout, and
+/// librdkafka refuses both unless the caller chose them.
+const NOT_WITH_NEXT_GENERATION: &[&str] = &["partition.assignment.strategy", "session.timeout.ms"];
+
 /// Properties the source needs and the builder refuses to change.
 const CONSUMER_FIXED: &[(&str, &str)] = &[("enable.auto.offset.store", "false")];
 
@@ -65,8 +77,19 @@ pub struct KafkaSourceBuilder {
     revoke_timeout: Duration,
     max_poll_stall: Duration,
     close_timeout: Duration,
-    instance_id: Option<String>,
+    membership: Membership,
     security: Option<KafkaSecurity>,
+}
+
+/// How the consumer joins its group.
+#[derive(Clone, Debug)]
+enum Membership {
+    /// A static id derived from the host name and a slot (the default).
+    Derived,
+    /// The caller's static id.
+    Static(String),
+    /// No `group.instance.id`.
+    Dynamic,
 }
 
 impl std::fmt::Debug for KafkaSourceBuilder {
@@ -78,7 +101,7 @@ impl std::fmt::Debug for KafkaSourceBuilder {
             .field("consumer", &security::redacted(&self.consumer))
             .field("producer", &security::redacted(&self.producer))
             .field("security", &self.security)
-            .field("instance_id", &self.instance_id)
+            .field("membership", &self.membership)
             .finish_non_exhaustive()
     }
 }
@@ -154,12 +177,20 @@ impl KafkaSourceBuilder {
         self
     }
 
-    /// Joins the group as a static member (KIP-345): librdkafka's
-    /// `group.instance.id`, which wins over one set with
-    /// [`with_property`](Self::with_property). Give each instance an id of
-    /// its own that survives its restarts (a StatefulSet pod's name, a
-    /// host name plus a slot): 1 to 249 characters of `[A-Za-z0-9._-]`, not
-    /// `.` or `..`, checked by [`connect`](Self::connect).
+    /// Joins the group as a static member (KIP-345) with this id:
+    /// librdkafka's `group.instance.id`, which wins over the derived id
+    /// and over one set with [`with_property`](Self::with_property). Give
+    /// each instance an id of its own that survives its restarts (a
+    /// StatefulSet pod's name): 1 to 249 characters of `[A-Za-z0-9._-]`,
+    /// not `.` or `..`, checked by [`connect`](Self::connect).
+    ///
+    /// Without this or [`with_dynamic_membership`](Self::with_dynamic_membership),
+    /// the source derives a static id, `<hostname>-<slot>`, whose slot an
+    /// OS file lock keeps to one consumer of the group on the host (rules
+    /// in the Kafka guide): a SIGKILLed process's restart on the same host
+    /// gets the same id. A derived member leaves the group when it closes
+    /// (its successor may be a new pod with another name); a member with
+    /// the id given here does not (below).
     ///
     /// A restarted instance that comes back within `session.timeout.ms`
     /// gets its partitions back at once, from their committed offsets,
@@ -167,14 +198,15 @@ impl KafkaSourceBuilder {
     /// partitions instead wait out its session timeout, then the whole
     /// group rebalances.
     ///
-    /// The price: a static member does not leave the group when it closes
-    /// (librdkafka sends no LeaveGroup for it), so the partitions of an
-    /// instance that is stopped and does not come back stay unserved until
-    /// its session timeout ends, even after a clean [`close`]. `close` still
-    /// commits every finished record first, so nothing is lost or done
-    /// twice either way; only the wait differs. Keep `session.timeout.ms`
-    /// above a restart's duration, and scale down knowing that each removed
-    /// instance's partitions pause for that long.
+    /// The price: a static member with an id given here does not leave
+    /// the group when it closes (librdkafka sends no LeaveGroup for it),
+    /// so the partitions of an instance that is stopped and does not come
+    /// back stay unserved until its session timeout ends, even after a
+    /// clean [`close`]. `close` still commits every finished record first,
+    /// so nothing is lost or done twice either way; only the wait differs.
+    /// Keep `session.timeout.ms` above a restart's duration, and scale
+    /// down knowing that each removed instance's partitions pause for that
+    /// long.
     ///
     /// Two live instances with one id fence each other: the broker keeps
     /// the newer one, and the older one's source ends with
@@ -183,14 +215,64 @@ impl KafkaSourceBuilder {
     ///
     /// [`close`]: consumer_backend::Source::close
     pub fn with_static_membership(mut self, instance_id: impl Into<String>) -> Self {
-        self.instance_id = Some(instance_id.into());
+        self.membership = Membership::Static(instance_id.into());
         self
+    }
+
+    /// Joins the group as a dynamic member: no `group.instance.id`, not
+    /// even a derived one. A crashed member's partitions then wait out its
+    /// `session.timeout.ms` before anyone serves them, even when it
+    /// restarts at once. `CONSUMER_KAFKA_MEMBERSHIP=dynamic` in the
+    /// environment does the same for every source not told otherwise here.
+    pub fn with_dynamic_membership(mut self) -> Self {
+        self.membership = Membership::Dynamic;
+        self
+    }
+
+    /// Whether `key` was set by the caller (or the secured link).
+    fn chosen(&self, secured: &[(String, String)], key: &str) -> bool {
+        secured.iter().chain(&self.consumer).any(|(k, _)| k == key)
+    }
+
+    /// The static id this consumer joins with, if any, and the slot lock
+    /// that keeps a derived one its own. A `group.instance.id` set as a
+    /// property counts as given; the next-generation protocol (KIP-848)
+    /// gets no derived id: its broker refuses a restarted static member
+    /// while the dead one's session lasts.
+    fn member(&self, secured: &[(String, String)]) -> Result<Member, Error> {
+        match &self.membership {
+            Membership::Static(id) => {
+                validate_instance_id(id)?;
+                Ok(Member::Given(Some(id.clone())))
+            }
+            Membership::Dynamic => Ok(Member::Given(None)),
+            Membership::Derived if self.chosen(secured, "group.instance.id") => {
+                Ok(Member::Given(None))
+            }
+            Membership::Derived => {
+                let next_generation = secured
+                    .iter()
+                    .chain(&self.consumer)
+                    .any(|(k, v)| k == "group.protocol" && v == "consumer");
+                if next_generation {
+                    return Ok(Member::Given(None));
+                }
+                Ok(
+                    instance_id::derive(&self.group_id)
+                        .map_or(Member::Given(None), Member::Derived),
+                )
+            }
+        }
     }
 
     /// The group consumer's configuration: our defaults, then the secured
     /// link's settings and the caller's, then what must hold for the
     /// framework's guarantees (manual commits), which nothing overrides.
-    fn consumer_config(&self, secured: &[(String, String)]) -> ClientConfig {
+    fn consumer_config(
+        &self,
+        secured: &[(String, String)],
+        instance_id: Option<&str>,
+    ) -> ClientConfig {
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
@@ -201,7 +283,7 @@ impl KafkaSourceBuilder {
         for (k, v) in secured.iter().chain(&self.consumer) {
             cc.set(k, v);
         }
-        if let Some(id) = &self.instance_id {
+        if let Some(id) = instance_id {
             cc.set("group.instance.id", id);
         }
         for (k, v) in CONSUMER_FIXED {
@@ -210,10 +292,12 @@ impl KafkaSourceBuilder {
         // The next-generation protocol (KIP-848) assigns on the broker, and
         // librdkafka refuses a client-side strategy with it: ours is a
         // default, not a choice the caller made.
-        let chosen = |key: &str| secured.iter().chain(&self.consumer).any(|(k, _)| k == key);
-        if cc.get("group.protocol") == Some("consumer") && !chosen("partition.assignment.strategy")
-        {
-            cc.remove("partition.assignment.strategy");
+        if cc.get("group.protocol") == Some("consumer") {
+            for key in NOT_WITH_NEXT_GENERATION {
+                if !self.chosen(secured, key) {
+                    cc.remove(key);
+                }
+            }
         }
         cc
     }
@@ -240,7 +324,7 @@ impl KafkaSourceBuilder {
     /// returns without waiting for the brokers, after the security check
     /// of [`with_security`](Self::with_security) when there is one.
     pub async fn connect(self) -> Result<KafkaSource, Error> {
-        if let Some(id) = &self.instance_id {
+        if let Membership::Static(id) = &self.membership {
             validate_instance_id(id)?;
         }
         let secured = crate::start_check::before_connect(
@@ -249,7 +333,8 @@ impl KafkaSourceBuilder {
             &self.consumer,
         )
         .await?;
-        let cc = self.consumer_config(&secured);
+        let member = self.member(&secured)?;
+        let cc = self.consumer_config(&secured, member.id());
         let pc = self.producer_config(&secured);
         let producer: FutureProducer<TracingContext> = pc
             .create_with_context(TracingContext::new("settle producer"))
@@ -277,6 +362,10 @@ impl KafkaSourceBuilder {
         let topics = Arc::new(self.topics);
         let (tx, rx) = mpsc::unbounded_channel();
         let max_body = Arc::new(AtomicUsize::new(usize::MAX));
+        let leave = match &member {
+            Member::Derived(d) => Some(d.id.clone()),
+            Member::Given(_) => None,
+        };
         let poller = Poller::new(
             consumer,
             Arc::clone(&shared),
@@ -285,12 +374,11 @@ impl KafkaSourceBuilder {
             self.max_per_partition,
             self.max_poll_stall,
             Arc::clone(&max_body),
-        );
-        let member = (
-            self.group_id.clone(),
-            cc.get("group.instance.id").map(str::to_owned),
-        );
-        let done = spawn_poll_thread(poller, Arc::clone(&shared), member)?;
+        )
+        .leaving_on_close(leave.map(|id| (self.group_id.clone(), id)));
+        let instance_id = cc.get("group.instance.id").map(str::to_owned);
+        let fenced_as = (self.group_id.clone(), instance_id.clone());
+        let done = spawn_poll_thread(poller, Arc::clone(&shared), fenced_as, member)?;
         tracing::info!(target: "consumer::kafka", %topics, group = %self.group_id, brokers = %self.brokers, "consuming");
         Ok(KafkaSource {
             rx,
@@ -305,17 +393,36 @@ impl KafkaSourceBuilder {
             max_body,
             server: first_broker(&self.brokers),
             group: self.group_id,
+            instance_id,
         })
+    }
+}
+
+/// The consumer's static id: given (or none), or derived with the slot
+/// lock that keeps it its own.
+enum Member {
+    Given(Option<String>),
+    Derived(instance_id::DerivedId),
+}
+
+impl Member {
+    fn id(&self) -> Option<&str> {
+        match self {
+            Self::Given(id) => id.as_deref(),
+            Self::Derived(d) => Some(&d.id),
+        }
     }
 }
 
 /// Runs `poller` on a thread of its own; the receiver hears how it ended
 /// (once the consumer is closed: it has left the group, unless it is a
-/// static member, whose `member` id a fencing error names).
+/// static member with a given id, which `fenced_as` names in a fencing
+/// error). A derived id's slot lock is freed once the consumer is closed.
 fn spawn_poll_thread(
     poller: Poller,
     ended: Arc<Ledger>,
-    member: (String, Option<String>),
+    fenced_as: (String, Option<String>),
+    member: Member,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<(), Error>>, Error> {
     let (done_tx, done) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -323,7 +430,8 @@ fn spawn_poll_thread(
         .spawn(move || {
             let result = poller
                 .run()
-                .map_err(|e| e.fenced(&member.0, member.1.as_deref()));
+                .map_err(|e| e.fenced(&fenced_as.0, fenced_as.1.as_deref()));
+            drop(member);
             ended.closed.store(true, Ordering::SeqCst);
             let _ = done_tx.send(result);
         })
@@ -350,7 +458,7 @@ impl KafkaSource {
             revoke_timeout: Duration::from_secs(10),
             max_poll_stall: Duration::from_secs(1),
             close_timeout: Duration::from_secs(10),
-            instance_id: None,
+            membership: Membership::Derived,
             security: None,
         }
     }
@@ -358,7 +466,7 @@ impl KafkaSource {
 
 /// Kafka's rule for `group.instance.id` (the broker checks it like a topic
 /// name): 1 to 249 characters of `[A-Za-z0-9._-]`, and neither `.` nor `..`.
-fn validate_instance_id(id: &str) -> Result<(), Error> {
+pub(super) fn validate_instance_id(id: &str) -> Result<(), Error> {
     let ok_chars = id
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
@@ -430,19 +538,25 @@ mod static_membership_tests {
 
     #[test]
     fn the_next_generation_protocol_gets_no_client_side_assignment_strategy() {
-        let classic = builder().consumer_config(&[]);
+        let classic = builder().consumer_config(&[], None);
         assert_eq!(
             classic.get("partition.assignment.strategy"),
             Some("cooperative-sticky")
         );
         let next = builder()
             .with_property("group.protocol", "consumer")
-            .consumer_config(&[]);
+            .consumer_config(&[], None);
         assert_eq!(next.get("partition.assignment.strategy"), None);
+        assert_eq!(
+            next.get("session.timeout.ms"),
+            None,
+            "the broker's group.consumer.session.timeout.ms rules"
+        );
+        assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
         let chosen = builder()
             .with_property("group.protocol", "consumer")
             .with_property("partition.assignment.strategy", "range")
-            .consumer_config(&[]);
+            .consumer_config(&[], None);
         assert_eq!(
             chosen.get("partition.assignment.strategy"),
             Some("range"),

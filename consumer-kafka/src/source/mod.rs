@@ -24,10 +24,13 @@
 //! poll thread finishes on its own; what it could not commit comes again,
 //! and dedup skips it).
 //!
-//! A static member ([`KafkaSourceBuilder::with_static_membership`]) commits
-//! the same way on close but does not leave the group: its partitions stay
-//! its own for `session.timeout.ms`, for the same instance to take back at
-//! once when it restarts, and wait that long if it does not.
+//! A static member with a given id
+//! ([`KafkaSourceBuilder::with_static_membership`]) commits the same way on
+//! close but does not leave the group: its partitions stay its own for
+//! `session.timeout.ms`, for the same instance to take back at once when it
+//! restarts, and wait that long if it does not. A member with a derived id
+//! (the default: host name and slot) leaves on close, as a dynamic one
+//! does, and takes its partitions back at once only after a crash.
 //!
 //! # Bounded work, without stopping the poll
 //!
@@ -85,6 +88,8 @@ mod acker;
 mod builder;
 mod due;
 mod gauges;
+mod instance_id;
+mod leave;
 mod ledger;
 mod poller;
 mod rebalance;
@@ -92,6 +97,7 @@ mod stats;
 
 pub use acker::KafkaAcker;
 pub use builder::{CONSUMER_DEFAULTS, KafkaSourceBuilder, SETTLE_PRODUCER_DEFAULTS};
+pub use instance_id::MEMBERSHIP_ENV;
 pub use stats::{KafkaStats, KafkaStatsSnapshot, PartitionStats};
 
 /// Header of a retry copy: when it is due (RFC 3339). The framework's own
@@ -131,6 +137,8 @@ pub struct KafkaSource {
     /// (`Source::limit_body`).
     max_body: Arc<AtomicUsize>,
     group: String,
+    /// The `group.instance.id` it joined with (given or derived).
+    instance_id: Option<String>,
     /// The first bootstrap broker, for `server.address`/`server.port`.
     server: Option<(String, u16)>,
 }
@@ -147,6 +155,14 @@ impl KafkaSource {
     /// The topics this source works with.
     pub fn topics(&self) -> &Topics {
         &self.link.topics
+    }
+
+    /// The `group.instance.id` this member joined its group with: the one
+    /// given ([`KafkaSourceBuilder::with_static_membership`] or the
+    /// property), the one derived from the host name and a slot (the
+    /// default), or `None` for a dynamic member.
+    pub fn instance_id(&self) -> Option<&str> {
+        self.instance_id.as_deref()
     }
 
     /// Stops the poll thread and waits for it: the final commit and the

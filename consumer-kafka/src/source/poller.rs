@@ -31,6 +31,8 @@ pub(super) struct Poller {
     /// The largest body whose attributes are read, as the source was told
     /// (`Source::limit_body`); read at each record.
     max_body: Arc<AtomicUsize>,
+    /// The group and derived static id of a member that leaves on close.
+    leave: Option<(String, String)>,
 }
 
 /// Most records one poll round hands to the runtime at once.
@@ -58,7 +60,15 @@ impl Poller {
             max_poll_stall,
             interned: Vec::new(),
             max_body,
+            leave: None,
         }
+    }
+
+    /// Leaves `group` on close as the derived static member `id` (see
+    /// `leave.rs`), when there is one.
+    pub(super) fn leaving_on_close(mut self, leave: Option<(String, String)>) -> Self {
+        self.leave = leave;
+        self
     }
 
     pub(super) fn run(mut self) -> Result<(), Error> {
@@ -89,8 +99,12 @@ impl Poller {
         };
         self.housekeeping();
         self.commit_all();
-        // Dropping the consumer closes it: it leaves the group, running the
-        // revoke callback, which commits again (nothing is held by then).
+        if let (Ok(()), Some((group, id))) = (&result, &self.leave) {
+            super::leave::leave_group(&self.consumer, group, id);
+        }
+        // Dropping the consumer closes it: it leaves the group (unless
+        // static), running the revoke callback, which commits again
+        // (nothing is held by then).
         result
     }
 
