@@ -1,7 +1,7 @@
 //! Kafka: how long a member's partitions wait when it ends and another
 //! process takes its place, for each kind of membership: dynamic, static
 //! with a given id (`with_static_membership`, KIP-345), and the derived
-//! static id the source uses by default (`<hostname>-<slot>`).
+//! static id (`<hostname>-<slot>`, `with_derived_membership`).
 //!
 //! Each run: a consumer process (this program re-run as a child) joins a
 //! fresh group on a fresh one-partition topic, receives and acks a first
@@ -68,7 +68,7 @@ fn session_timeout_ms() -> Option<String> {
         .filter(|v| v != "default")
 }
 
-/// How a member joins: `-` dynamic, `+` the derived id (the default),
+/// How a member joins: `-` dynamic (the default), `+` the derived id,
 /// anything else that static id.
 async fn source(bootstrap: &str, topic: &str, group: &str, instance: &str) -> KafkaSource {
     let mut b = KafkaSource::builder(
@@ -92,7 +92,7 @@ async fn source(bootstrap: &str, topic: &str, group: &str, instance: &str) -> Ka
     }
     b = match instance {
         "-" => b.with_dynamic_membership(),
-        "+" => b,
+        "+" => b.with_derived_membership(),
         id => b.with_static_membership(id),
     };
     b.connect().await.expect("connect the source")
@@ -359,7 +359,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "derived",
-        label: "SIGKILL, restart; derived id (default), same host",
+        label: "SIGKILL, restart; derived id, same host",
         first: "+",
         next: "+",
         end: End::Killed,

@@ -156,9 +156,10 @@ mod derived_membership {
     async fn source(topic: &str, group: &str) -> KafkaSource {
         KafkaSource::builder(external_brokers(), group, topics(topic))
             .with_property("session.timeout.ms", LONG_SESSION)
+            .with_derived_membership()
             .connect()
             .await
-            .expect("source with the default membership")
+            .expect("source with a derived membership")
     }
 
     async fn produce(topic: &str, partition: i32) {
@@ -225,7 +226,7 @@ mod derived_membership {
     }
 
     /// The body of the consumer process the test below SIGKILLs: a member
-    /// with the default (derived) id that prints it after its first record.
+    /// with a derived id that prints it after its first record.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a child process of a_sigkilled_process_restarted_on_its_host_takes_its_id_and_partition_back_at_once"]
     async fn child_derived_member_process() {

@@ -61,7 +61,7 @@ pub enum Error {
     /// other instance in turn. With the derived id (the default), two
     /// hosts that share a host name fence each other this way.
     #[error(
-        "Kafka: another consumer joined group `{group}` with the same group.instance.id `{instance_id}` ({code}), so this one was fenced out and stops: give every live instance an id of its own (a derived `<hostname>-<slot>` id repeats on two hosts or containers with one host name: give each an id with `with_static_membership`, or set CONSUMER_KAFKA_MEMBERSHIP=dynamic)"
+        "Kafka: another consumer joined group `{group}` with the same group.instance.id `{instance_id}` ({code}), so this one was fenced out and stops: give every live instance an id of its own (a derived `<hostname>-<slot>` id repeats on two hosts or containers with one host name: give each an id with `with_static_membership`, or set CONSUMER_KAFKA_MEMBERSHIP=dynamic); a broker failover can also make librdkafka fence its own static member, which a restart of the consumer mends"
     )]
     Fenced {
         /// The consumer group.

@@ -32,8 +32,8 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // How long a member that stops heartbeating (a crash, a host lost)
     // keeps its partitions from everyone else: librdkafka's 45 s was what
     // a crash cost, 10 s (Kafka's default before 3.0) with the default
-    // 3 s heartbeat. A restart on the same host does not wait for it (the
-    // derived static id), nor does a clean close (the member leaves).
+    // 3 s heartbeat. A clean close does not wait for it (the member
+    // leaves), nor, with the derived static id, a restart on the host.
     ("session.timeout.ms", "10000"),
     ("statistics.interval.ms", "1000"),
     // What librdkafka prefetches is most of what a consumer holds under a
@@ -84,7 +84,10 @@ pub struct KafkaSourceBuilder {
 /// How the consumer joins its group.
 #[derive(Clone, Debug)]
 enum Membership {
-    /// A static id derived from the host name and a slot (the default).
+    /// Dynamic, unless `CONSUMER_KAFKA_MEMBERSHIP=derived` asks for the
+    /// derived id (the default).
+    Default,
+    /// A static id derived from the host name and a slot.
     Derived,
     /// The caller's static id.
     Static(String),
@@ -184,13 +187,10 @@ impl KafkaSourceBuilder {
     /// StatefulSet pod's name): 1 to 249 characters of `[A-Za-z0-9._-]`,
     /// not `.` or `..`, checked by [`connect`](Self::connect).
     ///
-    /// Without this or [`with_dynamic_membership`](Self::with_dynamic_membership),
-    /// the source derives a static id, `<hostname>-<slot>`, whose slot an
-    /// OS file lock keeps to one consumer of the group on the host (rules
-    /// in the Kafka guide): a SIGKILLed process's restart on the same host
-    /// gets the same id. A derived member leaves the group when it closes
-    /// (its successor may be a new pod with another name); a member with
-    /// the id given here does not (below).
+    /// [`with_derived_membership`](Self::with_derived_membership) derives
+    /// such an id on the host instead; without either, the member is
+    /// dynamic. A member with the id given here does not leave the group
+    /// when it closes (below).
     ///
     /// A restarted instance that comes back within `session.timeout.ms`
     /// gets its partitions back at once, from their committed offsets,
@@ -220,12 +220,33 @@ impl KafkaSourceBuilder {
     }
 
     /// Joins the group as a dynamic member: no `group.instance.id`, not
-    /// even a derived one. A crashed member's partitions then wait out its
-    /// `session.timeout.ms` before anyone serves them, even when it
-    /// restarts at once. `CONSUMER_KAFKA_MEMBERSHIP=dynamic` in the
-    /// environment does the same for every source not told otherwise here.
+    /// even a derived one, whatever `CONSUMER_KAFKA_MEMBERSHIP` says. A
+    /// crashed member's partitions wait out its `session.timeout.ms`
+    /// (10 s by default) before anyone serves them, even when it restarts
+    /// at once. This is the default.
     pub fn with_dynamic_membership(mut self) -> Self {
         self.membership = Membership::Dynamic;
+        self
+    }
+
+    /// Joins the group as a static member whose id is derived on the
+    /// host: `<hostname>-<slot>`, the slot held by an OS file lock so that
+    /// one consumer of the group on the host has it (rules in the Kafka
+    /// guide). A SIGKILLed process's restart on the same host takes the
+    /// same id and its partitions back at once; the member leaves the
+    /// group when it closes (its successor may be a new pod with another
+    /// name). `CONSUMER_KAFKA_MEMBERSHIP=derived` in the environment does
+    /// the same for every source not told otherwise here, and `dynamic`
+    /// turns it off even here.
+    ///
+    /// Not the default: under a broker failover (the group's coordinator
+    /// lost or cut off), librdkafka 2.12 can fence its own static member
+    /// (`FencedInstanceId` on its offset commit, a fatal error), and the
+    /// source stops with [`Error::Fenced`]; the fault campaign saw every
+    /// consumer of a group stop that way at its first coordinator fault.
+    /// Use it where a process supervisor restarts a stopped consumer.
+    pub fn with_derived_membership(mut self) -> Self {
+        self.membership = Membership::Derived;
         self
     }
 
@@ -246,10 +267,15 @@ impl KafkaSourceBuilder {
                 Ok(Member::Given(Some(id.clone())))
             }
             Membership::Dynamic => Ok(Member::Given(None)),
-            Membership::Derived if self.chosen(secured, "group.instance.id") => {
+            Membership::Default if !instance_id::derived_by_environment() => {
                 Ok(Member::Given(None))
             }
-            Membership::Derived => {
+            Membership::Default | Membership::Derived
+                if self.chosen(secured, "group.instance.id") =>
+            {
+                Ok(Member::Given(None))
+            }
+            Membership::Default | Membership::Derived => {
                 let next_generation = secured
                     .iter()
                     .chain(&self.consumer)
@@ -458,7 +484,7 @@ impl KafkaSource {
             revoke_timeout: Duration::from_secs(10),
             max_poll_stall: Duration::from_secs(1),
             close_timeout: Duration::from_secs(10),
-            membership: Membership::Derived,
+            membership: Membership::Default,
             security: None,
         }
     }

@@ -1,4 +1,6 @@
-//! The static member id a source derives when it is given none:
+//! The static member id a source derives when asked to
+//! ([`with_derived_membership`](super::KafkaSourceBuilder::with_derived_membership),
+//! or `CONSUMER_KAFKA_MEMBERSHIP=derived`):
 //! `<hostname>-<slot>`, where the slot is the lowest free one of the group
 //! on this host, held by an OS file lock for as long as the consumer runs.
 //!
@@ -19,10 +21,17 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// `CONSUMER_KAFKA_MEMBERSHIP=dynamic` turns the derived id off for every
-/// source of the process that was given no membership in code (the
-/// operator's switch for hosts that share a host name).
+/// `CONSUMER_KAFKA_MEMBERSHIP=derived` turns the derived id on for every
+/// source of the process that was given no membership in code, and
+/// `dynamic` turns it off even for those asked for it (the operator's
+/// switches, no rebuild).
 pub const MEMBERSHIP_ENV: &str = "CONSUMER_KAFKA_MEMBERSHIP";
+
+/// Whether the environment asks sources given no membership for the
+/// derived id.
+pub(super) fn derived_by_environment() -> bool {
+    std::env::var(MEMBERSHIP_ENV).is_ok_and(|v| v == "derived")
+}
 
 /// Slots tried before giving up (1024 consumers of one group on a host).
 const MAX_SLOTS: u32 = 1024;
