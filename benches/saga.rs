@@ -24,6 +24,7 @@
 //! ```text
 //! cargo bench --bench saga                              # S=500 T=6, K=8 then K=2
 //! cargo bench --bench saga -- --sagas 200 --events 10 --keys 4 --rounds 6
+//! cargo bench --bench saga -- --side framework --keys 2 --rounds 1  # one side (for callgrind)
 //! ```
 
 use std::hint::black_box;
@@ -313,6 +314,8 @@ struct Args {
     events: usize,
     keys: Vec<usize>,
     rounds: usize,
+    /// Only this side (no ratio): for a profiler.
+    side: Option<Side>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -321,6 +324,7 @@ fn args() -> anyhow::Result<Args> {
         events: 6,
         keys: vec![8, 2],
         rounds: 4,
+        side: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -330,9 +334,16 @@ fn args() -> anyhow::Result<Args> {
             "--events" => a.events = value()?,
             "--keys" => a.keys = vec![value()?],
             "--rounds" => a.rounds = value()?,
+            "--side" => {
+                a.side = match it.next().as_deref() {
+                    Some("framework") => Some(Side::Framework),
+                    Some("hand") => Some(Side::Hand),
+                    other => bail!("--side takes framework or hand, not {other:?}"),
+                }
+            }
             "--bench" => {}
             other => bail!(
-                "unknown argument {other:?}; accepted: --sagas S, --events T, --keys K, --rounds R"
+                "unknown argument {other:?}; accepted: --sagas S, --events T, --keys K, --rounds R, --side framework|hand"
             ),
         }
     }
@@ -340,6 +351,22 @@ fn args() -> anyhow::Result<Args> {
         bail!("--sagas, --events, --keys and --rounds must be at least 1");
     }
     Ok(a)
+}
+
+/// `side` alone, each round printed.
+fn one_side(rt: &tokio::runtime::Runtime, side: Side, a: &Args) -> anyhow::Result<()> {
+    let n = a.sagas * a.events;
+    for &keys in &a.keys {
+        for _ in 0..a.rounds {
+            let m = rt.block_on(run(side, a.sagas, a.events, keys))?;
+            println!(
+                "{keys:>2} | {side:?}: {:.0} tx/s, {:.1} µs client CPU per transition",
+                n as f64 / m.wall.as_secs_f64(),
+                m.cpu.as_secs_f64() * 1e6 / n as f64
+            );
+        }
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -368,6 +395,9 @@ fn main() -> anyhow::Result<()> {
         "{:>2} | {:>15} {:>9} | {:>13} {:>9} | {:>7} | tx/s per round: framework / hand",
         "K", "framework tx/s", "hand tx/s", "framework µs", "hand µs", "ratio"
     );
+    if let Some(side) = a.side {
+        return one_side(&rt, side, &a);
+    }
     for keys in a.keys {
         let mut fw = Vec::new();
         let mut hd = Vec::new();

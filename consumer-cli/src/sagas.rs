@@ -35,7 +35,9 @@ pub(crate) fn operator(e: OperatorError) -> Error {
         OperatorError::NoSuchSaga { .. } => Error::NoSuchSaga(e.to_string()),
         OperatorError::Refused { .. } => Error::Refused(e.to_string()),
         OperatorError::Store(consumer_core::Error::Database(db)) => {
-            database::explain(db, "consumer_sagas")
+            // A database migrated before the history had its table lacks
+            // only the second.
+            database::explain(db, "consumer_sagas or consumer_saga_history")
         }
         other => Error::Other(other.to_string()),
     }

@@ -238,8 +238,9 @@ impl<S: Saga> SagaBuilder<S> {
         self
     }
 
-    /// How many of its last transitions a saga's row keeps (default 100,
-    /// at least 1).
+    /// How many of its last transitions a saga's history keeps (default
+    /// 100, at least 1): rows of `consumer_saga_history`, the older ones
+    /// deleted by version as each transition saves.
     #[must_use]
     pub fn with_history_limit(mut self, transitions: usize) -> Self {
         self.history_limit = transitions.max(1);

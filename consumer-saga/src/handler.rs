@@ -50,7 +50,8 @@ pub struct SagaHandler<S: Saga> {
     retry: RetryPolicy,
     timeouts_to: Option<String>,
     key_mismatch: KeyMismatch,
-    history_limit: usize,
+    /// Entries its sagas' history keeps.
+    history_limit: i64,
     observer: SagaObserver,
 }
 
@@ -125,7 +126,7 @@ impl<S: Saga> SagaHandler<S> {
             retry: b.retry,
             timeouts_to: b.timeouts_to,
             key_mismatch: b.key_mismatch,
-            history_limit: b.history_limit,
+            history_limit: i64::try_from(b.history_limit).unwrap_or(i64::MAX),
             observer,
         }
     }
@@ -267,7 +268,7 @@ impl<S: Saga> SagaHandler<S> {
         )?;
         let state = serde_json::to_string(&state)
             .map_err(|e| Failed::Misuse(vec![format!("the state cannot be serialised: {e}")]))?;
-        let intents = self.settle_meta(
+        let (intents, entry) = self.settle_meta(
             &mut meta,
             saga_id,
             written,
@@ -276,7 +277,7 @@ impl<S: Saga> SagaHandler<S> {
             next,
             timed_out,
         )?;
-        let write = SagaWrite::of(name, saga_id, next, state, &meta)?;
+        let write = SagaWrite::of(name, saga_id, state, &meta, &entry, self.history_limit)?;
         let saved = if started {
             statements::insert::<DB>(tx, &write).await?
         } else {
@@ -306,9 +307,9 @@ impl<S: Saga> SagaHandler<S> {
         }))
     }
 
-    /// After the transition: moves the compensation on, cancels what a
-    /// finished saga no longer waits for, and appends the history entry;
-    /// returns every outbox write, in order.
+    /// After the transition: moves the compensation on and cancels what a
+    /// finished saga no longer waits for; returns every outbox write, in
+    /// order, and the transition's history entry.
     #[allow(clippy::too_many_arguments)]
     fn settle_meta(
         &self,
@@ -319,7 +320,7 @@ impl<S: Saga> SagaHandler<S> {
         message: &MessageContext,
         version: i64,
         timed_out: bool,
-    ) -> Result<Vec<Intent>, Failed<S::Error>> {
+    ) -> Result<(Vec<Intent>, HistoryEntry), Failed<S::Error>> {
         let Written {
             mut intents,
             mut notes,
@@ -334,19 +335,15 @@ impl<S: Saga> SagaHandler<S> {
         if timed_out {
             notes.insert(0, "timed out".to_owned());
         }
-        push_history(
-            meta,
-            HistoryEntry {
-                version,
-                event_type: event_type.to_owned(),
-                message_id: message.message_id().to_owned(),
-                status: meta.status,
-                at_ms: consumer_core::store::now_ms(),
-                note: (!notes.is_empty()).then(|| notes.join("; ")),
-            },
-            self.history_limit,
-        );
-        Ok(intents)
+        let entry = HistoryEntry {
+            version,
+            event_type: event_type.to_owned(),
+            message_id: message.message_id().to_owned(),
+            status: meta.status,
+            at_ms: consumer_core::store::now_ms(),
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+        };
+        Ok((intents, entry))
     }
 
     async fn write_intents<DB: SagaDatabase>(
@@ -538,14 +535,6 @@ pub(super) fn cancel_everything(meta: &mut Meta) -> Vec<ScheduleToken> {
         tokens.extend(retry.scheduled.take());
     }
     tokens
-}
-
-pub(super) fn push_history(meta: &mut Meta, entry: HistoryEntry, limit: usize) {
-    meta.history.push(entry);
-    if meta.history.len() > limit {
-        let excess = meta.history.len() - limit;
-        meta.history.drain(..excess);
-    }
 }
 
 impl<S: Saga, DB: SagaDatabase> Handler<Store<DB>> for SagaHandler<S> {

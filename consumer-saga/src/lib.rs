@@ -12,10 +12,12 @@
 //!
 //! Each delivery runs in one transaction: the message's dedup row is
 //! claimed, the saga's row (`consumer_sagas`: state, version, status,
-//! pending timeouts, compensation log, history) is loaded, the transition
-//! runs, the row is saved at the next version with `UPDATE … WHERE
-//! version = <loaded>`, and every command, event and timeout the
-//! transition asked for is written to the outbox; then it commits, or
+//! pending timeouts, compensation log) is loaded, the transition runs, the
+//! row is saved at the next version with `UPDATE … WHERE version =
+//! <loaded>` with the transition's entry in its history
+//! (`consumer_saga_history`, a row per transition), and every command,
+//! event and timeout the transition asked for is written to the outbox;
+//! then it commits, or
 //! nothing of it exists. A redelivered message finds its dedup row and
 //! does nothing. When the save updates no row, another instance changed
 //! the saga first: the transition runs again at once on the new version
@@ -80,6 +82,7 @@ mod compensation;
 mod database;
 mod error;
 mod handler;
+mod history;
 mod ids;
 mod letter;
 pub mod metrics;

@@ -1,5 +1,6 @@
 //! What a saga's row holds besides its state: its pending timeouts, its
-//! compensation log, its step retries and its history, each a JSON column;
+//! compensation log and its step retries, each a JSON column (its history
+//! has rows of its own: `history.rs`);
 //! and [`SagaRecord`], the whole row as operators and tests read it.
 
 use std::collections::BTreeMap;
@@ -215,7 +216,6 @@ pub(super) struct Meta {
     pub(super) timeouts: Vec<PendingTimeout>,
     pub(super) compensation: Vec<UndoStep>,
     pub(super) retries: BTreeMap<String, StepRetry>,
-    pub(super) history: Vec<HistoryEntry>,
 }
 
 impl Meta {
@@ -227,7 +227,6 @@ impl Meta {
             timeouts: Vec::new(),
             compensation: Vec::new(),
             retries: BTreeMap::new(),
-            history: Vec::new(),
         }
     }
 }
@@ -280,7 +279,6 @@ pub struct SagaRow {
     pub timeouts: String,
     pub compensation: String,
     pub retries: String,
-    pub history: String,
     pub started_ms: i64,
     pub updated_ms: i64,
     pub finished_ms: Option<i64>,
@@ -325,7 +323,6 @@ impl SagaRow {
             timeouts: self.json("timeouts", &self.timeouts)?,
             compensation: self.json("compensation", &self.compensation)?,
             retries: self.json("retries", &self.retries)?,
-            history: self.json("history", &self.history)?,
         })
     }
 
@@ -334,8 +331,8 @@ impl SagaRow {
         self.json("state", &self.state)
     }
 
-    /// The whole row.
-    pub(super) fn record(&self) -> Result<SagaRecord, UnreadableRow> {
+    /// The whole row, with `history` (read from its own table).
+    pub(super) fn record(&self, history: Vec<HistoryEntry>) -> Result<SagaRecord, UnreadableRow> {
         let meta = self.meta()?;
         Ok(SagaRecord {
             saga_type: self.saga_type.clone(),
@@ -351,7 +348,7 @@ impl SagaRow {
                 .into_iter()
                 .map(|(name, r)| (name, r.attempts))
                 .collect(),
-            history: meta.history,
+            history,
             started_at: time_of(self.started_ms),
             updated_at: time_of(self.updated_ms),
             finished_at: self.finished_ms.map(time_of),
@@ -359,7 +356,8 @@ impl SagaRow {
     }
 }
 
-/// What a transition writes to the row (JSON serialised once).
+/// What a transition writes: the row (JSON serialised once) and its
+/// history entry.
 #[derive(Debug)]
 #[doc(hidden)]
 pub struct SagaWrite<'a> {
@@ -373,18 +371,24 @@ pub struct SagaWrite<'a> {
     pub timeouts: String,
     pub compensation: String,
     pub retries: String,
-    pub history: String,
     pub finished: bool,
+    /// The transition's history entry, appended to the saga's history.
+    pub entry: &'a HistoryEntry,
+    /// How many entries the saga's history keeps, this one included (the
+    /// older ones are deleted with the save); `i64::MAX`: all.
+    pub keep: i64,
 }
 
 impl<'a> SagaWrite<'a> {
-    /// The columns of `meta` and `state` for version `version`.
+    /// The columns of `meta` and `state` for version `entry.version`,
+    /// with `entry` for the history, which keeps its last `keep`.
     pub(super) fn of(
         saga_type: &'a str,
         saga_id: &'a str,
-        version: i64,
         state: String,
         meta: &'a Meta,
+        entry: &'a HistoryEntry,
+        keep: i64,
     ) -> Result<Self, consumer_core::Error> {
         let json = |what: &'static str, v: &dyn erased::Json| {
             v.to_json()
@@ -393,15 +397,16 @@ impl<'a> SagaWrite<'a> {
         Ok(Self {
             saga_type,
             saga_id,
-            version,
+            version: entry.version,
             status: meta.status.as_str(),
             reason: meta.reason.as_deref(),
             state,
             timeouts: json("saga timeouts", &meta.timeouts)?,
             compensation: json("saga compensation log", &meta.compensation)?,
             retries: json("saga step retries", &meta.retries)?,
-            history: json("saga history", &meta.history)?,
             finished: !meta.status.is_active(),
+            entry,
+            keep,
         })
     }
 }

@@ -1,19 +1,21 @@
 //! The sagas' statements, written once for every database on the core's
-//! [SQL seam](consumer_core::sql): load, insert and update a saga's row
-//! (optimistically, by version), list them, count the open ones, and
-//! purge old tombstones.
+//! [SQL seam](consumer_core::sql): load a saga's row, list them, count
+//! the open ones. Saving a row (optimistically, by version) writes its
+//! history entry too, and the purge of old tombstones their history: both
+//! are in [`history`](super::history).
 
-use consumer_core::sql::{Arg, Columns, Dialect, Migrations, Statement, args, render};
+use consumer_core::sql::{Columns, Dialect, Migrations, Statement, args, render};
 use sqlx::{AssertSqlSafe, Pool, SqlSafeStr};
 
 use super::database::{OpenSagas, SagaFilter};
-use super::record::{SagaRow, SagaWrite};
+use super::history;
+use super::record::{HistoryEntry, SagaRow, SagaWrite};
 
 /// The columns a [`SagaRow`] is read from, in its fields' order.
 macro_rules! columns {
     () => {
         "saga_type, saga_id, version, status, reason, {state::text}, {timeouts::text}, \
-         {compensation::text}, {retries::text}, {history::text}, \
+         {compensation::text}, {retries::text}, \
          {ms started_at}, {ms updated_at}, {ms finished_at}"
     };
 }
@@ -24,22 +26,6 @@ static LOAD: Statement = Statement::new(concat!(
     " FROM consumer_sagas WHERE saga_type = $1 AND saga_id = $2"
 ));
 
-static INSERT: Statement = Statement::new(
-    "INSERT INTO consumer_sagas (saga_type, saga_id, version, status, reason, state, timeouts, \
-       compensation, retries, history, started_at, updated_at, finished_at) \
-     VALUES ($1, $2, $3, $4, $5, {$6::jsonb}, {$7::jsonb}, {$8::jsonb}, {$9::jsonb}, {$10::jsonb}, \
-       {now}, {now}, CASE WHEN $11 THEN {now} END) \
-     ON CONFLICT (saga_type, saga_id) DO NOTHING",
-);
-
-static UPDATE: Statement = Statement::new(
-    "UPDATE consumer_sagas SET version = $3, status = $4, reason = $5, state = {$6::jsonb}, \
-       timeouts = {$7::jsonb}, compensation = {$8::jsonb}, retries = {$9::jsonb}, \
-       history = {$10::jsonb}, updated_at = {now}, \
-       finished_at = CASE WHEN $11 THEN coalesce(finished_at, {now}) END \
-     WHERE saga_type = $1 AND saga_id = $2 AND version = $12",
-);
-
 static OPEN: Statement = Statement::new(
     "SELECT saga_type, \
        count(*) FILTER (WHERE status IN ('running', 'compensating')), \
@@ -47,12 +33,6 @@ static OPEN: Statement = Statement::new(
        {ms min(started_at) FILTER (WHERE status IN ('running', 'compensating'))} \
      FROM consumer_sagas WHERE status IN ('running', 'compensating', 'compensation_failed') \
      GROUP BY saga_type",
-);
-
-static PURGE_TOMBSTONES: Statement = Statement::new(
-    "DELETE FROM consumer_sagas WHERE (saga_type, saga_id) IN \
-       (SELECT saga_type, saga_id FROM consumer_sagas WHERE finished_at < {at $1} \
-        AND status <> 'compensation_failed' LIMIT $2)",
 );
 
 fn saga_row<DB: Dialect>(row: &DB::Row) -> Result<SagaRow, sqlx::Error> {
@@ -67,28 +47,10 @@ fn saga_row<DB: Dialect>(row: &DB::Row) -> Result<SagaRow, sqlx::Error> {
         timeouts: c.text()?,
         compensation: c.text()?,
         retries: c.text()?,
-        history: c.text()?,
         started_ms: c.int()?,
         updated_ms: c.int()?,
         finished_ms: c.maybe_int()?,
     })
-}
-
-/// The columns of `write`, `$1` to `$11`.
-fn write_args<'a>(w: &'a SagaWrite<'a>) -> [Arg<'a>; 11] {
-    [
-        Arg::Text(w.saga_type),
-        Arg::Text(w.saga_id),
-        Arg::Int(w.version),
-        Arg::Text(w.status),
-        Arg::MaybeText(w.reason),
-        Arg::Text(&w.state),
-        Arg::Text(&w.timeouts),
-        Arg::Text(&w.compensation),
-        Arg::Text(&w.retries),
-        Arg::Text(&w.history),
-        Arg::Bool(w.finished),
-    ]
 }
 
 /// Creates or upgrades `consumer_sagas`, tracked in
@@ -113,62 +75,62 @@ pub(super) async fn load<DB: Dialect>(
     found.as_ref().map(saga_row::<DB>).transpose()
 }
 
-/// Inserts a new saga's row; `false` when another transaction inserted it
-/// first (a conflict).
+/// Inserts a new saga's row with its first history entry; `false` when
+/// another transaction inserted it first (a conflict).
 pub(super) async fn insert<DB: Dialect>(
     conn: &mut DB::Connection,
     write: &SagaWrite<'_>,
 ) -> Result<bool, sqlx::Error> {
-    Ok(DB::execute(conn, INSERT.sql::<DB>(), &write_args(write)).await? == 1)
+    history::start::<DB>(conn, write).await
 }
 
-/// Saves the row at `write.version` if it is still at `expected`; `false`
-/// otherwise (a conflict).
+/// Saves the row at `write.version` if it is still at `expected`, with
+/// its history entry; `false` otherwise (a conflict).
 pub(super) async fn update<DB: Dialect>(
     conn: &mut DB::Connection,
     write: &SagaWrite<'_>,
     expected: i64,
 ) -> Result<bool, sqlx::Error> {
-    let [a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11] = write_args(write);
-    let args = [
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6,
-        a7,
-        a8,
-        a9,
-        a10,
-        a11,
-        Arg::Int(expected),
-    ];
-    Ok(DB::execute(conn, UPDATE.sql::<DB>(), &args).await? == 1)
+    history::next::<DB>(conn, write, expected).await
 }
 
-/// Rows matching `filter`, oldest first.
+/// The sagas `f` selects, oldest first: a query's `FROM` on, over
+/// `$1` to `$3`.
+fn selection(f: &SagaFilter) -> String {
+    [
+        "FROM consumer_sagas WHERE ({$1::text} IS NULL OR saga_type = $1) AND ",
+        &f.status_sql(),
+        " AND ({$2::bigint} IS NULL OR started_at < {at $2}) \
+         ORDER BY started_at, saga_type, saga_id LIMIT $3",
+    ]
+    .concat()
+}
+
+/// Rows matching `filter`, oldest first, each with its history.
 pub(super) async fn list<DB: Dialect>(
     pool: &Pool<DB>,
     f: &SagaFilter,
-) -> Result<Vec<SagaRow>, sqlx::Error> {
-    let sql = render::<DB>(
-        &[
-            concat!(
-                "SELECT ",
-                columns!(),
-                " FROM consumer_sagas WHERE ({$1::text} IS NULL OR saga_type = $1) AND "
-            ),
-            &f.status_sql(),
-            " AND ({$2::bigint} IS NULL OR started_at < {at $2}) \
-             ORDER BY started_at, saga_type, saga_id LIMIT $3",
-        ]
-        .concat(),
-    );
-    let mut conn = pool.acquire().await?;
+) -> Result<Vec<(SagaRow, Vec<HistoryEntry>)>, sqlx::Error> {
+    let selection = selection(f);
+    let sql = render::<DB>(&[concat!("SELECT ", columns!(), " "), &selection].concat());
     let args = args![f.saga_type.as_deref(), f.started_before_ms, f.limit()];
-    let rows = DB::fetch_all(&mut conn, AssertSqlSafe(sql).into_sql_str(), args).await?;
-    rows.iter().map(saga_row::<DB>).collect()
+    let rows = {
+        let mut conn = pool.acquire().await?;
+        DB::fetch_all(&mut conn, AssertSqlSafe(sql).into_sql_str(), args).await?
+    };
+    let selected = ["SELECT saga_type, saga_id ", &selection].concat();
+    let mut histories = history::of_sagas(pool, &selected, args).await?;
+    rows.iter()
+        .map(|row| {
+            let row = saga_row::<DB>(row)?;
+            let mut entries = histories
+                .remove(&(row.saga_type.clone(), row.saga_id.clone()))
+                .unwrap_or_default();
+            // A transition committed between the two reads is not half shown.
+            entries.retain(|e| e.version <= row.version);
+            Ok((row, entries))
+        })
+        .collect()
 }
 
 /// Open sagas per type.
@@ -189,18 +151,12 @@ pub(super) async fn open<DB: Dialect>(pool: &Pool<DB>) -> Result<Vec<OpenSagas>,
 }
 
 /// Deletes at most `batch` tombstones of sagas that finished before
-/// `older_than_ms`, never one whose compensation failed (an operator
-/// settles it).
+/// `older_than_ms`, with their history, never one whose compensation
+/// failed (an operator settles it).
 pub(super) async fn purge_tombstones<DB: Dialect>(
     pool: &Pool<DB>,
     older_than_ms: i64,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    DB::execute(
-        &mut conn,
-        PURGE_TOMBSTONES.sql::<DB>(),
-        args![older_than_ms, batch],
-    )
-    .await
+    history::purge_tombstones(pool, older_than_ms, batch).await
 }

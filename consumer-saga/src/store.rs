@@ -9,17 +9,15 @@ use sqlx::Pool;
 
 use super::compensation;
 use super::error::OperatorError;
-use super::handler::{cancel_everything, push_history};
-use super::record::{HistoryEntry, Meta, PendingTimeout, SagaRecord, SagaRow, SagaWrite};
+use super::handler::cancel_everything;
+use super::history;
+use super::record::{HistoryEntry, Meta, PendingTimeout, SagaRecord, SagaWrite};
 use super::{SagaDatabase, SagaFilter, SagaStatus};
 use consumer_core::outbox::{NewEvent, Outbox, ScheduleToken};
 
 /// Attempts of an operator's change against deliveries changing the saga
 /// at the same moment.
 const MAX_CONFLICTS: u32 = 16;
-
-/// History entries an operator's change keeps at least.
-const HISTORY_KEPT: usize = 100;
 
 /// The sagas of one store; see the module docs.
 #[derive(Debug, Clone)]
@@ -33,6 +31,7 @@ pub struct SagaStore<DB: sqlx::Database> {
 struct Change {
     sends: Vec<NewEvent>,
     cancels: Vec<ScheduleToken>,
+    entry: HistoryEntry,
 }
 
 impl<DB: SagaDatabase> SagaStore<DB> {
@@ -60,16 +59,20 @@ impl<DB: SagaDatabase> SagaStore<DB> {
         saga_id: &str,
     ) -> Result<Option<SagaRecord>, OperatorError> {
         let mut conn = self.pool.acquire().await?;
-        match statements::load::<DB>(&mut conn, saga_type, saga_id).await? {
-            Some(row) => Ok(Some(row.record()?)),
-            None => Ok(None),
-        }
+        let Some(row) = statements::load::<DB>(&mut conn, saga_type, saga_id).await? else {
+            return Ok(None);
+        };
+        let history = history::of_saga::<DB>(&mut conn, saga_type, saga_id, row.version).await?;
+        Ok(Some(row.record(history)?))
     }
 
     /// The sagas `filter` selects, oldest first.
     pub async fn list(&self, filter: &SagaFilter) -> Result<Vec<SagaRecord>, OperatorError> {
         let rows = statements::list(&self.pool, filter).await?;
-        Ok(rows.iter().map(SagaRow::record).collect::<Result<_, _>>()?)
+        Ok(rows
+            .into_iter()
+            .map(|(row, history)| row.record(history))
+            .collect::<Result<_, _>>()?)
     }
 
     /// The timeouts a saga waits for, in the order they were scheduled.
@@ -190,12 +193,15 @@ impl<DB: SagaDatabase> SagaStore<DB> {
                 what,
                 row.version + 1,
             )?;
+            // An operator's change drops no entry: the next transition
+            // prunes to the saga's limit.
             let write = SagaWrite::of(
                 saga_type,
                 saga_id,
-                row.version + 1,
                 row.state.clone(),
                 &meta,
+                &change.entry,
+                i64::MAX,
             )?;
             if !statements::update::<DB>(&mut tx, &write, row.version).await? {
                 tx.rollback().await?;
@@ -235,19 +241,18 @@ impl<DB: SagaDatabase> SagaStore<DB> {
         if !meta.status.is_active() {
             cancels.extend(cancel_everything(meta));
         }
-        let limit = meta.history.len().max(HISTORY_KEPT);
-        push_history(
-            meta,
-            HistoryEntry {
-                version,
-                event_type: "operator".to_owned(),
-                message_id: format!("consumer sagas {what}"),
-                status: meta.status,
-                at_ms: consumer_core::store::now_ms(),
-                note: meta.reason.clone().filter(|_| what != "resume"),
-            },
-            limit + 1,
-        );
-        Ok(Change { sends, cancels })
+        let entry = HistoryEntry {
+            version,
+            event_type: "operator".to_owned(),
+            message_id: format!("consumer sagas {what}"),
+            status: meta.status,
+            at_ms: consumer_core::store::now_ms(),
+            note: meta.reason.clone().filter(|_| what != "resume"),
+        };
+        Ok(Change {
+            sends,
+            cancels,
+            entry,
+        })
     }
 }

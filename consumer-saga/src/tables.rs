@@ -1,4 +1,4 @@
-//! [`SagaTables`]: the sagas' table in the store's database, as a
+//! [`SagaTables`]: the sagas' tables in the store's database, as a
 //! [`StoreExtension`]: migrated by [`Store::migrate`] and its tombstones
 //! purged by [`Store::purge`].
 
@@ -11,13 +11,14 @@ use super::statements;
 #[cfg(doc)]
 use consumer_core::Store;
 
-/// The sagas' table, `consumer_sagas`, registered with the store that runs
-/// the sagas: `Store::new(pool).with_extension(SagaTables)`. Then
-/// [`Store::migrate`] creates it (tracked in
+/// The sagas' tables, `consumer_sagas` and their history's
+/// `consumer_saga_history`, registered with the store that runs the sagas:
+/// `Store::new(pool).with_extension(SagaTables)`. Then [`Store::migrate`]
+/// creates them (tracked in
 /// [`MIGRATIONS_TABLE`](super::MIGRATIONS_TABLE), apart from the store's
 /// own migrations), and [`Store::purge`] deletes the tombstones of sagas
-/// that finished before the store's retention, with the dedup rows of the
-/// same age (never a saga whose compensation failed: an operator settles
+/// that finished before the store's retention, with their history and the
+/// dedup rows of the same age (never a saga whose compensation failed: an operator settles
 /// it).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SagaTables;
