@@ -282,6 +282,7 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
         (names("writer", 2), names("relay", 2), names("consumer", 3));
     let faults_for_us = i64::try_from(campaign.faults_for.as_micros()).unwrap_or(i64::MAX);
     let write_until_us = history::now_us().saturating_add(faults_for_us);
+    let grace_us = faults_for_us.max(300_000_000);
     let mut fleet = Fleet {
         specs: BTreeMap::new(),
         children: BTreeMap::new(),
@@ -364,11 +365,12 @@ async fn run(campaign: Campaign, backend: Backend, queue: String) -> Outcome {
     for (i, step) in steps.iter().enumerate() {
         // The schedule's own pace, not a synchronisation.
         tokio::time::sleep(step.after).await;
-        // Faults take longer than planned on a loaded machine (a broker
-        // node's restart waits for it to serve): past twice the time
-        // asked (the writers stop at the time asked; the faults go on
-        // while the backlog drains), the schedule's last faults are left.
-        if history::now_us() >= write_until_us.saturating_add(faults_for_us) {
+        // Faults take longer than planned (a Kafka node's restart waits
+        // 30 s for the JVM, and over a minute on a loaded machine): past
+        // the time asked plus as much again, at least 5 minutes (the
+        // writers stop at the time asked; the faults go on while their
+        // backlog drains), the schedule's last faults are left.
+        if history::now_us() >= write_until_us.saturating_add(grace_us) {
             println!(
                 "the campaign's time is up: {i} of the schedule's {} faults injected",
                 steps.len()
