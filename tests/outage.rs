@@ -358,19 +358,72 @@ mod without_a_circuit {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_crash_outlasting_the_retry_span_dead_letters_nothing() {
+        crash_outlasting_the_retry_span(false).await;
+    }
+
+    /// Found by the 60-minute RabbitMQ campaign: a connection made as
+    /// the server goes down (or through a pooler or a load balancer whose
+    /// server is gone) is accepted and closed before it answers, which
+    /// sqlx reports as a protocol error ("unexpected response from
+    /// SSLRequest"), not as a refused connection; the saga's and the
+    /// participant's messages, under five-attempt policies, were
+    /// dead-lettered as exhausted. Here the crashed server's port accepts
+    /// and closes every connection until the server is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_whose_port_accepts_and_closes_dead_letters_nothing_either() {
+        crash_outlasting_the_retry_span(true).await;
+    }
+
+    /// Accepts every connection on `addr` and closes it at once, until
+    /// dropped.
+    struct ClosingPort(tokio::task::JoinHandle<()>);
+
+    impl ClosingPort {
+        async fn open(addr: &str) -> Self {
+            let listener = support::within(async {
+                loop {
+                    match tokio::net::TcpListener::bind(addr).await {
+                        Ok(l) => return l,
+                        // The crashed server's socket is still closing.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+            })
+            .await;
+            Self(tokio::spawn(async move {
+                while let Ok((conn, _)) = listener.accept().await {
+                    drop(conn);
+                }
+            }))
+        }
+    }
+
+    impl Drop for ClosingPort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+
+    async fn crash_outlasting_the_retry_span(port_closes: bool) {
         let server = PrivatePostgres::start().await;
+        let url = server.url();
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_millis(300))
-            .connect(&server.url())
+            .connect(&url)
             .await
-            .unwrap_or_else(|e| panic!("the private PostgreSQL at {}: {e}", server.url()));
+            .unwrap_or_else(|e| panic!("the private PostgreSQL at {url}: {e}"));
         let h = PgHarness::on_pool(pool, "public".to_owned()).await;
         let broker = MemoryBroker::new(2);
         let jobs: Vec<Job> = (0..N)
             .map(|i| Job::new(&format!("key-{}", i % 4), i / 4))
             .collect();
         server.crash().await;
+        let closing = if port_closes {
+            Some(ClosingPort::open(&server.addr()).await)
+        } else {
+            None
+        };
         for job in &jobs {
             broker.publish("t", job.message()).await.expect("publish");
         }
@@ -390,6 +443,7 @@ mod without_a_circuit {
         )
         .await;
         assert_eq!(down.dead_letters(), 0, "{down:?}");
+        drop(closing);
         server.restart().await;
         let total = u64::try_from(N).expect("count");
         wait(

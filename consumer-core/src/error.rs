@@ -92,9 +92,9 @@ impl Error {
         }
     }
 
-    /// Whether the database did not answer: a connection broken or
-    /// refused, none to be had from the pool in time, a server shutting
-    /// down or still starting. Nothing about the work is wrong: the same
+    /// Whether the database did not answer: a connection broken, refused
+    /// or closed mid-handshake, none to be had from the pool in time, a
+    /// server shutting down or still starting. Nothing about the work is wrong: the same
     /// statement succeeds once the database is back.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Self::Database(e) if database_is_unavailable(e))
@@ -160,11 +160,15 @@ fn database_error_can_heal(e: &sqlx::Error) -> bool {
 
 /// See [`Error::is_unavailable`]. PostgreSQL's class 08 (connection
 /// exception) and 57P01-57P03 (the server shutting down, crashed, or not
-/// yet accepting connections).
+/// yet accepting connections). A protocol error is a connection closed
+/// or garbled on the way (a server going down mid-handshake, or a pooler
+/// or load balancer whose server is gone accepting and closing: sqlx's
+/// "unexpected response from SSLRequest"), not a statement's fault.
 pub(crate) fn database_is_unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {

@@ -96,5 +96,12 @@ mod tests {
         assert_eq!(other.retry, None);
         let row = classify_handler_error(Box::new(HandlerError::Db(sqlx::Error::RowNotFound)));
         assert_eq!(row.retry, None);
+        // What sqlx makes of a connection closed before the server's
+        // first byte (a server going down, a pooler without a server).
+        let closed = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        assert_eq!(
+            classify(Error::Database(closed)).retry,
+            Some(STORE_UNAVAILABLE)
+        );
     }
 }
