@@ -320,14 +320,6 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
 
-    fn at(at_us: i64, process: &str, kind: Kind) -> Event {
-        Event {
-            at_us,
-            process: process.to_owned(),
-            kind,
-        }
-    }
-
     fn committed(id: &str, aggregate: &str, seq: i64, poison: bool) -> Kind {
         Kind::Committed {
             event_id: id.to_owned(),
@@ -364,14 +356,14 @@ mod tests {
         for a in ["a", "b"] {
             for s in 1..=3 {
                 let poison = a == "b" && s == 2;
-                h.push(at(
+                h.push(Event::at(
                     next(),
                     "w1",
                     committed(&format!("{a}{s}"), a, s, poison),
                 ));
             }
         }
-        h.push(at(
+        h.push(Event::at(
             next(),
             "nemesis",
             Kind::Fault {
@@ -381,14 +373,14 @@ mod tests {
         for a in ["a", "b"] {
             for s in 1..=3 {
                 let id = format!("{a}{s}");
-                h.push(at(
+                h.push(Event::at(
                     next(),
                     "relay-1",
                     Kind::Published {
                         event_id: id.clone(),
                     },
                 ));
-                h.push(at(
+                h.push(Event::at(
                     next(),
                     "c1",
                     Kind::Delivered {
@@ -397,10 +389,14 @@ mod tests {
                     },
                 ));
                 if a == "b" && s == 2 {
-                    h.push(at(next(), "consumers", Kind::DeadLettered { event_id: id }));
+                    h.push(Event::at(
+                        next(),
+                        "consumers",
+                        Kind::DeadLettered { event_id: id },
+                    ));
                 } else {
-                    h.push(at(next(), "c1", applied(&id, a, s)));
-                    h.push(at(next(), "consumers", dedup(&id)));
+                    h.push(Event::at(next(), "c1", applied(&id, a, s)));
+                    h.push(Event::at(next(), "consumers", dedup(&id)));
                 }
             }
         }
@@ -458,7 +454,7 @@ mod tests {
     #[test]
     fn an_event_applied_twice_is_reported() {
         let mut h = clean();
-        h.push(at(1_000, "c2", applied("a3", "a", 3)));
+        h.push(Event::at(1_000, "c2", applied("a3", "a", 3)));
         only(&check(&h), Class::AppliedTwice);
     }
 
@@ -491,7 +487,7 @@ mod tests {
             clean(),
             |e| matches!(&e.kind, Kind::Applied { event_id, .. } | Kind::DedupRow { event_id } if event_id == "b3"),
         );
-        h.push(at(
+        h.push(Event::at(
             1_000,
             "consumers",
             Kind::DeadLettered {
@@ -508,7 +504,7 @@ mod tests {
     #[test]
     fn a_dedup_row_without_its_effect_disagrees() {
         let mut h = clean();
-        h.push(at(1_000, "consumers", dedup("b2")));
+        h.push(Event::at(1_000, "consumers", dedup("b2")));
         only(&check(&h), Class::DedupDisagrees);
     }
 

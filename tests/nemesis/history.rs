@@ -54,6 +54,18 @@ pub struct Event {
     pub kind: Kind,
 }
 
+impl Event {
+    /// `kind`, by `process`, at `at_us`: the checker's tests' histories.
+    #[cfg(test)]
+    pub fn at(at_us: i64, process: &str, kind: Kind) -> Self {
+        Self {
+            at_us,
+            process: process.to_owned(),
+            kind,
+        }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -129,14 +129,6 @@ mod tests {
     use super::super::checker::{Class, check};
     use super::*;
 
-    fn at(at_us: i64, process: &str, kind: Kind) -> Event {
-        Event {
-            at_us,
-            process: process.to_owned(),
-            kind,
-        }
-    }
-
     fn opened(id: &str) -> Kind {
         Kind::Opened {
             settlement: id.to_owned(),
@@ -164,12 +156,12 @@ mod tests {
     /// its timeout failed it.
     fn clean() -> Vec<Event> {
         vec![
-            at(10, "c1", opened("s1")),
-            at(20, "c2", opened("s2")),
-            at(30, "c1", confirmed("s1")),
-            at(40, "sagas", ended("s1", "completed", None, 2)),
-            at(50, "sagas", ended("s2", "failed", Some(TIMED_OUT), 2)),
-            at(60, "c3", confirmed("s2")),
+            Event::at(10, "c1", opened("s1")),
+            Event::at(20, "c2", opened("s2")),
+            Event::at(30, "c1", confirmed("s1")),
+            Event::at(40, "sagas", ended("s1", "completed", None, 2)),
+            Event::at(50, "sagas", ended("s2", "failed", Some(TIMED_OUT), 2)),
+            Event::at(60, "c3", confirmed("s2")),
         ]
     }
 
@@ -264,7 +256,7 @@ mod tests {
     #[test]
     fn a_settlement_confirmed_twice_is_applied_twice() {
         let mut h = clean();
-        h.push(at(70, "c2", confirmed("s1")));
+        h.push(Event::at(70, "c2", confirmed("s1")));
         only(&h, Class::AppliedTwice);
     }
 
